@@ -1,0 +1,158 @@
+#pragma once
+// Picks the RMSNorm kernel shape for a problem and launches it (internal). Instantiated once
+// per (x dtype, weight dtype) pair in its own translation unit.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda_check.h"
+#include "fusion/cuda/rms_norm_kernels.cuh"
+#include "tilegrid/core/tensor.h"
+
+namespace tilegrid::rms_norm {
+
+struct LaunchShape {
+  int vec = 1;           // elements per access
+  int items = 1;         // vectors per thread per row held in registers; 0 = streaming
+  int threads_per_row = 32;
+  int rows_per_block = 1;
+};
+
+// Smallest ITEMS in {1, 2, 4, 8} that covers the row with <= 256 threads; longer rows get up
+// to 1024 threads at ITEMS = 8; longer still, the streaming kernels with 512 threads.
+inline LaunchShape choose_shape(int64_t hidden, int vec) {
+  LaunchShape s;
+  s.vec = vec;
+  const int64_t vectors = (hidden + vec - 1) / vec;
+  auto round_warp = [](int64_t t) { return int((t + 31) / 32 * 32); };
+  for (int items : {1, 2, 4, 8}) {
+    const int64_t threads = (vectors + items - 1) / items;
+    if (threads <= 256) {
+      s.items = items;
+      s.threads_per_row = round_warp(threads);
+      s.rows_per_block = std::min(kernels::kMaxRowsPerBlock, std::max(1, 256 / s.threads_per_row));
+      return s;
+    }
+  }
+  const int64_t threads = (vectors + 7) / 8;
+  if (threads <= 1024) {
+    s.items = 8;
+    s.threads_per_row = round_warp(threads);
+    return s;
+  }
+  s.items = 0;
+  s.threads_per_row = 512;
+  return s;
+}
+
+inline bool aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+inline int multiprocessor_count(int device) {
+  int count = 0;
+  TG_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+// Persistent grid: as many blocks as fit on the GPU at once, but no more than there is work.
+template <class Kernel>
+unsigned persistent_blocks(Kernel kernel, int threads, int64_t row_groups, int device) {
+  int per_sm = 0;
+  TG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  const int64_t limit = int64_t(std::max(per_sm, 1)) * multiprocessor_count(device);
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(row_groups, limit)));
+}
+
+template <class T, class W, int VEC>
+void launch_forward_vec(const ForwardParams& p, const LaunchShape& s, int device,
+                        cudaStream_t stream) {
+  void (*kernel)(ForwardParams) = nullptr;
+  switch (s.items) {
+    case 0: kernel = kernels::forward_streaming_kernel<T, W, VEC>; break;
+    case 1: kernel = kernels::forward_kernel<T, W, VEC, 1>; break;
+    case 2: kernel = kernels::forward_kernel<T, W, VEC, 2>; break;
+    case 4: kernel = kernels::forward_kernel<T, W, VEC, 4>; break;
+    default: kernel = kernels::forward_kernel<T, W, VEC, 8>; break;
+  }
+  const dim3 block(s.threads_per_row, s.rows_per_block);
+  const int64_t groups = (p.rows + s.rows_per_block - 1) / s.rows_per_block;
+  const unsigned grid = persistent_blocks(kernel, block.x * block.y, groups, device);
+  kernel<<<grid, block, 0, stream>>>(p);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, class W, int VEC>
+void launch_backward_vec(const BackwardParams& p, const LaunchShape& s, int device,
+                         cudaStream_t stream) {
+  void (*kernel)(BackwardParams, float*) = nullptr;
+  switch (s.items) {
+    case 0: kernel = kernels::backward_streaming_kernel<T, W, VEC>; break;
+    case 1: kernel = kernels::backward_kernel<T, W, VEC, 1>; break;
+    case 2: kernel = kernels::backward_kernel<T, W, VEC, 2>; break;
+    case 4: kernel = kernels::backward_kernel<T, W, VEC, 4>; break;
+    default: kernel = kernels::backward_kernel<T, W, VEC, 8>; break;
+  }
+  const dim3 block(s.threads_per_row, s.rows_per_block);
+  const int64_t groups = (p.rows + s.rows_per_block - 1) / s.rows_per_block;
+  const unsigned grid =
+      p.rows == 0 ? 0 : persistent_blocks(kernel, block.x * block.y, groups, device);
+
+  // One float32 partial row of the weight gradient per (block, row slot); scratch memory
+  // comes from the default allocator (PyTorch's caching allocator under Python).
+  Tensor partial;
+  const int64_t num_partials = p.dweight ? int64_t(grid) * s.rows_per_block : 0;
+  if (num_partials > 0) {
+    partial = Tensor::empty({num_partials, p.hidden}, DType::Float32, Device::cuda(device),
+                            Stream{stream});
+    if (s.items == 0)
+      TG_CUDA_CHECK(cudaMemsetAsync(partial.data(), 0, partial.numel() * sizeof(float), stream));
+  }
+  if (grid > 0) {
+    kernel<<<grid, block, 0, stream>>>(p, static_cast<float*>(partial.data()));
+    TG_CUDA_CHECK_LAUNCH();
+  }
+  if (p.dweight) {
+    const unsigned blocks = static_cast<unsigned>((p.hidden + 31) / 32);
+    kernels::reduce_partials_kernel<W><<<blocks, dim3(32, 8), 0, stream>>>(
+        static_cast<const float*>(partial.data()), num_partials, p.hidden,
+        static_cast<W*>(p.dweight));
+    TG_CUDA_CHECK_LAUNCH();
+  }
+}
+
+// 16-byte accesses when every row start of every tensor is 16-byte aligned (hidden and the
+// row strides multiples of VEC, base pointers aligned); otherwise one element per access.
+template <class T, class W>
+void forward_launch(const ForwardParams& p, int device, Stream stream) {
+  constexpr int kVec = 16 / sizeof(T);
+  const bool vectorized = p.hidden % kVec == 0 && p.x.row_stride % kVec == 0 &&
+                          p.y.row_stride % kVec == 0 && aligned(p.x.data, 16) &&
+                          aligned(p.y.data, 16) &&
+                          (p.weight == nullptr || aligned(p.weight, sizeof(W) * kVec));
+  CudaDeviceGuard guard(device);
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  if (vectorized)
+    launch_forward_vec<T, W, kVec>(p, choose_shape(p.hidden, kVec), device, s);
+  else
+    launch_forward_vec<T, W, 1>(p, choose_shape(p.hidden, 1), device, s);
+}
+
+template <class T, class W>
+void backward_launch(const BackwardParams& p, int device, Stream stream) {
+  constexpr int kVec = 16 / sizeof(T);
+  const bool vectorized = p.hidden % kVec == 0 && p.x.row_stride % kVec == 0 &&
+                          p.dy.row_stride % kVec == 0 && p.dx.row_stride % kVec == 0 &&
+                          aligned(p.x.data, 16) && aligned(p.dy.data, 16) &&
+                          aligned(p.dx.data, 16) &&
+                          (p.weight == nullptr || aligned(p.weight, sizeof(W) * kVec));
+  CudaDeviceGuard guard(device);
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  if (vectorized)
+    launch_backward_vec<T, W, kVec>(p, choose_shape(p.hidden, kVec), device, s);
+  else
+    launch_backward_vec<T, W, 1>(p, choose_shape(p.hidden, 1), device, s);
+}
+
+}  // namespace tilegrid::rms_norm
