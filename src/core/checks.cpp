@@ -40,7 +40,7 @@ void check_contiguous(std::string_view op, std::string_view arg, const TensorVie
 
 void check_last_dim_contiguous(std::string_view op, std::string_view arg, const TensorView& t) {
   TG_CHECK_VALUE(t.ndim() >= 1, op, ": ", arg, " must have at least one dimension");
-  TG_CHECK_VALUE(t.size(-1) <= 1 || t.stride(-1) == 1, op, ": ", arg,
+  TG_CHECK_VALUE(t.size(-1) <= 1 || t.stride(-1) == 1 || t.numel() == 0, op, ": ", arg,
                  " must have a contiguous last dimension (stride 1), got strides ", t.strides,
                  " for shape ", t.shape);
 }

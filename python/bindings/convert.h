@@ -1,0 +1,24 @@
+#pragma once
+// Conversions between Python-side objects and the C++ API (internal to the module).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <optional>
+
+#include "tilegrid/core/tensor_view.h"
+
+namespace tilegrid::python {
+
+namespace nb = nanobind;
+
+// Any DLPack-capable array (a torch.Tensor) as a TensorView; nothing is copied.
+TensorView as_view(const nb::ndarray<>& array);
+std::optional<TensorView> as_view(const std::optional<nb::ndarray<>>& array);
+
+// A CUDA stream handle passed from Python as an integer (torch's Stream.cuda_stream).
+inline Stream as_stream(uintptr_t handle) { return Stream{reinterpret_cast<void*>(handle)}; }
+
+void bind_core(nb::module_& m);
+void bind_fusion(nb::module_& m);
+
+}  // namespace tilegrid::python

@@ -1,0 +1,31 @@
+"""tilegrid: fast, differentiable GPU primitives for deep learning on NVIDIA Hopper.
+
+    import tilegrid as tg
+    y = tg.rms_norm(x, weight, eps)
+"""
+
+from __future__ import annotations
+
+import torch  # noqa: F401  (tensors cross into the C++ module through DLPack)
+
+from . import _C, nn
+from ._torch import install_torch_allocator, uninstall_torch_allocator
+from .jagged_tensor import JaggedTensor
+from .rms_norm import rms_norm
+
+__version__ = "0.1.0"
+
+#: True when the C++ library was compiled with CUDA kernels.
+with_cuda: bool = _C.with_cuda
+
+if with_cuda:
+    install_torch_allocator()
+
+__all__ = [
+    "JaggedTensor",
+    "install_torch_allocator",
+    "nn",
+    "rms_norm",
+    "uninstall_torch_allocator",
+    "with_cuda",
+]

@@ -1,0 +1,53 @@
+import pytest
+import torch
+
+import tilegrid as tg
+from conftest import DEVICES
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layout_and_batch_index_with_empty_tensors(device):
+    parts = [torch.randn(n, 3, device=device) for n in (4, 0, 2, 0, 5)]
+    j = tg.JaggedTensor(parts)
+    assert j.num_tensors == 5 and len(j) == 5
+    assert j.joffsets.tolist() == [0, 4, 4, 6, 6, 11]
+    expected = torch.cat([torch.full((n,), b, dtype=torch.int32) for b, n in enumerate((4, 0, 2, 0, 5))])
+    assert torch.equal(j.jidx.cpu(), expected)
+    for got, want in zip(j.unbind(), parts):
+        assert torch.equal(got, want)
+    assert torch.equal(j[-1], parts[-1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batch_index_on_many_random_sizes(device):
+    sizes = torch.randint(0, 50, (64,)).tolist()
+    j = tg.JaggedTensor([torch.randn(n, device=device) for n in sizes])
+    expected = torch.repeat_interleave(torch.arange(64, dtype=torch.int32), torch.tensor(sizes))
+    assert torch.equal(j.jidx.cpu(), expected)
+
+
+def test_elementwise_ops_keep_the_layout():
+    a = tg.JaggedTensor([torch.ones(2), torch.ones(3)])
+    b = a * 3 + a - 1
+    assert torch.equal(b.joffsets, a.joffsets)
+    assert torch.equal(b.jdata, torch.full((5,), 3.0))
+    c = tg.JaggedTensor([torch.ones(3), torch.ones(2)])
+    with pytest.raises(ValueError, match="different layouts"):
+        a + c
+
+
+def test_from_data_and_offsets_validates():
+    data = torch.randn(5, 2)
+    j = tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 3, 5]))
+    assert j.num_tensors == 2
+    with pytest.raises(ValueError, match="non-decreasing"):
+        tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 4, 3, 5]))
+    with pytest.raises(ValueError, match=r"joffsets\[-1\] must equal the number of rows 5 of jdata, got 4"):
+        tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 4]))
+    with pytest.raises(TypeError, match="joffsets must be int64, got int32"):
+        tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 5], dtype=torch.int32))
+
+
+def test_mismatched_elements_are_rejected():
+    with pytest.raises(ValueError, match="element 1 has shape"):
+        tg.JaggedTensor([torch.randn(2, 3), torch.randn(2, 4)])
