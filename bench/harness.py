@@ -1,0 +1,180 @@
+"""Shared benchmark harness: times our ops and the reference systems side by side on one GPU.
+
+- Timing: CUDA events around each call, after warm-up; the median of many calls.
+- Inputs: several input sets rotated so that their total exceeds 3x the L2 cache, so no call
+  reads data the previous one left in L2.
+- Ceilings measured in the same run: device-to-device copy (TB/s, bytes read + written) and a
+  bf16 8192^3 GEMM through torch (cuBLAS), on random data.
+- JSON output carries the GPU name, date, git revision and library versions.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional, Sequence
+
+import torch
+
+
+def git_revision() -> str:
+    """The tree's git revision; a tree copied without .git may carry it in .deps/REVISION."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
+        return rev + ("-dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        path = os.path.join(root, ".deps", "REVISION")
+        return open(path).read().strip() if os.path.exists(path) else "unknown"
+
+
+def environment() -> dict:
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": props.name,
+        "multiprocessors": props.multi_processor_count,
+        "l2_bytes": getattr(props, "L2_cache_size", None),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_revision": git_revision(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "python": platform.python_version(),
+    }
+
+
+def rotation_count(bytes_per_set: int, l2_bytes: Optional[int] = None) -> int:
+    """How many input sets to rotate through so their total exceeds 3x L2 (at least 2)."""
+    l2 = l2_bytes or torch.cuda.get_device_properties(0).L2_cache_size
+    return max(2, -(-3 * l2 // max(bytes_per_set, 1)))
+
+
+def time_ms(fn: Callable[[int], object], sets: int, warmup: int = 10, iters: int = 100) -> float:
+    """Median time in ms of fn(i % sets) over `iters` calls, each bracketed by CUDA events."""
+    for i in range(warmup):
+        fn(i % sets)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        starts[i].record()
+        fn(i % sets)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def measure_copy_tbps(nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
+    src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda _: dst.copy_(src), sets=1, warmup=5, iters=30)
+    return 2 * nbytes / (ms * 1e-3) / 1e12
+
+
+def measure_gemm_tflops(n: int = 8192) -> float:
+    """bf16 n x n x n matrix product through torch (cuBLAS) on random data."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms = time_ms(lambda _: a @ b, sets=1, warmup=5, iters=30)
+    return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
+@dataclass
+class Result:
+    op: str
+    problem: str
+    system: str
+    median_ms: Optional[float]
+    bytes: Optional[int] = None
+    flops: Optional[int] = None
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def tbps(self) -> Optional[float]:
+        if self.median_ms is None or not self.bytes:
+            return None
+        return self.bytes / (self.median_ms * 1e-3) / 1e12
+
+
+class Report:
+    """Collects results; writes JSON and prints a table with ratios to the copy ceiling and
+    to the best reference system of the same (op, problem)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.env = environment()
+        self.ceilings: dict[str, float] = {}
+        self.results: list[Result] = []
+        self.checks: dict[str, object] = {}
+
+    def measure_ceilings(self) -> None:
+        self.ceilings["copy_tbps"] = measure_copy_tbps()
+        self.ceilings["bf16_gemm_tflops"] = measure_gemm_tflops()
+
+    def add(self, result: Result) -> Result:
+        self.results.append(result)
+        return result
+
+    def rows(self) -> list[dict]:
+        rows = []
+        for r in self.results:
+            row = asdict(r)
+            row["tbps"] = r.tbps
+            row["fraction_of_copy"] = r.tbps / self.ceilings["copy_tbps"] if r.tbps and "copy_tbps" in self.ceilings else None
+            peers = [
+                p.median_ms
+                for p in self.results
+                if p.op == r.op and p.problem == r.problem and p.median_ms and not p.system.startswith("tilegrid")
+            ]
+            row["speedup_vs_best_reference"] = min(peers) / r.median_ms if peers and r.median_ms else None
+            rows.append(row)
+        return rows
+
+    def write(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(
+                {"benchmark": self.name, "environment": self.env, "ceilings": self.ceilings,
+                 "checks": self.checks, "results": self.rows()},
+                f, indent=2,
+            )
+
+    def table(self) -> str:
+        lines = [f"{self.name} on {self.env['gpu']} ({self.env['git_revision'][:12]})"]
+        lines.append("ceilings: " + ", ".join(f"{k} {v:.3g}" for k, v in self.ceilings.items()))
+        lines.append(f"{'op':22} {'problem':24} {'system':26} {'ms':>8} {'TB/s':>6} {'%copy':>6} {'vs best ref':>11}")
+        for row in self.rows():
+            ms = f"{row['median_ms']:.4f}" if row["median_ms"] else "-"
+            tb = f"{row['tbps']:.2f}" if row["tbps"] else "-"
+            fr = f"{100 * row['fraction_of_copy']:.1f}" if row["fraction_of_copy"] else "-"
+            sp = f"{row['speedup_vs_best_reference']:.2f}x" if row["speedup_vs_best_reference"] else "-"
+            note = f"  ({row['note']})" if row["note"] else ""
+            lines.append(f"{row['op']:22} {row['problem']:24} {row['system']:26} {ms:>8} {tb:>6} {fr:>6} {sp:>11}{note}")
+        return "\n".join(lines)
+
+
+def optional_import(module: str):
+    """Import a reference system if present; returns (module, None) or (None, error text)."""
+    try:
+        return __import__(module, fromlist=["_"]), None
+    except Exception as e:  # a peer that does not load is recorded with its error
+        return None, f"{type(e).__name__}: {e}"
+
+
+def run_each(report: Report, op: str, problem: str, nbytes: int, systems: Sequence[tuple], sets: int) -> None:
+    """Times each (system name, fn(i)) pair; a system that fails is recorded with its error."""
+    for system, fn in systems:
+        try:
+            ms = time_ms(fn, sets)
+            report.add(Result(op, problem, system, ms, bytes=nbytes))
+        except Exception as e:
+            report.add(Result(op, problem, system, None, note=f"failed: {type(e).__name__}: {str(e)[:200]}"))

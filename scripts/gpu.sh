@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# On a GPU machine: build, run every test (GPU ones included, and the CUDA tests again under
+# compute-sanitizer), run the benchmarks, and write logs + JSON into the folder given as the
+# first argument. The last thing printed is a short summary table.
+#
+#   scripts/gpu.sh OUTDIR
+#
+# Expects: nvcc, CMake >= 3.25, ninja, a python3 with torch, nanobind, scikit-build-core and
+# pytest. CUTLASS headers: TILEGRID_CUTLASS_INCLUDE_DIR, else .deps/cutlass/include, else the
+# nvidia-cutlass package of that python3. Extra wheels for reference systems (e.g.
+# liger-kernel) found in .whl/ are installed into a private folder first. See
+# docs/DEVELOPING.md.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT=${1:?usage: scripts/gpu.sh OUTDIR}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+summary="$OUT/summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+if [ -z "${TILEGRID_CUTLASS_INCLUDE_DIR:-}" ] && [ -f .deps/cutlass/include/cute/tensor.hpp ]; then
+  export TILEGRID_CUTLASS_INCLUDE_DIR=$PWD/.deps/cutlass/include
+fi
+if compgen -G ".whl/*.whl" >/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/tilegrid-bench-site .whl/*.whl \
+    && export PYTHONPATH=/tmp/tilegrid-bench-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+{ nvidia-smi; nvcc --version; $PY -c 'import torch; print("torch", torch.__version__)'; } >"$OUT/env.txt" 2>&1
+
+start=$(date +%s)
+$PY -m pip install --no-build-isolation --no-deps -v \
+  -C build-dir=build/gpu \
+  -C cmake.define.TILEGRID_BUILD_TESTS=ON \
+  ${TILEGRID_CUTLASS_INCLUDE_DIR:+-C cmake.define.TILEGRID_CUTLASS_INCLUDE_DIR=$TILEGRID_CUTLASS_INCLUDE_DIR} \
+  . >"$OUT/build.log" 2>&1
+build_rc=$?
+note "build: rc=$build_rc in $(( $(date +%s) - start )) s"
+if [ $build_rc -ne 0 ]; then tail -40 "$OUT/build.log"; cat "$summary"; exit 1; fi
+
+ctest --test-dir build/gpu --output-on-failure -j 8 >"$OUT/tests.log" 2>&1
+note "ctest: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/tests.log")"
+$PY -m pytest -q -rs tests/python >>"$OUT/tests.log" 2>&1
+note "pytest: rc=$? $(tail -1 "$OUT/tests.log")"
+
+# Memory errors and shared-memory races in every CUDA test (the *cuda* gtest cases).
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 build/gpu/tests/cpp/tilegrid_tests \
+      --gtest_filter='*cuda*:*Cuda*' >>"$OUT/sanitizer.log" 2>&1
+    note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  done
+fi
+
+for bench in bench/bench_*.py; do
+  name=$(basename "$bench" .py)
+  $PY "$bench" --out "$OUT/$name.json" >>"$OUT/bench.log" 2>&1
+  note "$name: rc=$?"
+done
+$PY examples/demo.py >>"$OUT/bench.log" 2>&1
+
+echo
+cat "$summary"
+echo
+grep -v '^\s*$' "$OUT/bench.log" | tail -40

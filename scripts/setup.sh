@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh Debian/Ubuntu machine: system packages (when missing and we
+# may install them), a virtual environment in .venv with requirements-dev.txt, and the build
+# (C++ library, GoogleTest suite and the Python package, one CMake tree in build/python).
+# Sourced by demo.sh and test.sh; safe to run again: finished steps are skipped.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+missing=()
+for cmd in cmake ninja g++; do command -v "$cmd" >/dev/null || missing+=("$cmd"); done
+[ -f /usr/include/gtest/gtest.h ] || missing+=(gtest)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing system packages for: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake ninja-build g++ libgtest-dev python3-venv >/dev/null
+  else
+    echo "setup: please install: ${missing[*]} (Debian: cmake ninja-build g++ libgtest-dev)" >&2
+    exit 1
+  fi
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+# shellcheck disable=SC1091
+source .venv/bin/activate
+stamp=.venv/.requirements-installed
+if [ ! -f "$stamp" ] || ! cmp -s requirements-dev.txt "$stamp"; then
+  echo "setup: installing Python packages (first time: torch is large, a few minutes)"
+  python -m pip install -q --upgrade pip
+  python -m pip install -q -r requirements-dev.txt
+  cp requirements-dev.txt "$stamp"
+fi
+
+if command -v nvcc >/dev/null; then
+  echo "setup: building with CUDA ($(nvcc --version | tail -1))"
+else
+  echo "setup: no nvcc on PATH: building the CPU-only library"
+fi
+# One build tree for the library, the C++ tests and the Python module; incremental on reruns.
+python -m pip install -q --no-build-isolation --no-deps \
+  -C build-dir=build/python \
+  -C cmake.define.TILEGRID_BUILD_TESTS=ON \
+  ${TILEGRID_CUTLASS_INCLUDE_DIR:+-C cmake.define.TILEGRID_CUTLASS_INCLUDE_DIR=$TILEGRID_CUTLASS_INCLUDE_DIR} \
+  .
