@@ -5,10 +5,10 @@
 //    ITEMS vectors of VEC elements per thread (VEC * sizeof(T) = 16 bytes when rows are
 //    aligned, 1 element otherwise, e.g. odd hidden sizes), so x is read from memory once;
 //  - RPB rows share a block (blockDim.y) when rows are short, keeping 256 threads a block;
-//  - the grid is persistent (a few blocks per SM loop over row groups), so the weight is
-//    loaded into registers once per block instead of once per row;
-//  - rows too long for registers (over 8 * 1024 vectors) take the streaming kernels, which
-//    read the row twice (the second read mostly hits L2).
+//  - the grid is persistent (as many blocks as fit loop over row groups), which lets the
+//    backward keep its weight-gradient partial sums in registers across rows;
+//  - rows too long for registers (see choose_shape) take the streaming kernels, which read
+//    the row twice (the second read mostly hits L2).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -17,6 +17,9 @@
 namespace tilegrid::rms_norm::kernels {
 
 constexpr int kMaxRowsPerBlock = 8;
+// Register-resident kernels run at most 512 threads a block, so the compiler may give each
+// thread up to 128 registers; the streaming kernels run up to 1024.
+constexpr int kMaxRegisterThreads = 512;
 
 template <class T>
 __device__ __forceinline__ float to_float(T v);
@@ -77,118 +80,147 @@ __device__ __forceinline__ float row_sum(float v, float (*scratch)[32]) {
   return v;
 }
 
-// Loads this thread's ITEMS x VEC slice of a [hidden] parameter (ones when absent).
-template <class W, int VEC, int ITEMS>
-__device__ __forceinline__ void load_weight(const void* weight, int64_t hidden,
-                                            float (&w)[ITEMS][VEC]) {
+// Loads VEC weights at `col` as floats (ones when there is no weight). The weight is re-read
+// for every row rather than held in registers: it stays in L1 (a 4096-wide bf16 row is 8 KB),
+// and the registers it would take cost occupancy, which is what keeps enough bytes in flight.
+template <class W, int VEC>
+__device__ __forceinline__ void load_weight(const void* weight, int64_t col, float (&w)[VEC]) {
+  if (weight != nullptr) {
+    load_vec<W, VEC>(static_cast<const W*>(weight) + col, w);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) w[k] = 1.f;
+  }
+}
+
+template <class T, int VEC>
+__device__ __forceinline__ float to_float(const Vec<T, VEC>& v, int k) {
+  return to_float(v.v[k]);
+}
+
+// Loads this thread's ITEMS vectors of `row` (zeros past the row's end or the last row).
+template <class T, int VEC, int ITEMS>
+__device__ __forceinline__ void load_row(const RowMatrix& m, int64_t row, int64_t rows,
+                                         int64_t hidden, Vec<T, VEC> (&v)[ITEMS]) {
+  const T* base = static_cast<const T*>(m.data) + row * m.row_stride;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int64_t col = (int64_t(i) * blockDim.x + threadIdx.x) * VEC;
-    if (weight != nullptr && col < hidden) {
-      load_vec<W, VEC>(static_cast<const W*>(weight) + col, w[i]);
+    if (row < rows && col < hidden) {
+      v[i] = *reinterpret_cast<const Vec<T, VEC>*>(base + col);
     } else {
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) w[i][k] = 1.f;
+      for (int k = 0; k < VEC; ++k) v[i].v[k] = from_float<T>(0.f);
     }
   }
 }
 
+// Rows are kept in registers in their storage type (8 bf16 values take 4 registers, not 8),
+// again for occupancy. Each iteration first issues the loads of the row it will handle next,
+// so that they are in flight while this row is reduced and written: without that prefetch a
+// block has nothing in flight during its reduction and stores, and the forward reached only
+// 86% of copy bandwidth on an H200 (bench/results).
 template <class T, class W, int VEC, int ITEMS>
-__global__ void __launch_bounds__(1024) forward_kernel(ForwardParams p) {
+__global__ void __launch_bounds__(kMaxRegisterThreads) forward_kernel(ForwardParams p) {
   __shared__ float scratch[kMaxRowsPerBlock][32];
   const int64_t hidden = p.hidden;
   const float inv_hidden = 1.f / float(hidden);
-  float w[ITEMS][VEC];
-  load_weight<W, VEC, ITEMS>(p.weight, hidden, w);
 
-  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < p.rows;
-       base += int64_t(gridDim.x) * blockDim.y) {
+  const int64_t row_step = int64_t(gridDim.x) * blockDim.y;
+  Vec<T, VEC> v[ITEMS];
+  load_row<T, VEC, ITEMS>(p.x, int64_t(blockIdx.x) * blockDim.y + threadIdx.y, p.rows, hidden, v);
+  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < p.rows; base += row_step) {
     const int64_t row = base + threadIdx.y;
-    const bool active = row < p.rows;
-    const T* x = static_cast<const T*>(p.x.data) + row * p.x.row_stride;
-    float v[ITEMS][VEC];
+    Vec<T, VEC> next[ITEMS];
+    load_row<T, VEC, ITEMS>(p.x, row + row_step, p.rows, hidden, next);
     float sum_sq = 0.f;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int64_t col = (int64_t(i) * blockDim.x + threadIdx.x) * VEC;
-      if (active && col < hidden) {
-        load_vec<T, VEC>(x + col, v[i]);
-      } else {
+    for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) v[i][k] = 0.f;
-      }
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) sum_sq += v[i][k] * v[i][k];
-    }
+      for (int k = 0; k < VEC; ++k) sum_sq += to_float(v[i], k) * to_float(v[i], k);
     const float rstd = rsqrtf(row_sum(sum_sq, scratch) * inv_hidden + p.eps);
-    if (!active) continue;
-    if (p.rstd != nullptr && threadIdx.x == 0) p.rstd[row] = rstd;
-    T* y = static_cast<T*>(p.y.data) + row * p.y.row_stride;
+    if (row < p.rows) {
+      if (p.rstd != nullptr && threadIdx.x == 0) p.rstd[row] = rstd;
+      T* y = static_cast<T*>(p.y.data) + row * p.y.row_stride;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int64_t col = (int64_t(i) * blockDim.x + threadIdx.x) * VEC;
-      if (col >= hidden) continue;
-      float out[VEC];
+      for (int i = 0; i < ITEMS; ++i) {
+        const int64_t col = (int64_t(i) * blockDim.x + threadIdx.x) * VEC;
+        if (col >= hidden) continue;
+        float w[VEC], out[VEC];
+        load_weight<W, VEC>(p.weight, col, w);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) out[k] = v[i][k] * rstd * w[i][k];
-      store_vec<T, VEC>(y + col, out);
+        for (int k = 0; k < VEC; ++k) out[k] = to_float(v[i], k) * rstd * w[k];
+        store_vec<T, VEC>(y + col, out);
+      }
     }
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) v[i] = next[i];
   }
 }
 
 // dx = rstd * (g - xhat * mean(xhat * g)) with g = w * dy and xhat = x * rstd. The weight
-// gradient is accumulated in registers over the rows this thread visits and written as one
-// float32 partial row per (block, threadIdx.y); reduce_partials_kernel sums them.
+// gradient is accumulated in float32 registers over the rows this thread visits (the grid is
+// persistent: a few blocks per SM loop over the rows) and written as one partial row per
+// (block, threadIdx.y); reduce_partials_kernel sums them.
 template <class T, class W, int VEC, int ITEMS>
-__global__ void __launch_bounds__(1024) backward_kernel(BackwardParams p, float* dw_partial) {
+__global__ void __launch_bounds__(kMaxRegisterThreads) backward_kernel(BackwardParams p,
+                                                                       float* dw_partial) {
   __shared__ float scratch[kMaxRowsPerBlock][32];
   const int64_t hidden = p.hidden;
   const float inv_hidden = 1.f / float(hidden);
-  float w[ITEMS][VEC], dw[ITEMS][VEC];
-  load_weight<W, VEC, ITEMS>(p.weight, hidden, w);
+  float dw[ITEMS][VEC];
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
     for (int k = 0; k < VEC; ++k) dw[i][k] = 0.f;
 
-  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < p.rows;
-       base += int64_t(gridDim.x) * blockDim.y) {
+  const int64_t row_step = int64_t(gridDim.x) * blockDim.y;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  Vec<T, VEC> xv[ITEMS], dyv[ITEMS];
+  load_row<T, VEC, ITEMS>(p.x, first, p.rows, hidden, xv);
+  load_row<T, VEC, ITEMS>(p.dy, first, p.rows, hidden, dyv);
+  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < p.rows; base += row_step) {
     const int64_t row = base + threadIdx.y;
     const bool active = row < p.rows;
-    const T* x = static_cast<const T*>(p.x.data) + row * p.x.row_stride;
-    const T* dy = static_cast<const T*>(p.dy.data) + row * p.dy.row_stride;
+    Vec<T, VEC> next_x[ITEMS], next_dy[ITEMS];  // prefetch, as in forward_kernel
+    load_row<T, VEC, ITEMS>(p.x, row + row_step, p.rows, hidden, next_x);
+    load_row<T, VEC, ITEMS>(p.dy, row + row_step, p.rows, hidden, next_dy);
     const float rstd = active ? p.rstd[row] : 0.f;
-    float xhat[ITEMS][VEC], g[ITEMS][VEC], dyv[ITEMS][VEC];
     float dot = 0.f;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int64_t col = (int64_t(i) * blockDim.x + threadIdx.x) * VEC;
-      if (active && col < hidden) {
-        load_vec<T, VEC>(x + col, xhat[i]);
-        load_vec<T, VEC>(dy + col, dyv[i]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) xhat[i][k] = dyv[i][k] = 0.f;
-      }
+      if (col >= hidden) continue;
+      float w[VEC];
+      load_weight<W, VEC>(p.weight, col, w);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        xhat[i][k] *= rstd;
-        g[i][k] = w[i][k] * dyv[i][k];
-        dot += xhat[i][k] * g[i][k];
-        dw[i][k] += dyv[i][k] * xhat[i][k];
+        const float xhat = to_float(xv[i], k) * rstd, d = to_float(dyv[i], k);
+        dot += xhat * w[k] * d;
+        dw[i][k] += d * xhat;
       }
     }
     const float mean_dot = row_sum(dot, scratch) * inv_hidden;
-    if (!active) continue;
-    T* dx = static_cast<T*>(p.dx.data) + row * p.dx.row_stride;
+    if (active) {
+      T* dx = static_cast<T*>(p.dx.data) + row * p.dx.row_stride;
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        const int64_t col = (int64_t(i) * blockDim.x + threadIdx.x) * VEC;
+        if (col >= hidden) continue;
+        float w[VEC], out[VEC];
+        load_weight<W, VEC>(p.weight, col, w);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float xhat = to_float(xv[i], k) * rstd;
+          out[k] = rstd * (w[k] * to_float(dyv[i], k) - xhat * mean_dot);
+        }
+        store_vec<T, VEC>(dx + col, out);
+      }
+    }
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
-      const int64_t col = (int64_t(i) * blockDim.x + threadIdx.x) * VEC;
-      if (col >= hidden) continue;
-      float out[VEC];
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) out[k] = rstd * (g[i][k] - xhat[i][k] * mean_dot);
-      store_vec<T, VEC>(dx + col, out);
+      xv[i] = next_x[i];
+      dyv[i] = next_dy[i];
     }
   }
 
@@ -221,12 +253,7 @@ __global__ void __launch_bounds__(1024) forward_streaming_kernel(ForwardParams p
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < hidden; col += step) {
       float v[VEC], w[VEC];
       load_vec<T, VEC>(x + col, v);
-      if (p.weight != nullptr) {
-        load_vec<W, VEC>(static_cast<const W*>(p.weight) + col, w);
-      } else {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) w[k] = 1.f;
-      }
+      load_weight<W, VEC>(p.weight, col, w);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) v[k] *= rstd * w[k];
       store_vec<T, VEC>(y + col, v);
@@ -251,12 +278,7 @@ __global__ void __launch_bounds__(1024) backward_streaming_kernel(BackwardParams
       float xv[VEC], dyv[VEC], w[VEC];
       load_vec<T, VEC>(x + col, xv);
       load_vec<T, VEC>(dy + col, dyv);
-      if (p.weight != nullptr) {
-        load_vec<W, VEC>(static_cast<const W*>(p.weight) + col, w);
-      } else {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) w[k] = 1.f;
-      }
+      load_weight<W, VEC>(p.weight, col, w);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) dot += xv[k] * rstd * w[k] * dyv[k];
     }
@@ -266,12 +288,7 @@ __global__ void __launch_bounds__(1024) backward_streaming_kernel(BackwardParams
       float xv[VEC], dyv[VEC], w[VEC], out[VEC];
       load_vec<T, VEC>(x + col, xv);
       load_vec<T, VEC>(dy + col, dyv);
-      if (p.weight != nullptr) {
-        load_vec<W, VEC>(static_cast<const W*>(p.weight) + col, w);
-      } else {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) w[k] = 1.f;
-      }
+      load_weight<W, VEC>(p.weight, col, w);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const float xhat = xv[k] * rstd;

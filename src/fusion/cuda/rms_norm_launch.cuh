@@ -19,14 +19,22 @@ struct LaunchShape {
   int rows_per_block = 1;
 };
 
-// Smallest ITEMS in {1, 2, 4, 8} that covers the row with <= 256 threads; longer rows get up
-// to 1024 threads at ITEMS = 8; longer still, the streaming kernels with 512 threads.
+// Vectors a thread may hold per row. Bounded by registers: the backward keeps x and dy in
+// their storage type twice (this row and the prefetched next) plus float32 weight-gradient
+// sums; at 2 x 8 bf16 values that takes 90-94 registers, at 4 x 8 it spilled past the 128
+// that a 512-thread block allows (nvcc -Xptxas -v).
+constexpr int max_items(int vec) { return vec == 1 ? 8 : vec == 4 ? 4 : 2; }
+
+// Smallest ITEMS that covers the row with <= 256 threads (small blocks, several per SM);
+// longer rows get up to 512 threads at max_items; longer still, the streaming kernels.
+// bf16 rows stay in registers up to 512 * 2 * 8 = 8192 elements, float32 up to 512 * 4 * 4
+// = 8192, unaligned rows (one element per access) up to 512 * 8 = 4096.
 inline LaunchShape choose_shape(int64_t hidden, int vec) {
   LaunchShape s;
   s.vec = vec;
   const int64_t vectors = (hidden + vec - 1) / vec;
   auto round_warp = [](int64_t t) { return int((t + 31) / 32 * 32); };
-  for (int items : {1, 2, 4, 8}) {
+  for (int items = 1; items <= max_items(vec); items *= 2) {
     const int64_t threads = (vectors + items - 1) / items;
     if (threads <= 256) {
       s.items = items;
@@ -35,9 +43,9 @@ inline LaunchShape choose_shape(int64_t hidden, int vec) {
       return s;
     }
   }
-  const int64_t threads = (vectors + 7) / 8;
-  if (threads <= 1024) {
-    s.items = 8;
+  const int64_t threads = (vectors + max_items(vec) - 1) / max_items(vec);
+  if (threads <= kernels::kMaxRegisterThreads) {
+    s.items = max_items(vec);
     s.threads_per_row = round_warp(threads);
     return s;
   }
@@ -73,9 +81,14 @@ void launch_forward_vec(const ForwardParams& p, const LaunchShape& s, int device
     case 0: kernel = kernels::forward_streaming_kernel<T, W, VEC>; break;
     case 1: kernel = kernels::forward_kernel<T, W, VEC, 1>; break;
     case 2: kernel = kernels::forward_kernel<T, W, VEC, 2>; break;
-    case 4: kernel = kernels::forward_kernel<T, W, VEC, 4>; break;
-    default: kernel = kernels::forward_kernel<T, W, VEC, 8>; break;
+    case 4:
+      if constexpr (max_items(VEC) >= 4) kernel = kernels::forward_kernel<T, W, VEC, 4>;
+      break;
+    default:
+      if constexpr (max_items(VEC) >= 8) kernel = kernels::forward_kernel<T, W, VEC, 8>;
+      break;
   }
+  TG_CHECK(kernel != nullptr, "rms_norm: no forward kernel holds ", s.items, " vectors of ", VEC);
   const dim3 block(s.threads_per_row, s.rows_per_block);
   const int64_t groups = (p.rows + s.rows_per_block - 1) / s.rows_per_block;
   const unsigned grid = persistent_blocks(kernel, block.x * block.y, groups, device);
@@ -91,9 +104,14 @@ void launch_backward_vec(const BackwardParams& p, const LaunchShape& s, int devi
     case 0: kernel = kernels::backward_streaming_kernel<T, W, VEC>; break;
     case 1: kernel = kernels::backward_kernel<T, W, VEC, 1>; break;
     case 2: kernel = kernels::backward_kernel<T, W, VEC, 2>; break;
-    case 4: kernel = kernels::backward_kernel<T, W, VEC, 4>; break;
-    default: kernel = kernels::backward_kernel<T, W, VEC, 8>; break;
+    case 4:
+      if constexpr (max_items(VEC) >= 4) kernel = kernels::backward_kernel<T, W, VEC, 4>;
+      break;
+    default:
+      if constexpr (max_items(VEC) >= 8) kernel = kernels::backward_kernel<T, W, VEC, 8>;
+      break;
   }
+  TG_CHECK(kernel != nullptr, "rms_norm: no backward kernel holds ", s.items, " vectors of ", VEC);
   const dim3 block(s.threads_per_row, s.rows_per_block);
   const int64_t groups = (p.rows + s.rows_per_block - 1) / s.rows_per_block;
   const unsigned grid =
