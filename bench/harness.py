@@ -1,6 +1,7 @@
 """Shared benchmark harness: times our ops and the reference systems side by side on one GPU.
 
-- Timing: CUDA events around each call, after warm-up; the median of many calls.
+- Timing: CUDA events around each call, after warm-up; the median of many calls, in several
+  rounds that interleave the systems (so a drift of the GPU's clocks hits all of them).
 - Inputs: several input sets rotated so that their total exceeds 3x the L2 cache, so no call
   reads data the previous one left in L2.
 - Ceilings measured in the same run: device-to-device copy (TB/s, bytes read + written) and a
@@ -170,11 +171,26 @@ def optional_import(module: str):
         return None, f"{type(e).__name__}: {e}"
 
 
-def run_each(report: Report, op: str, problem: str, nbytes: int, systems: Sequence[tuple], sets: int) -> None:
-    """Times each (system name, fn(i)) pair; a system that fails is recorded with its error."""
-    for system, fn in systems:
-        try:
-            ms = time_ms(fn, sets)
-            report.add(Result(op, problem, system, ms, bytes=nbytes))
-        except Exception as e:
-            report.add(Result(op, problem, system, None, note=f"failed: {type(e).__name__}: {str(e)[:200]}"))
+def run_each(
+    report: Report, op: str, problem: str, nbytes: int, systems: Sequence[tuple], sets: int,
+    rounds: int = 3,
+) -> None:
+    """Times each (system name, fn(i)) pair in `rounds` interleaved rounds and records the
+    median of the round medians (the rounds themselves go to `extra`, to show the spread).
+    A system that fails is recorded with its error."""
+    times: dict[str, list[float]] = {name: [] for name, _ in systems}
+    errors: dict[str, str] = {}
+    for _ in range(rounds):
+        for name, fn in systems:
+            if name in errors:
+                continue
+            try:
+                times[name].append(time_ms(fn, sets))
+            except Exception as e:
+                errors[name] = f"failed: {type(e).__name__}: {str(e)[:200]}"
+    for name, _ in systems:
+        if name in errors:
+            report.add(Result(op, problem, name, None, note=errors[name]))
+        else:
+            report.add(Result(op, problem, name, statistics.median(times[name]), bytes=nbytes,
+                              extra={"round_medians_ms": times[name]}))

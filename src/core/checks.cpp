@@ -1,6 +1,5 @@
 #include "tilegrid/core/checks.h"
 
-#include <sstream>
 
 namespace tilegrid {
 
@@ -8,12 +7,13 @@ void check_dtype(std::string_view op, std::string_view arg, const TensorView& t,
                  std::initializer_list<DType> allowed) {
   for (DType d : allowed)
     if (t.dtype == d) return;
-  std::ostringstream os;
-  os << op << ": " << arg << " must be ";
+  std::string msg = detail::concat(op, ": ", arg, " must be ");
   int i = 0;
-  for (DType d : allowed) os << (i++ ? (i == static_cast<int>(allowed.size()) ? " or " : ", ") : "") << d;
-  os << ", got " << t.dtype;
-  throw TypeError(os.str());
+  for (DType d : allowed) {
+    if (i++) msg += i == static_cast<int>(allowed.size()) ? " or " : ", ";
+    append(msg, d);
+  }
+  throw TypeError(detail::concat(msg, ", got ", t.dtype));
 }
 
 void check_ndim(std::string_view op, std::string_view arg, const TensorView& t, int ndim) {

@@ -17,4 +17,10 @@ void backward_cuda_f32(const BackwardParams& p, int device, Stream stream);
 void backward_cuda_f16(const BackwardParams& p, int device, Stream stream);
 void backward_cuda_bf16(const BackwardParams& p, int device, Stream stream);
 
+// dweight[c] = sum over `num_partials` float32 rows of partial[., c], stored in dweight_dtype.
+// One translation unit (cuda/rms_norm_reduce.cu) owns this kernel, so that no kernel is
+// instantiated both in the generic and the sm_90a objects.
+void reduce_weight_partials(const float* partial, int64_t num_partials, int64_t hidden,
+                            void* dweight, DType dweight_dtype, Stream stream);
+
 }  // namespace tilegrid::rms_norm

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
+#include <string>
 #include <string_view>
 
 namespace tilegrid {
@@ -44,5 +45,6 @@ constexpr bool is_floating_point(DType dtype) {
 }
 
 inline std::ostream& operator<<(std::ostream& os, DType dtype) { return os << name(dtype); }
+inline void append(std::string& s, DType dtype) { s += name(dtype); }
 
 }  // namespace tilegrid

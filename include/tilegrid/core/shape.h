@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <ostream>
+#include <string>
 
 #include "tilegrid/core/error.h"
 
@@ -66,6 +67,15 @@ inline Shape contiguous_strides(const Shape& shape) {
     stride *= shape[i] > 1 ? shape[i] : 1;
   }
   return strides;
+}
+
+inline void append(std::string& s, const Shape& shape) {
+  s += '[';
+  for (int i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    detail::append(s, shape[i]);
+  }
+  s += ']';
 }
 
 inline std::ostream& operator<<(std::ostream& os, const Shape& shape) {

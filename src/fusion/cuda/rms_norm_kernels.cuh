@@ -300,23 +300,4 @@ __global__ void __launch_bounds__(1024) backward_streaming_kernel(BackwardParams
   }
 }
 
-// dweight[c] = sum_p partial[p][c]. Block (32, 8): 32 columns, 8 lanes over the partials,
-// so each column's partials are read by 8 threads in parallel and loads stay coalesced.
-template <class W>
-__global__ void reduce_partials_kernel(const float* __restrict__ partial, int64_t num_partials,
-                                       int64_t hidden, W* __restrict__ dweight) {
-  __shared__ float sums[8][33];
-  const int64_t col = int64_t(blockIdx.x) * 32 + threadIdx.x;
-  float acc = 0.f;
-  if (col < hidden)
-    for (int64_t q = threadIdx.y; q < num_partials; q += 8) acc += partial[q * hidden + col];
-  sums[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y != 0 || col >= hidden) return;
-  float total = 0.f;
-#pragma unroll
-  for (int lane = 0; lane < 8; ++lane) total += sums[lane][threadIdx.x];
-  dweight[col] = from_float<W>(total);
-}
-
 }  // namespace tilegrid::rms_norm::kernels

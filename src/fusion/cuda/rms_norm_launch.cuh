@@ -8,7 +8,11 @@
 
 #include "core/cuda_check.h"
 #include "fusion/cuda/rms_norm_kernels.cuh"
+#include "fusion/rms_norm_cuda.h"
 #include "tilegrid/core/tensor.h"
+#ifdef TILEGRID_WITH_SM90
+#include "fusion/sm90/rms_norm_sm90.h"
+#endif
 
 namespace tilegrid::rms_norm {
 
@@ -131,13 +135,9 @@ void launch_backward_vec(const BackwardParams& p, const LaunchShape& s, int devi
     kernel<<<grid, block, 0, stream>>>(p, static_cast<float*>(partial.data()));
     TG_CUDA_CHECK_LAUNCH();
   }
-  if (p.dweight) {
-    const unsigned blocks = static_cast<unsigned>((p.hidden + 31) / 32);
-    kernels::reduce_partials_kernel<W><<<blocks, dim3(32, 8), 0, stream>>>(
-        static_cast<const float*>(partial.data()), num_partials, p.hidden,
-        static_cast<W*>(p.dweight));
-    TG_CUDA_CHECK_LAUNCH();
-  }
+  if (p.dweight)
+    reduce_weight_partials(static_cast<const float*>(partial.data()), num_partials, p.hidden,
+                           p.dweight, p.weight_dtype, Stream{stream});
 }
 
 // 16-byte accesses when every row start of every tensor is 16-byte aligned (hidden and the
@@ -151,9 +151,12 @@ void forward_launch(const ForwardParams& p, int device, Stream stream) {
                           (p.weight == nullptr || aligned(p.weight, sizeof(W) * kVec));
   CudaDeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream.handle);
-  if (vectorized)
+  if (vectorized) {
+#ifdef TILEGRID_WITH_SM90
+    if (sm90::try_forward<T, W>(p, device, stream)) return;
+#endif
     launch_forward_vec<T, W, kVec>(p, choose_shape(p.hidden, kVec), device, s);
-  else
+  } else
     launch_forward_vec<T, W, 1>(p, choose_shape(p.hidden, 1), device, s);
 }
 
@@ -167,9 +170,12 @@ void backward_launch(const BackwardParams& p, int device, Stream stream) {
                           (p.weight == nullptr || aligned(p.weight, sizeof(W) * kVec));
   CudaDeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream.handle);
-  if (vectorized)
+  if (vectorized) {
+#ifdef TILEGRID_WITH_SM90
+    if (sm90::try_backward<T, W>(p, device, stream)) return;
+#endif
     launch_backward_vec<T, W, kVec>(p, choose_shape(p.hidden, kVec), device, s);
-  else
+  } else
     launch_backward_vec<T, W, 1>(p, choose_shape(p.hidden, 1), device, s);
 }
 

@@ -107,10 +107,14 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
          (fp32_weight ? "_fp32weight" : "") + (on_cuda ? "_cuda" : "_cpu");
 }
 
+// Hidden sizes chosen to reach every CUDA kernel: one element per access (1, 7, 4095 in
+// registers; 4097 streaming), 16-byte accesses with several rows a block (64), one row over
+// several warps (768), the sm_90a bulk-copy pipeline on Hopper (8192; rows of >= 2 KB), and
+// rows too long for its shared memory (40000: the streaming kernels).
 INSTANTIATE_TEST_SUITE_P(
     Shapes, RmsNormMatchesFloat64Reference,
     ::testing::Combine(::testing::Values(DType::Float32, DType::Float16, DType::BFloat16),
-                       ::testing::Values(1, 7, 64, 4095, 4097, 8192),
+                       ::testing::Values(1, 7, 64, 768, 4095, 4097, 8192, 40000),
                        ::testing::Values(false, true), ::testing::Values(false, true)),
     case_name);
 
