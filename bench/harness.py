@@ -1,7 +1,9 @@
 """Shared benchmark harness: times our ops and the reference systems side by side on one GPU.
 
-- Timing: CUDA events around each call, after warm-up; the median of many calls, in several
-  rounds that interleave the systems (so a drift of the GPU's clocks hits all of them).
+- Timing: GPU time from CUDA-graph replays (several calls per graph, CUDA events around each
+  replay), after warm-up; the median over rounds that interleave the systems (so a drift of
+  the GPU's clocks hits all of them). The launch-by-launch time, which adds the CPU's
+  overhead, is recorded beside it.
 - Inputs: several input sets rotated so that their total exceeds 3x the L2 cache, so no call
   reads data the previous one left in L2.
 - Ceilings measured in the same run: device-to-device copy (TB/s, bytes read + written) and a
@@ -71,6 +73,37 @@ def time_ms(fn: Callable[[int], object], sets: int, warmup: int = 10, iters: int
         ends[i].record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def time_ms_graph(fn: Callable[[int], object], sets: int, replays: int = 20) -> float:
+    """Median GPU time in ms of one fn(i) call, from replays of a CUDA graph that holds
+    several calls (rotating over the input sets). Graph replay takes the CPU's launch overhead
+    out of the measurement, so a system with a slow Python path is not mistaken for a slow
+    kernel; time_ms keeps measuring that overhead."""
+    calls = sets * max(1, -(-8 // sets))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+        for i in range(3):
+            fn(i % sets)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(i % sets)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    del graph
+    return statistics.median(times)
 
 
 def measure_copy_tbps(nbytes: int = 2 << 30) -> float:
@@ -152,14 +185,16 @@ class Report:
     def table(self) -> str:
         lines = [f"{self.name} on {self.env['gpu']} ({self.env['git_revision'][:12]})"]
         lines.append("ceilings: " + ", ".join(f"{k} {v:.3g}" for k, v in self.ceilings.items()))
-        lines.append(f"{'op':22} {'problem':24} {'system':26} {'ms':>8} {'TB/s':>6} {'%copy':>6} {'vs best ref':>11}")
+        lines.append(f"{'op':18} {'problem':24} {'system':26} {'ms':>8} {'TB/s':>6} {'%copy':>6} {'vs best ref':>11} {'launch ms':>9}")
         for row in self.rows():
             ms = f"{row['median_ms']:.4f}" if row["median_ms"] else "-"
             tb = f"{row['tbps']:.2f}" if row["tbps"] else "-"
             fr = f"{100 * row['fraction_of_copy']:.1f}" if row["fraction_of_copy"] else "-"
             sp = f"{row['speedup_vs_best_reference']:.2f}x" if row["speedup_vs_best_reference"] else "-"
             note = f"  ({row['note']})" if row["note"] else ""
-            lines.append(f"{row['op']:22} {row['problem']:24} {row['system']:26} {ms:>8} {tb:>6} {fr:>6} {sp:>11}{note}")
+            launch = row["extra"].get("launch_by_launch_ms")
+            la = f"{launch:.4f}" if launch else "-"
+            lines.append(f"{row['op']:18} {row['problem']:24} {row['system']:26} {ms:>8} {tb:>6} {fr:>6} {sp:>11} {la:>9}{note}")
         return "\n".join(lines)
 
 
@@ -175,22 +210,40 @@ def run_each(
     report: Report, op: str, problem: str, nbytes: int, systems: Sequence[tuple], sets: int,
     rounds: int = 3,
 ) -> None:
-    """Times each (system name, fn(i)) pair in `rounds` interleaved rounds and records the
-    median of the round medians (the rounds themselves go to `extra`, to show the spread).
-    A system that fails is recorded with its error."""
-    times: dict[str, list[float]] = {name: [] for name, _ in systems}
+    """Times each (system name, fn(i)) pair in `rounds` interleaved rounds. The reported time
+    is the median over rounds of the CUDA-graph replay time (GPU time); `extra` keeps each
+    round and the plain launch-by-launch time, which includes the CPU's overhead. A system
+    that fails is recorded with its error; one that cannot be captured in a graph is timed
+    launch by launch and says so."""
+    graph_times: dict[str, list[float]] = {name: [] for name, _ in systems}
+    launch_times: dict[str, list[float]] = {name: [] for name, _ in systems}
     errors: dict[str, str] = {}
+    no_graph: dict[str, str] = {}
     for _ in range(rounds):
         for name, fn in systems:
             if name in errors:
                 continue
             try:
-                times[name].append(time_ms(fn, sets))
+                launch_times[name].append(time_ms(fn, sets))
             except Exception as e:
                 errors[name] = f"failed: {type(e).__name__}: {str(e)[:200]}"
+                continue
+            if name in no_graph:
+                continue
+            try:
+                graph_times[name].append(time_ms_graph(fn, sets))
+            except Exception as e:
+                no_graph[name] = f"no CUDA graph ({type(e).__name__}: {str(e)[:120]}): launch timing"
+                torch.cuda.synchronize()
     for name, _ in systems:
         if name in errors:
             report.add(Result(op, problem, name, None, note=errors[name]))
-        else:
-            report.add(Result(op, problem, name, statistics.median(times[name]), bytes=nbytes,
-                              extra={"round_medians_ms": times[name]}))
+            continue
+        graphed = name not in no_graph
+        ms = statistics.median(graph_times[name] if graphed else launch_times[name])
+        report.add(Result(
+            op, problem, name, ms, bytes=nbytes, note=no_graph.get(name, ""),
+            extra={"timing": "cuda_graph_replay" if graphed else "launch_by_launch",
+                   "round_ms": graph_times[name] if graphed else launch_times[name],
+                   "launch_by_launch_ms": statistics.median(launch_times[name])},
+        ))

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "fusion/cuda/rms_norm_kernels.cuh"
 #include "fusion/rms_norm_cuda.h"
 #include "tilegrid/core/tensor.h"
@@ -62,18 +63,13 @@ inline bool aligned(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
-inline int multiprocessor_count(int device) {
-  int count = 0;
-  TG_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 // Persistent grid: as many blocks as fit on the GPU at once, but no more than there is work.
 template <class Kernel>
-unsigned persistent_blocks(Kernel kernel, int threads, int64_t row_groups, int device) {
-  int per_sm = 0;
-  TG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
-  const int64_t limit = int64_t(std::max(per_sm, 1)) * multiprocessor_count(device);
+unsigned persistent_blocks(Kernel kernel, int threads, int64_t row_groups, int device,
+                           size_t dynamic_smem = 0) {
+  const int per_sm =
+      cuda::max_active_blocks(reinterpret_cast<const void*>(kernel), threads, dynamic_smem, device);
+  const int64_t limit = int64_t(std::max(per_sm, 1)) * cuda::multiprocessor_count(device);
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(row_groups, limit)));
 }
 

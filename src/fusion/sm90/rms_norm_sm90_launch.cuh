@@ -13,11 +13,7 @@ constexpr int64_t kMinRowBytes = 2048;
 // Leave room for the static shared memory and one more block's worth of headroom.
 constexpr int64_t kMaxDynamicSmem = 200 * 1024;
 
-inline bool is_hopper(int device) {
-  int major = 0;
-  TG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major == 9;
-}
+inline bool is_hopper(int device) { return cuda::compute_capability_major(device) == 9; }
 
 // The deepest pipeline (up to `want` stages, at least 2) whose layout fits.
 inline bool fit_layout(int64_t hidden, size_t x_size, size_t w_size, bool has_weight,
@@ -31,13 +27,8 @@ inline bool fit_layout(int64_t hidden, size_t x_size, size_t w_size, bool has_we
 
 template <class Kernel>
 unsigned resident_grid(Kernel kernel, const Layout& l, int64_t rows, int device) {
-  TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(l.total)));
-  int per_sm = 0;
-  TG_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, size_t(l.total)));
-  const int64_t limit = int64_t(std::max(per_sm, 1)) * multiprocessor_count(device);
-  return static_cast<unsigned>(std::min(rows, limit));
+  cuda::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), size_t(l.total), device);
+  return persistent_blocks(kernel, kThreads, rows, device, size_t(l.total));
 }
 
 template <class T, class W>

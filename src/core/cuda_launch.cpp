@@ -1,0 +1,64 @@
+#include "core/cuda_launch.h"
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/cuda_check.h"
+
+namespace tilegrid::cuda {
+namespace {
+
+std::mutex& cache_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+int device_attribute(cudaDeviceAttr attribute, int device) {
+  static std::map<std::pair<int, int>, int> cache;
+  std::lock_guard lock(cache_mutex());
+  auto key = std::make_pair(int(attribute), device);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int value = 0;
+  TG_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device));
+  cache.emplace(key, value);
+  return value;
+}
+
+}  // namespace
+
+int multiprocessor_count(int device) {
+  return device_attribute(cudaDevAttrMultiProcessorCount, device);
+}
+
+int compute_capability_major(int device) {
+  return device_attribute(cudaDevAttrComputeCapabilityMajor, device);
+}
+
+int max_active_blocks(const void* kernel, int threads, size_t dynamic_smem, int device) {
+  static std::map<std::tuple<const void*, int, size_t, int>, int> cache;
+  std::lock_guard lock(cache_mutex());
+  auto key = std::make_tuple(kernel, threads, dynamic_smem, device);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  CudaDeviceGuard guard(device);
+  int blocks = 0;
+  TG_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, dynamic_smem));
+  cache.emplace(key, blocks);
+  return blocks;
+}
+
+void allow_dynamic_smem(const void* kernel, size_t bytes, int device) {
+  static std::map<std::pair<const void*, int>, size_t> allowed;
+  std::lock_guard lock(cache_mutex());
+  size_t& current = allowed[{kernel, device}];
+  if (current >= bytes) return;
+  CudaDeviceGuard guard(device);
+  TG_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  current = bytes;
+}
+
+}  // namespace tilegrid::cuda

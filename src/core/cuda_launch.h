@@ -1,0 +1,18 @@
+#pragma once
+// Launch-configuration queries, cached (internal). Each CUDA query costs microseconds; made on
+// every call they showed up in the time of small ops, so each is answered once per device
+// (and per kernel, block size and shared-memory size where it depends on those).
+#include <cstddef>
+
+namespace tilegrid::cuda {
+
+int multiprocessor_count(int device);
+int compute_capability_major(int device);
+
+// Blocks of `kernel` (a __global__ function's address) resident on one SM at once.
+int max_active_blocks(const void* kernel, int threads, size_t dynamic_smem, int device);
+
+// Lets `kernel` use `bytes` of dynamic shared memory on `device` (needed above 48 KB).
+void allow_dynamic_smem(const void* kernel, size_t bytes, int device);
+
+}  // namespace tilegrid::cuda
