@@ -142,7 +142,8 @@ class Result:
 
 class Report:
     """Collects results; writes JSON and prints a table with ratios to the copy ceiling and
-    to the best reference system of the same (op, problem)."""
+    to the best reference system of the same (op, problem). Systems whose name starts with
+    "tilegrid" are ours; every other system is a reference."""
 
     def __init__(self, name: str):
         self.name = name
@@ -185,7 +186,7 @@ class Report:
     def table(self) -> str:
         lines = [f"{self.name} on {self.env['gpu']} ({self.env['git_revision'][:12]})"]
         lines.append("ceilings: " + ", ".join(f"{k} {v:.3g}" for k, v in self.ceilings.items()))
-        lines.append(f"{'op':18} {'problem':24} {'system':26} {'ms':>8} {'TB/s':>6} {'%copy':>6} {'vs best ref':>11} {'launch ms':>9}")
+        lines.append(f"{'op':18} {'problem':24} {'system':28} {'ms':>8} {'TB/s':>6} {'%copy':>6} {'vs best ref':>11} {'launch ms':>9}")
         for row in self.rows():
             ms = f"{row['median_ms']:.4f}" if row["median_ms"] else "-"
             tb = f"{row['tbps']:.2f}" if row["tbps"] else "-"
@@ -194,7 +195,7 @@ class Report:
             note = f"  ({row['note']})" if row["note"] else ""
             launch = row["extra"].get("launch_by_launch_ms")
             la = f"{launch:.4f}" if launch else "-"
-            lines.append(f"{row['op']:18} {row['problem']:24} {row['system']:26} {ms:>8} {tb:>6} {fr:>6} {sp:>11} {la:>9}{note}")
+            lines.append(f"{row['op']:18} {row['problem']:24} {row['system']:28} {ms:>8} {tb:>6} {fr:>6} {sp:>11} {la:>9}{note}")
         return "\n".join(lines)
 
 

@@ -58,6 +58,11 @@ void allow_dynamic_smem(const void* kernel, size_t bytes, int device) {
   CudaDeviceGuard guard(device);
   TG_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  // Ask for the whole unified L1/shared array as shared memory: otherwise the driver may pick
+  // a smaller carve-out at launch, fewer blocks fit than the occupancy query promised, and a
+  // persistent grid sized from that query runs in two waves.
+  TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     int(cudaSharedmemCarveoutMaxShared)));
   current = bytes;
 }
 

@@ -5,8 +5,8 @@
 //    ITEMS vectors of VEC elements per thread (VEC * sizeof(T) = 16 bytes when rows are
 //    aligned, 1 element otherwise, e.g. odd hidden sizes), so x is read from memory once;
 //  - RPB rows share a block (blockDim.y) when rows are short, keeping 256 threads a block;
-//  - the grid is persistent (as many blocks as fit loop over row groups), which lets the
-//    backward keep its weight-gradient partial sums in registers across rows;
+//  - the backward's grid is persistent (as many blocks as fit loop over row groups), which
+//    lets it keep its weight-gradient partial sums in registers across rows;
 //  - rows too long for registers (see choose_shape) take the streaming kernels, which read
 //    the row twice (the second read mostly hits L2).
 #include <cuda_bf16.h>
@@ -116,23 +116,21 @@ __device__ __forceinline__ void load_row(const RowMatrix& m, int64_t row, int64_
 }
 
 // Rows are kept in registers in their storage type (8 bf16 values take 4 registers, not 8),
-// again for occupancy. Each iteration first issues the loads of the row it will handle next,
-// so that they are in flight while this row is reduced and written: without that prefetch a
-// block has nothing in flight during its reduction and stores, and the forward reached only
-// 86% of copy bandwidth on an H200 (bench/results).
+// again for occupancy. The forward is launched with one block per row group (no persistent
+// loop): blocks that wait on memory are many and the SM switches between them. Holding a
+// prefetched next row in registers instead cost occupancy and did not pay (86% of copy
+// bandwidth either way on an H200).
 template <class T, class W, int VEC, int ITEMS>
 __global__ void __launch_bounds__(kMaxRegisterThreads) forward_kernel(ForwardParams p) {
   __shared__ float scratch[kMaxRowsPerBlock][32];
   const int64_t hidden = p.hidden;
   const float inv_hidden = 1.f / float(hidden);
 
-  const int64_t row_step = int64_t(gridDim.x) * blockDim.y;
-  Vec<T, VEC> v[ITEMS];
-  load_row<T, VEC, ITEMS>(p.x, int64_t(blockIdx.x) * blockDim.y + threadIdx.y, p.rows, hidden, v);
-  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < p.rows; base += row_step) {
+  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < p.rows;
+       base += int64_t(gridDim.x) * blockDim.y) {
     const int64_t row = base + threadIdx.y;
-    Vec<T, VEC> next[ITEMS];
-    load_row<T, VEC, ITEMS>(p.x, row + row_step, p.rows, hidden, next);
+    Vec<T, VEC> v[ITEMS];
+    load_row<T, VEC, ITEMS>(p.x, row, p.rows, hidden, v);
     float sum_sq = 0.f;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i)
@@ -153,8 +151,6 @@ __global__ void __launch_bounds__(kMaxRegisterThreads) forward_kernel(ForwardPar
         store_vec<T, VEC>(y + col, out);
       }
     }
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) v[i] = next[i];
   }
 }
 
@@ -174,17 +170,13 @@ __global__ void __launch_bounds__(kMaxRegisterThreads) backward_kernel(BackwardP
 #pragma unroll
     for (int k = 0; k < VEC; ++k) dw[i][k] = 0.f;
 
-  const int64_t row_step = int64_t(gridDim.x) * blockDim.y;
-  const int64_t first = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
-  Vec<T, VEC> xv[ITEMS], dyv[ITEMS];
-  load_row<T, VEC, ITEMS>(p.x, first, p.rows, hidden, xv);
-  load_row<T, VEC, ITEMS>(p.dy, first, p.rows, hidden, dyv);
-  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < p.rows; base += row_step) {
+  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < p.rows;
+       base += int64_t(gridDim.x) * blockDim.y) {
     const int64_t row = base + threadIdx.y;
     const bool active = row < p.rows;
-    Vec<T, VEC> next_x[ITEMS], next_dy[ITEMS];  // prefetch, as in forward_kernel
-    load_row<T, VEC, ITEMS>(p.x, row + row_step, p.rows, hidden, next_x);
-    load_row<T, VEC, ITEMS>(p.dy, row + row_step, p.rows, hidden, next_dy);
+    Vec<T, VEC> xv[ITEMS], dyv[ITEMS];
+    load_row<T, VEC, ITEMS>(p.x, row, p.rows, hidden, xv);
+    load_row<T, VEC, ITEMS>(p.dy, row, p.rows, hidden, dyv);
     const float rstd = active ? p.rstd[row] : 0.f;
     float dot = 0.f;
 #pragma unroll
@@ -216,11 +208,6 @@ __global__ void __launch_bounds__(kMaxRegisterThreads) backward_kernel(BackwardP
         }
         store_vec<T, VEC>(dx + col, out);
       }
-    }
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      xv[i] = next_x[i];
-      dyv[i] = next_dy[i];
     }
   }
 

@@ -25,9 +25,9 @@ struct LaunchShape {
 };
 
 // Vectors a thread may hold per row. Bounded by registers: the backward keeps x and dy in
-// their storage type twice (this row and the prefetched next) plus float32 weight-gradient
-// sums; at 2 x 8 bf16 values that takes 90-94 registers, at 4 x 8 it spilled past the 128
-// that a 512-thread block allows (nvcc -Xptxas -v).
+// their storage type plus float32 weight-gradient sums; at 2 x 8 bf16 values that takes
+// about 60-80 registers, at 4 x 8 it spilled past the 128 that a 512-thread block allows
+// (nvcc -Xptxas -v, with a prefetched second row that is no longer held).
 constexpr int max_items(int vec) { return vec == 1 ? 8 : vec == 4 ? 4 : 2; }
 
 // Smallest ITEMS that covers the row with <= 256 threads (small blocks, several per SM);
@@ -74,8 +74,7 @@ unsigned persistent_blocks(Kernel kernel, int threads, int64_t row_groups, int d
 }
 
 template <class T, class W, int VEC>
-void launch_forward_vec(const ForwardParams& p, const LaunchShape& s, int device,
-                        cudaStream_t stream) {
+void launch_forward_vec(const ForwardParams& p, const LaunchShape& s, cudaStream_t stream) {
   void (*kernel)(ForwardParams) = nullptr;
   switch (s.items) {
     case 0: kernel = kernels::forward_streaming_kernel<T, W, VEC>; break;
@@ -90,8 +89,9 @@ void launch_forward_vec(const ForwardParams& p, const LaunchShape& s, int device
   }
   TG_CHECK(kernel != nullptr, "rms_norm: no forward kernel holds ", s.items, " vectors of ", VEC);
   const dim3 block(s.threads_per_row, s.rows_per_block);
+  // One block per row group; the kernel loops only past the grid-size limit.
   const int64_t groups = (p.rows + s.rows_per_block - 1) / s.rows_per_block;
-  const unsigned grid = persistent_blocks(kernel, block.x * block.y, groups, device);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, 0x7fffffff));
   kernel<<<grid, block, 0, stream>>>(p);
   TG_CUDA_CHECK_LAUNCH();
 }
@@ -151,9 +151,9 @@ void forward_launch(const ForwardParams& p, int device, Stream stream) {
 #ifdef TILEGRID_WITH_SM90
     if (sm90::try_forward<T, W>(p, device, stream)) return;
 #endif
-    launch_forward_vec<T, W, kVec>(p, choose_shape(p.hidden, kVec), device, s);
+    launch_forward_vec<T, W, kVec>(p, choose_shape(p.hidden, kVec), s);
   } else
-    launch_forward_vec<T, W, 1>(p, choose_shape(p.hidden, 1), device, s);
+    launch_forward_vec<T, W, 1>(p, choose_shape(p.hidden, 1), s);
 }
 
 template <class T, class W>

@@ -4,6 +4,7 @@
 #include "fusion/cuda/rms_norm_launch.cuh"
 #include "fusion/sm90/rms_norm_bulk.cuh"
 #include "fusion/sm90/rms_norm_sm90.h"
+#include "tilegrid/core/backends.h"
 
 namespace tilegrid::rms_norm::sm90 {
 
@@ -13,7 +14,9 @@ constexpr int64_t kMinRowBytes = 2048;
 // Leave room for the static shared memory and one more block's worth of headroom.
 constexpr int64_t kMaxDynamicSmem = 200 * 1024;
 
-inline bool is_hopper(int device) { return cuda::compute_capability_major(device) == 9; }
+inline bool is_hopper(int device) {
+  return hopper_kernels_enabled() && cuda::compute_capability_major(device) == 9;
+}
 
 // The deepest pipeline (up to `want` stages, at least 2) whose layout fits.
 inline bool fit_layout(int64_t hidden, size_t x_size, size_t w_size, bool has_weight,
