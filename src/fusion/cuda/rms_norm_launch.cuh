@@ -11,9 +11,6 @@
 #include "fusion/cuda/rms_norm_kernels.cuh"
 #include "fusion/rms_norm_cuda.h"
 #include "tilegrid/core/tensor.h"
-#ifdef TILEGRID_WITH_SM90
-#include "fusion/sm90/rms_norm_sm90.h"
-#endif
 
 namespace tilegrid::rms_norm {
 
@@ -24,24 +21,26 @@ struct LaunchShape {
   int rows_per_block = 1;
 };
 
-// Vectors a thread may hold per row. Bounded by registers: the backward keeps x and dy in
-// their storage type plus float32 weight-gradient sums; at 2 x 8 bf16 values that takes
-// about 60-80 registers, at 4 x 8 it spilled past the 128 that a 512-thread block allows
-// (nvcc -Xptxas -v, with a prefetched second row that is no longer held).
+// Vectors a thread may hold per row. Bounded by registers: the backward holds x, dy, the
+// weight and the weight-gradient sums as float32, 4 x 2 x 8 values at most for bf16, which
+// stays within the 128 registers that a 512-thread block allows (nvcc -Xptxas -v).
 constexpr int max_items(int vec) { return vec == 1 ? 8 : vec == 4 ? 4 : 2; }
 
-// Smallest ITEMS that covers the row with <= 256 threads (small blocks, several per SM);
-// longer rows get up to 512 threads at max_items; longer still, the streaming kernels.
-// bf16 rows stay in registers up to 512 * 2 * 8 = 8192 elements, float32 up to 512 * 4 * 4
-// = 8192, unaligned rows (one element per access) up to 512 * 8 = 4096.
-inline LaunchShape choose_shape(int64_t hidden, int vec) {
+// Smallest ITEMS that covers the row with at most `preferred_threads` a row (small blocks,
+// several per SM); longer rows get up to 512 threads at max_items; longer still, the
+// streaming kernels. bf16 rows stay in registers up to 512 * 2 * 8 = 8192 elements, float32
+// up to 512 * 4 * 4 = 8192, unaligned rows (one element per access) up to 512 * 8 = 4096.
+// The forward prefers 256 threads (2 x 16 bytes a thread, 64 registers: 4 blocks a SM); the
+// backward 512 (1 x 16 bytes, 64 registers, where 2 x 16 bytes took 95 registers and left
+// only 512 threads a SM).
+inline LaunchShape choose_shape(int64_t hidden, int vec, int preferred_threads) {
   LaunchShape s;
   s.vec = vec;
   const int64_t vectors = (hidden + vec - 1) / vec;
   auto round_warp = [](int64_t t) { return int((t + 31) / 32 * 32); };
   for (int items = 1; items <= max_items(vec); items *= 2) {
     const int64_t threads = (vectors + items - 1) / items;
-    if (threads <= 256) {
+    if (threads <= preferred_threads) {
       s.items = items;
       s.threads_per_row = round_warp(threads);
       s.rows_per_block = std::min(kernels::kMaxRowsPerBlock, std::max(1, 256 / s.threads_per_row));
@@ -147,13 +146,10 @@ void forward_launch(const ForwardParams& p, int device, Stream stream) {
                           (p.weight == nullptr || aligned(p.weight, sizeof(W) * kVec));
   CudaDeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream.handle);
-  if (vectorized) {
-#ifdef TILEGRID_WITH_SM90
-    if (sm90::try_forward<T, W>(p, device, stream)) return;
-#endif
-    launch_forward_vec<T, W, kVec>(p, choose_shape(p.hidden, kVec), s);
-  } else
-    launch_forward_vec<T, W, 1>(p, choose_shape(p.hidden, 1), s);
+  if (vectorized)
+    launch_forward_vec<T, W, kVec>(p, choose_shape(p.hidden, kVec, 256), s);
+  else
+    launch_forward_vec<T, W, 1>(p, choose_shape(p.hidden, 1, 256), s);
 }
 
 template <class T, class W>
@@ -166,13 +162,10 @@ void backward_launch(const BackwardParams& p, int device, Stream stream) {
                           (p.weight == nullptr || aligned(p.weight, sizeof(W) * kVec));
   CudaDeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream.handle);
-  if (vectorized) {
-#ifdef TILEGRID_WITH_SM90
-    if (sm90::try_backward<T, W>(p, device, stream)) return;
-#endif
-    launch_backward_vec<T, W, kVec>(p, choose_shape(p.hidden, kVec), device, s);
-  } else
-    launch_backward_vec<T, W, 1>(p, choose_shape(p.hidden, 1), device, s);
+  if (vectorized)
+    launch_backward_vec<T, W, kVec>(p, choose_shape(p.hidden, kVec, 512), device, s);
+  else
+    launch_backward_vec<T, W, 1>(p, choose_shape(p.hidden, 1, 512), device, s);
 }
 
 }  // namespace tilegrid::rms_norm

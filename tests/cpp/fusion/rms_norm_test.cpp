@@ -109,8 +109,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 // Hidden sizes chosen to reach every CUDA kernel: one element per access (1, 7, 4095 in
 // registers; 4097 streaming), 16-byte accesses with several rows a block (64), one row over
-// several warps (768), the sm_90a bulk-copy pipeline on Hopper (8192; rows of >= 2 KB), and
-// rows too long for its shared memory (40000: the streaming kernels).
+// several warps (768, 8192), and rows too long for registers (40000: streaming kernels).
 INSTANTIATE_TEST_SUITE_P(
     Shapes, RmsNormMatchesFloat64Reference,
     ::testing::Combine(::testing::Values(DType::Float32, DType::Float16, DType::BFloat16),
