@@ -34,13 +34,8 @@ def rms_norm_plain(x, w, eps: float = EPS):
 
 def systems(report: harness.Report):
     compiled = torch.compile(rms_norm_plain)
-    def generic(x, w):
-        with tg.backends.hopper_kernels(False):
-            return tg.rms_norm(x, w, EPS)
-
     found = [
         ("tilegrid", lambda x, w: tg.rms_norm(x, w, EPS)),
-        ("tilegrid (generic kernels)", generic),
         ("torch eager (F.rms_norm)", lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS)),
         ("torch.compile (plain code)", compiled),
     ]

@@ -9,7 +9,6 @@
 
 #include "convert.h"
 #include "tilegrid/core/allocator.h"
-#include "tilegrid/core/backends.h"
 #include "tilegrid/core/jagged_tensor.h"
 #include "tilegrid/core/tensor.h"
 
@@ -93,9 +92,6 @@ void bind_core(nb::module_& m) {
       nb::arg("alloc").none(), nb::arg("free").none(),
       "Serve tilegrid's CUDA allocations from alloc(nbytes, device, stream) -> int and "
       "free(ptr); None restores cudaMallocAsync.");
-
-  m.def("set_hopper_kernels_enabled", &set_hopper_kernels_enabled, nb::arg("enabled"));
-  m.def("hopper_kernels_enabled", &hopper_kernels_enabled);
 
   m.def(
       "empty",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch  # noqa: F401  (tensors cross into the C++ module through DLPack)
 
-from . import _C, backends, nn
+from . import _C, nn
 from ._torch import install_torch_allocator, uninstall_torch_allocator
 from .jagged_tensor import JaggedTensor
 from .rms_norm import rms_norm
@@ -23,7 +23,6 @@ if with_cuda:
 
 __all__ = [
     "JaggedTensor",
-    "backends",
     "install_torch_allocator",
     "nn",
     "rms_norm",

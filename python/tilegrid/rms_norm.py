@@ -1,7 +1,12 @@
 """RMSNorm as a PyTorch op: y = x * rsqrt(mean(x**2, -1) + eps) * weight.
 
-Registered with torch.library.custom_op, so autograd, torch.compile (fake kernels) and CUDA
-graphs see one op; the C++ kernels run on the CPU or the GPU depending on where x lives.
+Two layers, as FlashAttention's PyTorch front end has them:
+- custom ops `tilegrid::rms_norm_forward` / `tilegrid::rms_norm_backward`
+  (torch.library.custom_op, with fake kernels), which torch.compile traces as single nodes;
+- an autograd.Function that ties them together. In eager mode it calls the C++ kernels
+  directly: going through the dispatcher twice per call (custom op with registered autograd)
+  cost more CPU time than the GPU spends on a [32768, 4096] bf16 forward+backward.
+The C++ kernels run on the CPU or the GPU, depending on where x lives.
 """
 
 from __future__ import annotations
@@ -14,27 +19,14 @@ from . import _C
 from ._torch import current_stream
 
 
-@torch.library.custom_op("tilegrid::rms_norm_forward", mutates_args=())
-def _forward(
-    x: torch.Tensor, weight: Optional[torch.Tensor], eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward_impl(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float):
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
     _C.rms_norm_forward(x, weight, eps, y, rstd, current_stream(x))
     return y, rstd
 
 
-@_forward.register_fake
-def _(x, weight, eps):
-    y = torch.empty_like(x, memory_format=torch.contiguous_format)
-    return y, x.new_empty(x.shape[:-1], dtype=torch.float32)
-
-
-@torch.library.custom_op("tilegrid::rms_norm_backward", mutates_args=())
-def _backward(
-    dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], rstd: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns (dx, dweight); dweight is an empty tensor when weight is None."""
+def _backward_impl(dy, x, weight, rstd):
     dy = dy.contiguous()  # autograd may hand us expanded or strided gradients
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     dweight = torch.empty_like(weight) if weight is not None else x.new_empty(0)
@@ -44,26 +36,57 @@ def _backward(
     return dx, dweight
 
 
-@_backward.register_fake
+@torch.library.custom_op("tilegrid::rms_norm_forward", mutates_args=())
+def rms_norm_forward(
+    x: torch.Tensor, weight: Optional[torch.Tensor], eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (y, rstd); rstd (float32, x's shape without the last dim) feeds the backward."""
+    return _forward_impl(x, weight, eps)
+
+
+@rms_norm_forward.register_fake
+def _(x, weight, eps):
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    return y, x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.custom_op("tilegrid::rms_norm_backward", mutates_args=())
+def rms_norm_backward(
+    dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], rstd: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (dx, dweight); dweight is an empty tensor when weight is None."""
+    return _backward_impl(dy, x, weight, rstd)
+
+
+@rms_norm_backward.register_fake
 def _(dy, x, weight, rstd):
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     return dx, torch.empty_like(weight) if weight is not None else x.new_empty(0)
 
 
-def _setup_context(ctx, inputs, output):
-    x, weight, _ = inputs
-    _, rstd = output
-    ctx.save_for_backward(x, weight, rstd)
-    ctx.mark_non_differentiable(rstd)
+def _tracing(t: torch.Tensor) -> bool:
+    """True under torch.compile / export (fake or functional tensors): use the custom ops."""
+    return torch.compiler.is_compiling() or type(t) is not torch.Tensor
 
 
-def _autograd_backward(ctx, dy, _drstd):
-    x, weight, rstd = ctx.saved_tensors
-    dx, dweight = _backward(dy, x, weight, rstd)
-    return dx, (dweight if weight is not None else None), None
+class _RMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        if _tracing(x):
+            y, rstd = rms_norm_forward(x, weight, eps)
+        else:
+            y, rstd = _forward_impl(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
 
-
-_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        if _tracing(dy):
+            dx, dweight = rms_norm_backward(dy, x, weight, rstd)
+        else:
+            dx, dweight = _backward_impl(dy, x, weight, rstd)
+        return dx, (dweight if weight is not None else None), None
 
 
 def rms_norm(
@@ -82,5 +105,4 @@ def rms_norm(
         # torch takes eps of the type it computes in: float32 for half-precision inputs.
         compute_dtype = torch.promote_types(x.dtype, torch.float32)
         eps = torch.finfo(compute_dtype).eps if compute_dtype.is_floating_point else 0.0
-    y, _ = _forward(x, weight, float(eps))
-    return y
+    return _RMSNormFunction.apply(x, weight, float(eps))

@@ -32,10 +32,6 @@ int multiprocessor_count(int device) {
   return device_attribute(cudaDevAttrMultiProcessorCount, device);
 }
 
-int compute_capability_major(int device) {
-  return device_attribute(cudaDevAttrComputeCapabilityMajor, device);
-}
-
 int max_active_blocks(const void* kernel, int threads, size_t dynamic_smem, int device) {
   static std::map<std::tuple<const void*, int, size_t, int>, int> cache;
   std::lock_guard lock(cache_mutex());
@@ -48,22 +44,6 @@ int max_active_blocks(const void* kernel, int threads, size_t dynamic_smem, int 
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, dynamic_smem));
   cache.emplace(key, blocks);
   return blocks;
-}
-
-void allow_dynamic_smem(const void* kernel, size_t bytes, int device) {
-  static std::map<std::pair<const void*, int>, size_t> allowed;
-  std::lock_guard lock(cache_mutex());
-  size_t& current = allowed[{kernel, device}];
-  if (current >= bytes) return;
-  CudaDeviceGuard guard(device);
-  TG_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  // Ask for the whole unified L1/shared array as shared memory: otherwise the driver may pick
-  // a smaller carve-out at launch, fewer blocks fit than the occupancy query promised, and a
-  // persistent grid sized from that query runs in two waves.
-  TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     int(cudaSharedmemCarveoutMaxShared)));
-  current = bytes;
 }
 
 }  // namespace tilegrid::cuda

@@ -7,13 +7,8 @@
 namespace tilegrid::cuda {
 
 int multiprocessor_count(int device);
-int compute_capability_major(int device);
 
 // Blocks of `kernel` (a __global__ function's address) resident on one SM at once.
 int max_active_blocks(const void* kernel, int threads, size_t dynamic_smem, int device);
-
-// Lets `kernel` use `bytes` of dynamic shared memory on `device` (needed above 48 KB), and
-// prefers the largest shared-memory carve-out for it.
-void allow_dynamic_smem(const void* kernel, size_t bytes, int device);
 
 }  // namespace tilegrid::cuda

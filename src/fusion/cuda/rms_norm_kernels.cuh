@@ -133,8 +133,14 @@ __device__ __forceinline__ void load_weight_slice(const void* weight, int64_t hi
 // One block per group of blockDim.y rows. x and the weight are both loaded before the
 // reduction, so their latencies overlap (loading the weight only after the reduction put an
 // extra dependent load on every row and held the forward near 81% of copy bandwidth).
-template <class T, class W, int VEC, int ITEMS>
-__global__ void __launch_bounds__(kMaxRegisterThreads) forward_kernel(ForwardParams p) {
+// The register cap matters most here: at the compiler's free choice (65 registers) a SM held 3
+// blocks of 256 threads and [32768, 4096] bf16 took 0.195 ms; capped at 40 registers (3 blocks
+// of 512 threads, i.e. 6 of 256) it took 0.158 ms; at 32 it spilled and took 0.256 ms
+// (bench/cuda/rms_norm_forward_shapes.cu on an H200, bench/results/*forward_shapes.txt).
+// Liger-Kernel's Triton kernel runs at 38 registers, 6 blocks a SM.
+template <class T, class W, int VEC, int ITEMS, int MAX_THREADS = kMaxRegisterThreads,
+          int MIN_BLOCKS = 3>
+__global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) forward_kernel(ForwardParams p) {
   __shared__ float scratch[2][kMaxRowsPerBlock][32];
   const int64_t hidden = p.hidden;
   const float inv_hidden = 1.f / float(hidden);

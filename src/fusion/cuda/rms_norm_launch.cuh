@@ -64,10 +64,9 @@ inline bool aligned(const void* p, size_t bytes) {
 
 // Persistent grid: as many blocks as fit on the GPU at once, but no more than there is work.
 template <class Kernel>
-unsigned persistent_blocks(Kernel kernel, int threads, int64_t row_groups, int device,
-                           size_t dynamic_smem = 0) {
+unsigned persistent_blocks(Kernel kernel, int threads, int64_t row_groups, int device) {
   const int per_sm =
-      cuda::max_active_blocks(reinterpret_cast<const void*>(kernel), threads, dynamic_smem, device);
+      cuda::max_active_blocks(reinterpret_cast<const void*>(kernel), threads, 0, device);
   const int64_t limit = int64_t(std::max(per_sm, 1)) * cuda::multiprocessor_count(device);
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(row_groups, limit)));
 }

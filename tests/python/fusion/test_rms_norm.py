@@ -57,33 +57,6 @@ def test_matches_float64_reference(device, dtype, hidden, weight_dtype):
         assert_close(weight.grad, dw_ref, RTOL[weight.dtype] + 1e-4, rtol * rows**0.5, "dweight")
 
 
-@requires_cuda
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden", [1024, 4096, 8192])
-def test_generic_kernels_match_where_hopper_kernels_would_run(dtype, hidden):
-    """On an H100/H200 rows of >= 2 KB take the sm_90a kernels; this reaches the generic
-    kernels for the same sizes (elsewhere it repeats the default path)."""
-    x = torch.randn(130, hidden, device="cuda", dtype=dtype, requires_grad=True)
-    w = (1 + 0.5 * torch.randn(hidden, device="cuda")).to(dtype).requires_grad_()
-    dy = torch.randn_like(x)
-    y_ref, dx_ref, dw_ref = reference(x, w, 1e-6, dy)
-    with tg.backends.hopper_kernels(False):
-        y = tg.rms_norm(x, w, 1e-6)
-        dx, dw = torch.autograd.grad(y, (x, w), dy)
-    rtol = RTOL[dtype]
-    assert_close(y, y_ref, rtol, 1e-6, "y")
-    assert_close(dx, dx_ref, rtol, 4 * rtol, "dx")
-    assert_close(dw, dw_ref, rtol + 1e-4, rtol * 130**0.5, "dweight")
-
-
-def test_backend_switch_restores_its_setting():
-    assert tg.backends.hopper_kernels_enabled()
-    with tg.backends.hopper_kernels(False):
-        assert not tg.backends.hopper_kernels_enabled()
-    assert tg.backends.hopper_kernels_enabled()
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("hidden", [7, 4096])
@@ -153,10 +126,10 @@ class TestBadInputs:
             tg.rms_norm(torch.randn(4, 8, device="cuda"), torch.randn(8), 1e-6)
 
 
-def test_opcheck_schema_fake_and_autograd():
+def test_opcheck_schema_and_fake_kernels():
     x = torch.randn(5, 24, requires_grad=True)
     w = torch.randn(24, requires_grad=True)
-    torch.library.opcheck(torch.ops.tilegrid.rms_norm_forward.default, (x, w, 1e-6))
+    torch.library.opcheck(torch.ops.tilegrid.rms_norm_forward.default, (x.detach(), w.detach(), 1e-6))
     dy, rstd = torch.randn(5, 24), torch.rand(5) + 0.5
     torch.library.opcheck(torch.ops.tilegrid.rms_norm_backward.default, (dy, x.detach(), w.detach(), rstd))
 

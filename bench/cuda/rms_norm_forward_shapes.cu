@@ -1,0 +1,89 @@
+// Tuning aid: times the RMSNorm forward kernel of tilegrid in several block shapes and
+// register caps on [32768, 4096] bf16 (CUDA events, median of 50 launches after warm-up,
+// two input sets of 256 MB so that nothing is served from L2). Not part of the library.
+//
+//   nvcc -std=c++20 -O3 -gencode arch=compute_90,code=sm_90 -Iinclude -Isrc \
+//        --expt-relaxed-constexpr bench/cuda/rms_norm_forward_shapes.cu -o rms_norm_shapes
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "fusion/cuda/rms_norm_kernels.cuh"
+
+using namespace tilegrid::rms_norm;
+using bf16 = __nv_bfloat16;
+
+#define CHECK(call)                                                                \
+  do {                                                                             \
+    cudaError_t e = (call);                                                        \
+    if (e != cudaSuccess) {                                                        \
+      std::printf("%s failed: %s\n", #call, cudaGetErrorString(e));                \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+template <class Kernel>
+void time_variant(const char* name, Kernel kernel, int threads, int items, ForwardParams base[2],
+                  int64_t bytes) {
+  cudaFuncAttributes attr{};
+  CHECK(cudaFuncGetAttributes(&attr, kernel));
+  int per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  cudaEvent_t start, end;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&end));
+  std::vector<float> ms;
+  for (int i = 0; i < 60; ++i) {
+    CHECK(cudaEventRecord(start));
+    kernel<<<unsigned(base[i % 2].rows), dim3(threads, 1)>>>(base[i % 2]);
+    CHECK(cudaEventRecord(end));
+    CHECK(cudaEventSynchronize(end));
+    float t = 0;
+    CHECK(cudaEventElapsedTime(&t, start, end));
+    if (i >= 10) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  const float med = ms[ms.size() / 2];
+  std::printf("%-34s threads %4d items %d regs %3d blocks/SM %2d  %.4f ms  %.2f TB/s\n", name,
+              threads, items, attr.numRegs, per_sm, med, bytes / (med * 1e-3) / 1e12);
+  (void)items;
+}
+
+int main() {
+  const int64_t rows = 32768, hidden = 4096, n = rows * hidden;
+  ForwardParams p[2];
+  std::vector<bf16> host(n);
+  for (int64_t i = 0; i < n; ++i) host[i] = __float2bfloat16(float((i * 2654435761u) % 1000) / 500.f - 1.f);
+  bf16* w = nullptr;
+  CHECK(cudaMalloc(&w, hidden * sizeof(bf16)));
+  CHECK(cudaMemcpy(w, host.data(), hidden * sizeof(bf16), cudaMemcpyHostToDevice));
+  for (auto& q : p) {
+    void *x, *y;
+    float* rstd;
+    CHECK(cudaMalloc(&x, n * sizeof(bf16)));
+    CHECK(cudaMalloc(&y, n * sizeof(bf16)));
+    CHECK(cudaMalloc(&rstd, rows * sizeof(float)));
+    CHECK(cudaMemcpy(x, host.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+    q.rows = rows;
+    q.hidden = hidden;
+    q.dtype = tilegrid::DType::BFloat16;
+    q.weight_dtype = tilegrid::DType::BFloat16;
+    q.x = {x, hidden};
+    q.y = {y, hidden};
+    q.weight = w;
+    q.rstd = rstd;
+    q.eps = 1e-6f;
+  }
+  const int64_t bytes = 2 * n * int64_t(sizeof(bf16));
+  time_variant("2x16B, 256 thr (library default)", kernels::forward_kernel<bf16, bf16, 8, 2>, 256, 2, p, bytes);
+  time_variant("2x16B, 256 thr, no register cap", kernels::forward_kernel<bf16, bf16, 8, 2, 512, 1>, 256, 2, p, bytes);
+  time_variant("2x16B, 256 thr, >=6 blocks/SM", kernels::forward_kernel<bf16, bf16, 8, 2, 256, 6>, 256, 2, p, bytes);
+  time_variant("2x16B, 256 thr, >=8 blocks/SM", kernels::forward_kernel<bf16, bf16, 8, 2, 256, 8>, 256, 2, p, bytes);
+  time_variant("1x16B, 512 thr", kernels::forward_kernel<bf16, bf16, 8, 1>, 512, 1, p, bytes);
+  time_variant("1x16B, 512 thr, >=4 blocks/SM", kernels::forward_kernel<bf16, bf16, 8, 1, 512, 4>, 512, 1, p, bytes);
+  time_variant("4x16B, 128 thr", kernels::forward_kernel<bf16, bf16, 8, 4, 128, 1>, 128, 4, p, bytes);
+  time_variant("4x16B, 128 thr, >=10 blocks/SM", kernels::forward_kernel<bf16, bf16, 8, 4, 128, 10>, 128, 4, p, bytes);
+  return 0;
+}
