@@ -133,13 +133,13 @@ __device__ __forceinline__ void load_weight_slice(const void* weight, int64_t hi
 // One block per group of blockDim.y rows. x and the weight are both loaded before the
 // reduction, so their latencies overlap (loading the weight only after the reduction put an
 // extra dependent load on every row and held the forward near 81% of copy bandwidth).
-// The register cap matters most here: at the compiler's free choice (65 registers) a SM held 3
-// blocks of 256 threads and [32768, 4096] bf16 took 0.195 ms; capped at 40 registers (3 blocks
-// of 512 threads, i.e. 6 of 256) it took 0.158 ms; at 32 it spilled and took 0.256 ms
-// (bench/cuda/rms_norm_forward_shapes.cu on an H200, bench/results/*forward_shapes.txt).
-// Liger-Kernel's Triton kernel runs at 38 registers, 6 blocks a SM.
-template <class T, class W, int VEC, int ITEMS, int MAX_THREADS = kMaxRegisterThreads,
-          int MIN_BLOCKS = 3>
+// The register cap matters most here. [32768, 4096] bf16 on an H200, 256-thread blocks,
+// steady state (bench/cuda/rms_norm_forward_shapes.cu, bench/results/*forward_shapes.txt):
+// the compiler's free choice, 65 registers and 3 blocks a SM: 0.192 ms; capped at 48
+// registers, 5 blocks: 0.147 ms (88% of copy); at 40, 6 blocks with spills: 0.156 ms.
+// Liger-Kernel's Triton kernel runs at 38 registers, 6 blocks a SM. The launcher picks
+// <256, 5> for blocks of up to 256 threads and <512, 2> (64 registers) for larger ones.
+template <class T, class W, int VEC, int ITEMS, int MAX_THREADS, int MIN_BLOCKS>
 __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) forward_kernel(ForwardParams p) {
   __shared__ float scratch[2][kMaxRowsPerBlock][32];
   const int64_t hidden = p.hidden;

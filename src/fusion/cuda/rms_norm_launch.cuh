@@ -71,22 +71,30 @@ unsigned persistent_blocks(Kernel kernel, int threads, int64_t row_groups, int d
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(row_groups, limit)));
 }
 
+// Register cap by block size; see forward_kernel.
+template <class T, class W, int VEC, int ITEMS>
+void (*forward_kernel_for(int threads))(ForwardParams) {
+  if (threads <= 256) return kernels::forward_kernel<T, W, VEC, ITEMS, 256, 5>;
+  return kernels::forward_kernel<T, W, VEC, ITEMS, kernels::kMaxRegisterThreads, 2>;
+}
+
 template <class T, class W, int VEC>
 void launch_forward_vec(const ForwardParams& p, const LaunchShape& s, cudaStream_t stream) {
+  const dim3 block(s.threads_per_row, s.rows_per_block);
+  const int threads = int(block.x * block.y);
   void (*kernel)(ForwardParams) = nullptr;
   switch (s.items) {
     case 0: kernel = kernels::forward_streaming_kernel<T, W, VEC>; break;
-    case 1: kernel = kernels::forward_kernel<T, W, VEC, 1>; break;
-    case 2: kernel = kernels::forward_kernel<T, W, VEC, 2>; break;
+    case 1: kernel = forward_kernel_for<T, W, VEC, 1>(threads); break;
+    case 2: kernel = forward_kernel_for<T, W, VEC, 2>(threads); break;
     case 4:
-      if constexpr (max_items(VEC) >= 4) kernel = kernels::forward_kernel<T, W, VEC, 4>;
+      if constexpr (max_items(VEC) >= 4) kernel = forward_kernel_for<T, W, VEC, 4>(threads);
       break;
     default:
-      if constexpr (max_items(VEC) >= 8) kernel = kernels::forward_kernel<T, W, VEC, 8>;
+      if constexpr (max_items(VEC) >= 8) kernel = forward_kernel_for<T, W, VEC, 8>(threads);
       break;
   }
   TG_CHECK(kernel != nullptr, "rms_norm: no forward kernel holds ", s.items, " vectors of ", VEC);
-  const dim3 block(s.threads_per_row, s.rows_per_block);
   // One block per row group; the kernel loops only past the grid-size limit.
   const int64_t groups = (p.rows + s.rows_per_block - 1) / s.rows_per_block;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, 0x7fffffff));
