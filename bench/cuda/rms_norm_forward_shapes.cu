@@ -17,18 +17,18 @@
 using namespace tilegrid::rms_norm;
 using bf16 = __nv_bfloat16;
 
-#define CHECK(call)                                                                \
-  do {                                                                             \
-    cudaError_t e = (call);                                                        \
-    if (e != cudaSuccess) {                                                        \
-      std::printf("%s failed: %s\n", #call, cudaGetErrorString(e));                \
-      std::exit(1);                                                                \
-    }                                                                              \
+#define CHECK(call)                                                 \
+  do {                                                              \
+    cudaError_t e = (call);                                         \
+    if (e != cudaSuccess) {                                         \
+      std::printf("%s failed: %s\n", #call, cudaGetErrorString(e)); \
+      std::exit(1);                                                 \
+    }                                                               \
   } while (0)
 
 template <class Kernel>
-void time_variant(const char* name, Kernel kernel, int threads, int items, const ForwardParams* base,
-                  int64_t bytes) {
+void time_variant(const char* name, Kernel kernel, int threads, int items,
+                  const ForwardParams* base, int64_t bytes) {
   cudaFuncAttributes attr{};
   CHECK(cudaFuncGetAttributes(&attr, kernel));
   int per_sm = 0;
@@ -59,7 +59,8 @@ int main() {
   const int64_t rows = 32768, hidden = 4096, n = rows * hidden;
   ForwardParams p[2];
   std::vector<bf16> host(n);
-  for (int64_t i = 0; i < n; ++i) host[i] = __float2bfloat16(float((i * 2654435761u) % 1000) / 500.f - 1.f);
+  for (int64_t i = 0; i < n; ++i)
+    host[i] = __float2bfloat16(float((i * 2654435761u) % 1000) / 500.f - 1.f);
   bf16* w = nullptr;
   CHECK(cudaMalloc(&w, hidden * sizeof(bf16)));
   CHECK(cudaMemcpy(w, host.data(), hidden * sizeof(bf16), cudaMemcpyHostToDevice));
@@ -101,14 +102,21 @@ int main() {
     std::printf("%-34s %.4f ms  %.2f TB/s\n", "copy x -> y (ceiling)", ms[ms.size() / 2],
                 bytes / (ms[ms.size() / 2] * 1e-3) / 1e12);
   }
-  time_variant("2x16B, 256 thr (library default)", kernels::forward_kernel<bf16, bf16, 8, 2, 256, 5>, 256, 2, p, bytes);
-  time_variant("2x16B, 256 thr, no register cap", kernels::forward_kernel<bf16, bf16, 8, 2, 512, 1>, 256, 2, p, bytes);
-  time_variant("2x16B, 256 thr, >=6 blocks/SM", kernels::forward_kernel<bf16, bf16, 8, 2, 256, 6>, 256, 2, p, bytes);
-  time_variant("1x16B, 512 thr", kernels::forward_kernel<bf16, bf16, 8, 1, 512, 3>, 512, 1, p, bytes);
-  time_variant("1x16B, 512 thr, >=4 blocks/SM", kernels::forward_kernel<bf16, bf16, 8, 1, 512, 4>, 512, 1, p, bytes);
-  time_variant("4x16B, 128 thr", kernels::forward_kernel<bf16, bf16, 8, 4, 128, 1>, 128, 4, p, bytes);
-    ForwardParams no_weight[2] = {p[0], p[1]};
+  time_variant("2x16B, 256 thr (library default)",
+               kernels::forward_kernel<bf16, bf16, 8, 2, 256, 5>, 256, 2, p, bytes);
+  time_variant("2x16B, 256 thr, no register cap", kernels::forward_kernel<bf16, bf16, 8, 2, 512, 1>,
+               256, 2, p, bytes);
+  time_variant("2x16B, 256 thr, >=6 blocks/SM", kernels::forward_kernel<bf16, bf16, 8, 2, 256, 6>,
+               256, 2, p, bytes);
+  time_variant("1x16B, 512 thr", kernels::forward_kernel<bf16, bf16, 8, 1, 512, 3>, 512, 1, p,
+               bytes);
+  time_variant("1x16B, 512 thr, >=4 blocks/SM", kernels::forward_kernel<bf16, bf16, 8, 1, 512, 4>,
+               512, 1, p, bytes);
+  time_variant("4x16B, 128 thr", kernels::forward_kernel<bf16, bf16, 8, 4, 128, 1>, 128, 4, p,
+               bytes);
+  ForwardParams no_weight[2] = {p[0], p[1]};
   no_weight[0].weight = no_weight[1].weight = nullptr;
-  time_variant("2x16B, 256 thr, without weight", kernels::forward_kernel<bf16, bf16, 8, 2, 256, 5>, 256, 2, no_weight, bytes);
+  time_variant("2x16B, 256 thr, without weight", kernels::forward_kernel<bf16, bf16, 8, 2, 256, 5>,
+               256, 2, no_weight, bytes);
   return 0;
 }

@@ -16,7 +16,9 @@ TensorView as_view(const nb::ndarray<>& array);
 std::optional<TensorView> as_view(const std::optional<nb::ndarray<>>& array);
 
 // A CUDA stream handle passed from Python as an integer (torch's Stream.cuda_stream).
-inline Stream as_stream(uintptr_t handle) { return Stream{reinterpret_cast<void*>(handle)}; }
+inline Stream as_stream(uintptr_t handle) {
+  return Stream{reinterpret_cast<void*>(handle)};
+}
 
 void bind_core(nb::module_& m);
 void bind_fusion(nb::module_& m);

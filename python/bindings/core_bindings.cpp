@@ -86,8 +86,7 @@ void bind_core(nb::module_& m) {
       "set_cuda_allocator",
       [](std::optional<nb::callable> alloc, std::optional<nb::callable> free) {
         if (!alloc || !free) return set_default_allocator(DeviceType::CUDA, nullptr);
-        set_default_allocator(DeviceType::CUDA,
-                              std::make_shared<PythonAllocator>(*alloc, *free));
+        set_default_allocator(DeviceType::CUDA, std::make_shared<PythonAllocator>(*alloc, *free));
       },
       nb::arg("alloc").none(), nb::arg("free").none(),
       "Serve tilegrid's CUDA allocations from alloc(nbytes, device, stream) -> int and "
@@ -98,8 +97,8 @@ void bind_core(nb::module_& m) {
       [](std::vector<int64_t> shape, const std::string& dtype, const std::string& device_type,
          int device_index, uintptr_t stream) {
         Device device = device_type == "cuda" ? Device::cuda(device_index) : Device::cpu();
-        return to_capsule(Tensor::empty(Shape(shape.begin(), shape.end()),
-                                        dtype_from_name(dtype), device, as_stream(stream)));
+        return to_capsule(Tensor::empty(Shape(shape.begin(), shape.end()), dtype_from_name(dtype),
+                                        device, as_stream(stream)));
       },
       nb::arg("shape"), nb::arg("dtype"), nb::arg("device_type"), nb::arg("device_index") = 0,
       nb::arg("stream") = 0,

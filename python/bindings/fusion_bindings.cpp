@@ -14,14 +14,13 @@ void bind_fusion(nb::module_& m) {
         rms_norm_forward(as_view(x), as_view(weight), eps, as_view(y), as_view(rstd),
                          as_stream(stream));
       },
-      nb::arg("x"), nb::arg("weight").none(), nb::arg("eps"), nb::arg("y"),
-      nb::arg("rstd").none(), nb::arg("stream") = 0);
+      nb::arg("x"), nb::arg("weight").none(), nb::arg("eps"), nb::arg("y"), nb::arg("rstd").none(),
+      nb::arg("stream") = 0);
 
   m.def(
       "rms_norm_backward",
-      [](nb::ndarray<> dy, nb::ndarray<> x, std::optional<nb::ndarray<>> weight,
-         nb::ndarray<> rstd, nb::ndarray<> dx, std::optional<nb::ndarray<>> dweight,
-         uintptr_t stream) {
+      [](nb::ndarray<> dy, nb::ndarray<> x, std::optional<nb::ndarray<>> weight, nb::ndarray<> rstd,
+         nb::ndarray<> dx, std::optional<nb::ndarray<>> dweight, uintptr_t stream) {
         rms_norm_backward(as_view(dy), as_view(x), as_view(weight), as_view(rstd), as_view(dx),
                           as_view(dweight), as_stream(stream));
       },

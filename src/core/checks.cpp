@@ -1,6 +1,5 @@
 #include "tilegrid/core/checks.h"
 
-
 namespace tilegrid {
 
 void check_dtype(std::string_view op, std::string_view arg, const TensorView& t,
@@ -46,8 +45,7 @@ void check_last_dim_contiguous(std::string_view op, std::string_view arg, const 
 }
 
 void check_data(std::string_view op, std::string_view arg, const TensorView& t) {
-  TG_CHECK_VALUE(t.numel() == 0 || t.data != nullptr, op, ": ", arg,
-                 " has a null data pointer");
+  TG_CHECK_VALUE(t.numel() == 0 || t.data != nullptr, op, ": ", arg, " has a null data pointer");
 }
 
 }  // namespace tilegrid

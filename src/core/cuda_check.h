@@ -4,13 +4,13 @@
 
 #include "tilegrid/core/error.h"
 
-#define TG_CUDA_CHECK(call)                                                                  \
-  do {                                                                                       \
-    cudaError_t tg_status_ = (call);                                                         \
-    if (tg_status_ != cudaSuccess)                                                           \
-      throw ::tilegrid::Error(::tilegrid::detail::concat(#call, " failed: ",                 \
-                                                         cudaGetErrorString(tg_status_), " (", \
-                                                         __FILE__, ":", __LINE__, ")"));     \
+#define TG_CUDA_CHECK(call)                                                                    \
+  do {                                                                                         \
+    cudaError_t tg_status_ = (call);                                                           \
+    if (tg_status_ != cudaSuccess)                                                             \
+      throw ::tilegrid::Error(                                                                 \
+          ::tilegrid::detail::concat(#call, " failed: ", cudaGetErrorString(tg_status_), " (", \
+                                     __FILE__, ":", __LINE__, ")"));                           \
   } while (0)
 
 // Checks the launch that just happened (bad configuration, missing kernel image).

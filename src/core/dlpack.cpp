@@ -7,14 +7,19 @@ namespace tilegrid::dlpack {
 DLDataType to_dlpack(DType dtype) {
   uint8_t bits = static_cast<uint8_t>(itemsize(dtype) * 8);
   switch (dtype) {
-    case DType::Bool: return {kDLBool, 8, 1};
-    case DType::UInt8: return {kDLUInt, 8, 1};
+    case DType::Bool:
+      return {kDLBool, 8, 1};
+    case DType::UInt8:
+      return {kDLUInt, 8, 1};
     case DType::Int32:
-    case DType::Int64: return {kDLInt, bits, 1};
-    case DType::BFloat16: return {kDLBfloat, 16, 1};
+    case DType::Int64:
+      return {kDLInt, bits, 1};
+    case DType::BFloat16:
+      return {kDLBfloat, 16, 1};
     case DType::Float16:
     case DType::Float32:
-    case DType::Float64: return {kDLFloat, bits, 1};
+    case DType::Float64:
+      return {kDLFloat, bits, 1};
   }
   throw TypeError("unknown tilegrid dtype");
 }
@@ -40,7 +45,8 @@ DType dtype_from_dlpack(DLDataType dt) {
       if (dt.bits == 32) return DType::Float32;
       if (dt.bits == 64) return DType::Float64;
       break;
-    default: break;
+    default:
+      break;
   }
   throw TypeError(detail::concat(
       "DLPack: dtype (code ", int(dt.code), ", ", int(dt.bits),

@@ -6,9 +6,8 @@ namespace {
 
 // One thread per row: binary search for the last b with offsets[b] <= row. Empty tensors
 // (equal consecutive offsets) are skipped because the search takes the last such b.
-__global__ void jagged_batch_index_kernel(const int64_t* __restrict__ offsets,
-                                          int64_t num_tensors, int32_t* __restrict__ jidx,
-                                          int64_t num_rows) {
+__global__ void jagged_batch_index_kernel(const int64_t* __restrict__ offsets, int64_t num_tensors,
+                                          int32_t* __restrict__ jidx, int64_t num_rows) {
   for (int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; row < num_rows;
        row += int64_t(gridDim.x) * blockDim.x) {
     int64_t lo = 0, hi = num_tensors - 1;

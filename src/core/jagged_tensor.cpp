@@ -28,8 +28,8 @@ std::vector<int64_t> offsets_on_host(const TensorView& offsets, Stream stream) {
   require_cuda_build();
 #ifdef TILEGRID_WITH_CUDA
   check_contiguous(kOp, "joffsets", offsets);
-  cuda::copy_to_host(host.data(), offsets.data, host.size() * sizeof(int64_t),
-                     offsets.device.index, stream);
+  cuda::copy_to_host(host.data(), offsets.data, host.size() * sizeof(int64_t), offsets.device.index,
+                     stream);
 #endif
   return host;
 }
@@ -37,7 +37,8 @@ std::vector<int64_t> offsets_on_host(const TensorView& offsets, Stream stream) {
 }  // namespace
 
 void validate_jagged(const TensorView& data, const TensorView& offsets, Stream stream) {
-  TG_CHECK_VALUE(data.ndim() >= 1, kOp, ": jdata must have at least one dimension [N, ...], got "
+  TG_CHECK_VALUE(data.ndim() >= 1, kOp,
+                 ": jdata must have at least one dimension [N, ...], got "
                  "a scalar");
   check_ndim(kOp, "joffsets", offsets, 1);
   check_dtype(kOp, "joffsets", offsets, {DType::Int64});
@@ -66,7 +67,8 @@ void jagged_batch_index(const TensorView& offsets, const TensorView& jidx, Strea
     const int64_t* off = offsets.data_ptr<int64_t>();
     int32_t* out = jidx.data_ptr<int32_t>();
     for (int64_t b = 0; b < num_tensors; ++b)
-      for (int64_t i = off[b]; i < off[b + 1] && i < num_rows; ++i) out[i] = static_cast<int32_t>(b);
+      for (int64_t i = off[b]; i < off[b + 1] && i < num_rows; ++i)
+        out[i] = static_cast<int32_t>(b);
     return;
   }
   require_cuda_build();

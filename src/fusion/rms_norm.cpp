@@ -33,8 +33,8 @@ rms_norm::RowMatrix as_rows(const char* op, const char* arg, const TensorView& t
       continue;
     }
     TG_CHECK_VALUE(t.strides[i] == expected, op, ": the leading dimensions of ", arg,
-                   " must flatten into rows with one stride; got shape ", t.shape,
-                   " with strides ", t.strides, " (call .contiguous() first)");
+                   " must flatten into rows with one stride; got shape ", t.shape, " with strides ",
+                   t.strides, " (call .contiguous() first)");
     expected *= t.shape[i];
   }
   TG_CHECK_VALUE(row_stride >= t.size(-1) || t.numel() / t.size(-1) <= 1, op, ": rows of ", arg,
@@ -65,7 +65,8 @@ void check_weight(const char* op, const TensorView& w, const TensorView& x) {
 
 void require_cuda_build(const char* op) {
 #ifndef TILEGRID_WITH_CUDA
-  throw Error(detail::concat(op, ": tilegrid was built without CUDA; tensors are on a CUDA "
+  throw Error(detail::concat(op,
+                             ": tilegrid was built without CUDA; tensors are on a CUDA "
                              "device"));
 #endif
 }
@@ -73,8 +74,7 @@ void require_cuda_build(const char* op) {
 }  // namespace
 
 void rms_norm_forward(const TensorView& x, const std::optional<TensorView>& weight, double eps,
-                      const TensorView& y, const std::optional<TensorView>& rstd,
-                      Stream stream) {
+                      const TensorView& y, const std::optional<TensorView>& rstd, Stream stream) {
   check_dtype(kForward, "x", x, {DType::Float32, DType::Float16, DType::BFloat16});
   TG_CHECK_VALUE(x.ndim() >= 1 && x.size(-1) >= 1, kForward,
                  ": x must be [..., H] with H >= 1, got shape ", x.shape);

@@ -12,19 +12,30 @@ namespace {
 
 float load(DType dtype, const void* base, int64_t i) {
   switch (dtype) {
-    case DType::Float32: return static_cast<const float*>(base)[i];
-    case DType::Float16: return float16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::BFloat16: return bfloat16_to_float(static_cast<const uint16_t*>(base)[i]);
-    default: return NAN;  // unreachable: dtypes are checked at the API boundary
+    case DType::Float32:
+      return static_cast<const float*>(base)[i];
+    case DType::Float16:
+      return float16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::BFloat16:
+      return bfloat16_to_float(static_cast<const uint16_t*>(base)[i]);
+    default:
+      return NAN;  // unreachable: dtypes are checked at the API boundary
   }
 }
 
 void store(DType dtype, void* base, int64_t i, float v) {
   switch (dtype) {
-    case DType::Float32: static_cast<float*>(base)[i] = v; break;
-    case DType::Float16: static_cast<uint16_t*>(base)[i] = float_to_float16(v); break;
-    case DType::BFloat16: static_cast<uint16_t*>(base)[i] = float_to_bfloat16(v); break;
-    default: break;
+    case DType::Float32:
+      static_cast<float*>(base)[i] = v;
+      break;
+    case DType::Float16:
+      static_cast<uint16_t*>(base)[i] = float_to_float16(v);
+      break;
+    case DType::BFloat16:
+      static_cast<uint16_t*>(base)[i] = float_to_bfloat16(v);
+      break;
+    default:
+      break;
   }
 }
 

@@ -50,8 +50,7 @@ inline void poison(const Tensor& t) {
     return;
   }
 #ifdef TILEGRID_WITH_CUDA
-  EXPECT_EQ(cudaMemcpy(t.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
-            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(t.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
 #endif
 }
 
@@ -67,10 +66,17 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, float mean = 0.f, f
   for (int64_t i = 0; i < t.numel(); ++i) {
     float v = dist(rng());
     switch (dtype) {
-      case DType::Float32: static_cast<float*>(t.data())[i] = v; break;
-      case DType::Float16: static_cast<uint16_t*>(t.data())[i] = float_to_float16(v); break;
-      case DType::BFloat16: static_cast<uint16_t*>(t.data())[i] = float_to_bfloat16(v); break;
-      default: ADD_FAILURE() << "random_tensor: unsupported dtype " << dtype;
+      case DType::Float32:
+        static_cast<float*>(t.data())[i] = v;
+        break;
+      case DType::Float16:
+        static_cast<uint16_t*>(t.data())[i] = float_to_float16(v);
+        break;
+      case DType::BFloat16:
+        static_cast<uint16_t*>(t.data())[i] = float_to_bfloat16(v);
+        break;
+      default:
+        ADD_FAILURE() << "random_tensor: unsupported dtype " << dtype;
     }
   }
   return t;
@@ -82,10 +88,17 @@ inline std::vector<double> to_doubles(const Tensor& t) {
   std::vector<double> out(static_cast<size_t>(host.numel()));
   for (size_t i = 0; i < out.size(); ++i) {
     switch (host.dtype()) {
-      case DType::Float32: out[i] = static_cast<const float*>(host.data())[i]; break;
-      case DType::Float16: out[i] = float16_to_float(static_cast<const uint16_t*>(host.data())[i]); break;
-      case DType::BFloat16: out[i] = bfloat16_to_float(static_cast<const uint16_t*>(host.data())[i]); break;
-      default: ADD_FAILURE() << "to_doubles: unsupported dtype " << host.dtype();
+      case DType::Float32:
+        out[i] = static_cast<const float*>(host.data())[i];
+        break;
+      case DType::Float16:
+        out[i] = float16_to_float(static_cast<const uint16_t*>(host.data())[i]);
+        break;
+      case DType::BFloat16:
+        out[i] = bfloat16_to_float(static_cast<const uint16_t*>(host.data())[i]);
+        break;
+      default:
+        ADD_FAILURE() << "to_doubles: unsupported dtype " << host.dtype();
     }
   }
   return out;

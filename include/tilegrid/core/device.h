@@ -24,7 +24,9 @@ struct Device {
 inline std::ostream& operator<<(std::ostream& os, const Device& device) {
   return os << device.str();
 }
-inline void append(std::string& s, const Device& device) { s += device.str(); }
+inline void append(std::string& s, const Device& device) {
+  s += device.str();
+}
 
 // A CUDA stream handle, kept opaque so that public headers need no CUDA headers.
 // The null handle is the legacy default stream.

@@ -28,11 +28,17 @@ class TypeError : public Error {
 // that the process's other libstdc++ initialised. Types of tilegrid add `append` overloads
 // in namespace tilegrid, found by argument-dependent lookup.
 namespace detail {
-inline void append(std::string& s, std::string_view v) { s += v; }
-inline void append(std::string& s, const char* v) { s += v; }
-inline void append(std::string& s, char c) { s += c; }
+inline void append(std::string& s, std::string_view v) {
+  s += v;
+}
+inline void append(std::string& s, const char* v) {
+  s += v;
+}
+inline void append(std::string& s, char c) {
+  s += c;
+}
 template <class T>
-  requires std::is_integral_v<T>
+requires std::is_integral_v<T>
 void append(std::string& s, T v) {
   char buf[24];
   s.append(buf, std::to_chars(buf, buf + sizeof(buf), v).ptr);
@@ -53,15 +59,15 @@ std::string concat(const Args&... args) {
 }  // namespace tilegrid
 
 // TG_CHECK_VALUE(rows > 0, "x: expected at least one row, got shape ", x.shape());
-#define TG_CHECK_VALUE(cond, ...) \
-  do {                            \
+#define TG_CHECK_VALUE(cond, ...)                                                       \
+  do {                                                                                  \
     if (!(cond)) throw ::tilegrid::ValueError(::tilegrid::detail::concat(__VA_ARGS__)); \
   } while (0)
-#define TG_CHECK_TYPE(cond, ...) \
-  do {                           \
+#define TG_CHECK_TYPE(cond, ...)                                                       \
+  do {                                                                                 \
     if (!(cond)) throw ::tilegrid::TypeError(::tilegrid::detail::concat(__VA_ARGS__)); \
   } while (0)
-#define TG_CHECK(cond, ...) \
-  do {                      \
+#define TG_CHECK(cond, ...)                                                        \
+  do {                                                                             \
     if (!(cond)) throw ::tilegrid::Error(::tilegrid::detail::concat(__VA_ARGS__)); \
   } while (0)

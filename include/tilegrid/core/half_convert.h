@@ -18,7 +18,9 @@ inline uint32_t float_to_bits(float f) {
   return bits;
 }
 
-inline float bfloat16_to_float(uint16_t h) { return bits_to_float(uint32_t(h) << 16); }
+inline float bfloat16_to_float(uint16_t h) {
+  return bits_to_float(uint32_t(h) << 16);
+}
 
 inline uint16_t float_to_bfloat16(float f) {
   uint32_t bits = float_to_bits(f);
@@ -44,9 +46,9 @@ inline uint16_t float_to_float16(float f) {
   uint32_t bits = float_to_bits(f);
   uint16_t sign = uint16_t((bits >> 16) & 0x8000u);
   uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);              // NaN
-  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);             // rounds to infinity
-  if (abs < 0x38800000u) {                                             // subnormal or zero
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to infinity
+  if (abs < 0x38800000u) {                                  // subnormal or zero
     // Adding 0.5 (2^-1) aligns the fp16 subnormal grid (step 2^-24) to float's last bits,
     // so the float addition performs the round-to-nearest-even for us.
     float shifted = bits_to_float(abs) + 0.5f;

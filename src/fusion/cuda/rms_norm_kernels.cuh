@@ -26,9 +26,13 @@ constexpr int kMaxRegisterThreads = 512;
 template <class T>
 __device__ __forceinline__ float to_float(T v);
 template <>
-__device__ __forceinline__ float to_float<float>(float v) { return v; }
+__device__ __forceinline__ float to_float<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float<__half>(__half v) {
+  return __half2float(v);
+}
 template <>
 __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
   return __bfloat162float(v);
@@ -37,9 +41,13 @@ __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
 template <class T>
 __device__ __forceinline__ T from_float(float v);
 template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -178,8 +186,8 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) forward_kernel(Forwar
 // sums once, as one float32 partial row per (block, threadIdx.y); reduce_weight_partials adds
 // those up.
 template <class T, class W, int VEC, int ITEMS>
-__global__ void __launch_bounds__(kMaxRegisterThreads) backward_kernel(BackwardParams p,
-                                                                       float* dw_partial) {
+__global__ void __launch_bounds__(kMaxRegisterThreads)
+    backward_kernel(BackwardParams p, float* dw_partial) {
   __shared__ float scratch[2][kMaxRowsPerBlock][32];
   const int64_t hidden = p.hidden;
   const float inv_hidden = 1.f / float(hidden);
@@ -265,8 +273,8 @@ __global__ void __launch_bounds__(1024) forward_streaming_kernel(ForwardParams p
 // dw_partial ([gridDim.x, hidden], zeroed by the launcher) is updated in place: each block
 // owns its row of partials, so no atomics are needed.
 template <class T, class W, int VEC>
-__global__ void __launch_bounds__(1024) backward_streaming_kernel(BackwardParams p,
-                                                                  float* dw_partial) {
+__global__ void __launch_bounds__(1024)
+    backward_streaming_kernel(BackwardParams p, float* dw_partial) {
   __shared__ float scratch[2][kMaxRowsPerBlock][32];
   const int64_t hidden = p.hidden, step = int64_t(blockDim.x) * VEC;
   float* partial = dw_partial ? dw_partial + int64_t(blockIdx.x) * hidden : nullptr;

@@ -15,8 +15,7 @@
 namespace tilegrid::rms_norm {
 
 struct LaunchShape {
-  int vec = 1;           // elements per access
-  int items = 1;         // vectors per thread per row held in registers; 0 = streaming
+  int items = 1;  // vectors per thread per row held in registers; 0 = streaming
   int threads_per_row = 32;
   int rows_per_block = 1;
 };
@@ -24,18 +23,19 @@ struct LaunchShape {
 // Vectors a thread may hold per row. Bounded by registers: the backward holds x, dy, the
 // weight and the weight-gradient sums as float32, 4 x 2 x 8 values at most for bf16, which
 // stays within the 128 registers that a 512-thread block allows (nvcc -Xptxas -v).
-constexpr int max_items(int vec) { return vec == 1 ? 8 : vec == 4 ? 4 : 2; }
+constexpr int max_items(int vec) {
+  return vec == 1 ? 8 : vec == 4 ? 4 : 2;
+}
 
 // Smallest ITEMS that covers the row with at most `preferred_threads` a row (small blocks,
 // several per SM); longer rows get up to 512 threads at max_items; longer still, the
 // streaming kernels. bf16 rows stay in registers up to 512 * 2 * 8 = 8192 elements, float32
 // up to 512 * 4 * 4 = 8192, unaligned rows (one element per access) up to 512 * 8 = 4096.
-// The forward prefers 256 threads (2 x 16 bytes a thread, 64 registers: 4 blocks a SM); the
-// backward 512 (1 x 16 bytes, 64 registers, where 2 x 16 bytes took 95 registers and left
+// The forward prefers 256 threads (2 x 16 bytes a thread at 48 registers: 5 blocks a SM);
+// the backward 512 (1 x 16 bytes, 64 registers, where 2 x 16 bytes took 95 registers and left
 // only 512 threads a SM).
 inline LaunchShape choose_shape(int64_t hidden, int vec, int preferred_threads) {
   LaunchShape s;
-  s.vec = vec;
   const int64_t vectors = (hidden + vec - 1) / vec;
   auto round_warp = [](int64_t t) { return int((t + 31) / 32 * 32); };
   for (int items = 1; items <= max_items(vec); items *= 2) {
@@ -84,9 +84,15 @@ void launch_forward_vec(const ForwardParams& p, const LaunchShape& s, cudaStream
   const int threads = int(block.x * block.y);
   void (*kernel)(ForwardParams) = nullptr;
   switch (s.items) {
-    case 0: kernel = kernels::forward_streaming_kernel<T, W, VEC>; break;
-    case 1: kernel = forward_kernel_for<T, W, VEC, 1>(threads); break;
-    case 2: kernel = forward_kernel_for<T, W, VEC, 2>(threads); break;
+    case 0:
+      kernel = kernels::forward_streaming_kernel<T, W, VEC>;
+      break;
+    case 1:
+      kernel = forward_kernel_for<T, W, VEC, 1>(threads);
+      break;
+    case 2:
+      kernel = forward_kernel_for<T, W, VEC, 2>(threads);
+      break;
     case 4:
       if constexpr (max_items(VEC) >= 4) kernel = forward_kernel_for<T, W, VEC, 4>(threads);
       break;
@@ -107,9 +113,15 @@ void launch_backward_vec(const BackwardParams& p, const LaunchShape& s, int devi
                          cudaStream_t stream) {
   void (*kernel)(BackwardParams, float*) = nullptr;
   switch (s.items) {
-    case 0: kernel = kernels::backward_streaming_kernel<T, W, VEC>; break;
-    case 1: kernel = kernels::backward_kernel<T, W, VEC, 1>; break;
-    case 2: kernel = kernels::backward_kernel<T, W, VEC, 2>; break;
+    case 0:
+      kernel = kernels::backward_streaming_kernel<T, W, VEC>;
+      break;
+    case 1:
+      kernel = kernels::backward_kernel<T, W, VEC, 1>;
+      break;
+    case 2:
+      kernel = kernels::backward_kernel<T, W, VEC, 2>;
+      break;
     case 4:
       if constexpr (max_items(VEC) >= 4) kernel = kernels::backward_kernel<T, W, VEC, 4>;
       break;
@@ -162,11 +174,10 @@ void forward_launch(const ForwardParams& p, int device, Stream stream) {
 template <class T, class W>
 void backward_launch(const BackwardParams& p, int device, Stream stream) {
   constexpr int kVec = 16 / sizeof(T);
-  const bool vectorized = p.hidden % kVec == 0 && p.x.row_stride % kVec == 0 &&
-                          p.dy.row_stride % kVec == 0 && p.dx.row_stride % kVec == 0 &&
-                          aligned(p.x.data, 16) && aligned(p.dy.data, 16) &&
-                          aligned(p.dx.data, 16) &&
-                          (p.weight == nullptr || aligned(p.weight, sizeof(W) * kVec));
+  const bool vectorized =
+      p.hidden % kVec == 0 && p.x.row_stride % kVec == 0 && p.dy.row_stride % kVec == 0 &&
+      p.dx.row_stride % kVec == 0 && aligned(p.x.data, 16) && aligned(p.dy.data, 16) &&
+      aligned(p.dx.data, 16) && (p.weight == nullptr || aligned(p.weight, sizeof(W) * kVec));
   CudaDeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream.handle);
   if (vectorized)

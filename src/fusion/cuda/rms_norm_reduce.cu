@@ -32,8 +32,8 @@ template <class W>
 void launch(const float* partial, int64_t num_partials, int64_t hidden, void* dweight,
             cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>((hidden + 31) / 32);
-  reduce_partials_kernel<W><<<blocks, dim3(32, 8), 0, stream>>>(partial, num_partials, hidden,
-                                                                static_cast<W*>(dweight));
+  reduce_partials_kernel<W>
+      <<<blocks, dim3(32, 8), 0, stream>>>(partial, num_partials, hidden, static_cast<W*>(dweight));
   TG_CUDA_CHECK_LAUNCH();
 }
 
@@ -43,9 +43,12 @@ void reduce_weight_partials(const float* partial, int64_t num_partials, int64_t 
                             void* dweight, DType dweight_dtype, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream.handle);
   switch (dweight_dtype) {
-    case DType::Float32: return launch<float>(partial, num_partials, hidden, dweight, s);
-    case DType::Float16: return launch<__half>(partial, num_partials, hidden, dweight, s);
-    default: return launch<__nv_bfloat16>(partial, num_partials, hidden, dweight, s);
+    case DType::Float32:
+      return launch<float>(partial, num_partials, hidden, dweight, s);
+    case DType::Float16:
+      return launch<__half>(partial, num_partials, hidden, dweight, s);
+    default:
+      return launch<__nv_bfloat16>(partial, num_partials, hidden, dweight, s);
   }
 }
 

@@ -9,7 +9,8 @@ namespace tilegrid {
 namespace {
 
 TEST(HalfConvert, ExactValuesRoundTrip) {
-  for (float v : {0.f, 1.f, -2.5f, 0.099609375f, 65504.f, 6.103515625e-05f, 5.9604644775390625e-08f}) {
+  for (float v :
+       {0.f, 1.f, -2.5f, 0.099609375f, 65504.f, 6.103515625e-05f, 5.9604644775390625e-08f}) {
     EXPECT_EQ(float16_to_float(float_to_float16(v)), v) << v;
   }
   for (float v : {0.f, 1.f, -2.5f, 3.0e38f, 1.0e-38f}) {
@@ -30,8 +31,10 @@ TEST(HalfConvert, RoundsToNearestEven) {
 
 TEST(HalfConvert, OverflowAndNaN) {
   EXPECT_TRUE(std::isinf(float16_to_float(float_to_float16(70000.f))));
-  EXPECT_TRUE(std::isnan(float16_to_float(float_to_float16(std::numeric_limits<float>::quiet_NaN()))));
-  EXPECT_TRUE(std::isnan(bfloat16_to_float(float_to_bfloat16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(
+      std::isnan(float16_to_float(float_to_float16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(
+      std::isnan(bfloat16_to_float(float_to_bfloat16(std::numeric_limits<float>::quiet_NaN()))));
 }
 
 }  // namespace

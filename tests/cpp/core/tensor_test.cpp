@@ -55,8 +55,8 @@ TEST(Tensor, DLPackImportCallsTheProducersDeleterOnce) {
   static float storage[6] = {};
   static int64_t shape[2] = {2, 3};
   static dlpack::DLManagedTensor managed{};
-  managed.dl_tensor = {storage, {dlpack::kDLCPU, 0}, 2, {dlpack::kDLFloat, 32, 1},
-                       shape, nullptr, 0};
+  managed.dl_tensor = {storage, {dlpack::kDLCPU, 0}, 2, {dlpack::kDLFloat, 32, 1}, shape, nullptr,
+                       0};
   managed.deleter = [](dlpack::DLManagedTensor*) { ++deleted; };
   {
     Tensor a = Tensor::from_dlpack(&managed);

@@ -151,12 +151,14 @@ TEST(RmsNorm, BadInputsGetClearErrors) {
   EXPECT_EQ(message([&] { rms_norm_forward(x, wf16.view(), 1e-6, y, std::nullopt); }),
             "rms_norm_forward: weight must be bfloat16 or float32, got float16");
   TensorView transposed(x.data(), DType::BFloat16, Device::cpu(), {8, 4}, {1, 8});
-  EXPECT_NE(message([&] { rms_norm_forward(transposed, std::nullopt, 1e-6, y, std::nullopt); })
-                .find("must have a contiguous last dimension"),
+  EXPECT_NE(message([&] {
+              rms_norm_forward(transposed, std::nullopt, 1e-6, y, std::nullopt);
+            }).find("must have a contiguous last dimension"),
             std::string::npos);
   TensorView on_gpu(x.data(), DType::BFloat16, Device::cuda(0), {4, 8});
-  EXPECT_EQ(message([&] { rms_norm_forward(x, std::nullopt, 1e-6, TensorView(on_gpu), std::nullopt); }),
-            "rms_norm_forward: y is on cuda:0 but x is on cpu; all tensors must be on one device");
+  EXPECT_EQ(
+      message([&] { rms_norm_forward(x, std::nullopt, 1e-6, TensorView(on_gpu), std::nullopt); }),
+      "rms_norm_forward: y is on cuda:0 but x is on cpu; all tensors must be on one device");
   EXPECT_THROW(rms_norm_forward(x, std::nullopt, -1.0, y, std::nullopt), ValueError);
 }
 
