@@ -75,6 +75,20 @@ def demo_jagged_tensor(device: torch.device) -> list[tuple]:
     return [("JaggedTensor.jidx", f"{j.jdata.shape[0]} rows, 64 tensors", err, median_ms(fresh_jidx, device))]
 
 
+def demo_grid_batch(device: torch.device) -> list[tuple]:
+    # Grids are built and queried on the CPU so far (the CUDA build is the next step).
+    cpu = torch.device("cpu")
+    # Surface-like data: points on spheres of radius 200 voxels, as a scan would give.
+    directions = [torch.nn.functional.normalize(torch.randn(200_000, 3), dim=1) for _ in range(4)]
+    ijk = tg.JaggedTensor([(200 * d).round().to(torch.int32) for d in directions])
+    grid = tg.GridBatch.from_ijk(ijk)
+    index = grid.ijk_to_index(grid.ijk())
+    wrong = float((index.jdata != torch.arange(grid.total_voxels)).sum().item())
+    ms = median_ms(lambda: tg.GridBatch.from_ijk(ijk), cpu, repeats=3)
+    problem = f"{grid.total_voxels} voxels, {grid.bytes_per_voxel:.1f} B/voxel"
+    return [("GridBatch.from_ijk", problem, wrong, ms)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None)
@@ -84,10 +98,14 @@ def main() -> None:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"tilegrid {tg.__version__} demo on {device} ({where}); CUDA kernels built: {tg.with_cuda}")
     rows = demo_rms_norm(device) + demo_jagged_tensor(device)
+    grid_rows = demo_grid_batch(device)
     print(f"{'operator':28} {'problem':28} {'device':8} {'error':>10} {'time ms':>9}")
     for op, problem, err, ms in rows:
         print(f"{op:28} {problem:28} {str(device):8} {err:10.2e} {ms:9.3f}")
-    print("error: norm-wise relative error against float64 torch (rms_norm); wrong entries (jidx)")
+    for op, problem, err, ms in grid_rows:
+        print(f"{op:28} {problem:28} {'cpu':8} {err:10.2e} {ms:9.3f}")
+    print("error: norm-wise relative error against float64 torch (rms_norm); "
+          "wrong entries (jidx, grid lookups of every active voxel)")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 
 #include <optional>
 
-#include "tilegrid/core/tensor_view.h"
+#include "tilegrid/core/tensor.h"
 
 namespace tilegrid::python {
 
@@ -20,7 +20,14 @@ inline Stream as_stream(uintptr_t handle) {
   return Stream{reinterpret_cast<void*>(handle)};
 }
 
+// Takes over a "dltensor" capsule (from torch's Tensor.__dlpack__()): zero copy, and the
+// producer's memory stays alive as long as the returned Tensor.
+Tensor tensor_from_capsule(nb::capsule capsule);
+// Hands a Tensor to Python as a "dltensor" capsule (torch.from_dlpack takes it).
+nb::object to_capsule(const Tensor& tensor);
+
 void bind_core(nb::module_& m);
 void bind_fusion(nb::module_& m);
+void bind_grid(nb::module_& m);
 
 }  // namespace tilegrid::python

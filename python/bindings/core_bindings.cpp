@@ -56,6 +56,8 @@ class PythonAllocator final : public Allocator {
   nb::callable alloc_, free_;
 };
 
+}  // namespace
+
 // A DLPack capsule that owns `tensor`'s memory until a consumer takes it (consumers rename
 // the capsule to "used_dltensor" and take over the deleter).
 nb::object to_capsule(const Tensor& tensor) {
@@ -71,6 +73,20 @@ nb::object to_capsule(const Tensor& tensor) {
   }
   return nb::steal(capsule);
 }
+
+Tensor tensor_from_capsule(nb::capsule capsule) {
+  PyObject* cap = capsule.ptr();
+  TG_CHECK_VALUE(PyCapsule_IsValid(cap, "dltensor"),
+                 "expected an unconsumed DLPack capsule "
+                 "(\"dltensor\"), as Tensor.__dlpack__() returns");
+  auto* managed = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+  Tensor tensor = Tensor::from_dlpack(managed);  // throws before taking ownership
+  PyCapsule_SetName(cap, "used_dltensor");
+  PyCapsule_SetDestructor(cap, nullptr);
+  return tensor;
+}
+
+namespace {
 
 DType dtype_from_name(const std::string& name) {
   for (DType d : {DType::Bool, DType::UInt8, DType::Int32, DType::Int64, DType::Float16,

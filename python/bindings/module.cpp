@@ -27,4 +27,5 @@ NB_MODULE(_C, m) {
 #endif
   tilegrid::python::bind_core(m);
   tilegrid::python::bind_fusion(m);
+  tilegrid::python::bind_grid(m);
 }

@@ -10,6 +10,7 @@ import torch  # noqa: F401  (tensors cross into the C++ module through DLPack)
 
 from . import _C, nn
 from ._torch import install_torch_allocator, uninstall_torch_allocator
+from .grid_batch import GridBatch
 from .jagged_tensor import JaggedTensor
 from .rms_norm import rms_norm
 
@@ -22,6 +23,7 @@ if with_cuda:
     install_torch_allocator()
 
 __all__ = [
+    "GridBatch",
     "JaggedTensor",
     "install_torch_allocator",
     "nn",

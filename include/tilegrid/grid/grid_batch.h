@@ -1,0 +1,60 @@
+#pragma once
+// GridBatch: B sparse voxel grids (index trees, see index_tree.h) in one set of node arrays,
+// each grid with its own voxel size and world origin. Topology only: features live in a
+// separate [N, ...] tensor (a JaggedTensor whose joffsets are voxel_offsets()), so one grid
+// serves any number of feature tensors.
+//
+// Built and queried on the CPU for now; the CUDA construction and queries (same tree, same
+// traversal code) are the next step of the grid pillar.
+#include <array>
+#include <vector>
+
+#include "tilegrid/core/jagged_tensor.h"
+#include "tilegrid/grid/index_tree.h"
+
+namespace tilegrid::grid {
+
+using Vec3d = std::array<double, 3>;
+
+class GridBatch {
+ public:
+  // One grid per tensor of `ijk` (int32 [N, 3], jagged over the batch); duplicate coordinates
+  // are merged, empty grids are allowed. voxel_sizes / origins: one per grid (all > 0), or
+  // empty for unit voxels at the world origin.
+  static GridBatch from_ijk(const JaggedTensor& ijk, const std::vector<Vec3d>& voxel_sizes = {},
+                            const std::vector<Vec3d>& origins = {});
+
+  int64_t num_grids() const { return int64_t(voxel_sizes_.size()); }
+  int64_t total_voxels() const { return voxel_counts_total_; }
+  int64_t num_voxels(int64_t grid) const;
+  Device device() const { return device_; }
+
+  // int64 [B+1]: grid b's voxels are feature rows [voxel_offsets[b], voxel_offsets[b+1]).
+  const Tensor& voxel_offsets() const { return voxel_offsets_; }
+  const std::vector<Vec3d>& voxel_sizes() const { return voxel_sizes_; }
+  const std::vector<Vec3d>& origins() const { return origins_; }
+
+  int64_t num_upper_nodes() const;
+  int64_t num_lower_nodes() const;
+  int64_t num_leaves() const;
+  // Bytes of the tree (all node arrays and offsets), the memory cost of the topology.
+  int64_t tree_bytes() const;
+
+  // Row of each coordinate in the features (-1 where the voxel is absent): int64 [N] for
+  // `ijk` int32 [N, 3] jagged over this batch's grids.
+  Tensor ijk_to_index(const JaggedTensor& ijk) const;
+  // Coordinates of every active voxel, in feature-row order: int32 [total_voxels, 3].
+  JaggedTensor ijk() const;
+
+  TreeView view() const;
+
+ private:
+  Device device_ = Device::cpu();
+  Tensor uppers_, lowers_, leaves_;  // node arrays as bytes
+  Tensor upper_offsets_;             // int64 [B+1]
+  Tensor voxel_offsets_;             // int64 [B+1]
+  int64_t voxel_counts_total_ = 0;
+  std::vector<Vec3d> voxel_sizes_, origins_;
+};
+
+}  // namespace tilegrid::grid

@@ -1,0 +1,55 @@
+// Grid-pillar bindings: GridBatch. Jagged inputs arrive as (jdata, joffsets) DLPack capsules,
+// outputs leave as capsules; the Python class tilegrid.GridBatch wraps this one.
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/vector.h>
+
+#include "convert.h"
+#include "tilegrid/grid/grid_batch.h"
+
+namespace tilegrid::python {
+
+using grid::GridBatch;
+using grid::Vec3d;
+
+namespace {
+
+JaggedTensor jagged_from_capsules(nb::capsule jdata, nb::capsule joffsets) {
+  return JaggedTensor(tensor_from_capsule(jdata), tensor_from_capsule(joffsets));
+}
+
+nb::object jagged_to_capsules(const JaggedTensor& j) {
+  return nb::make_tuple(to_capsule(j.jdata()), to_capsule(j.joffsets()));
+}
+
+}  // namespace
+
+void bind_grid(nb::module_& m) {
+  nb::class_<GridBatch>(m, "GridBatch")
+      .def_static(
+          "from_ijk",
+          [](nb::capsule jdata, nb::capsule joffsets, std::vector<Vec3d> voxel_sizes,
+             std::vector<Vec3d> origins) {
+            return GridBatch::from_ijk(jagged_from_capsules(jdata, joffsets), voxel_sizes, origins);
+          },
+          nb::arg("jdata"), nb::arg("joffsets"), nb::arg("voxel_sizes"), nb::arg("origins"))
+      .def_prop_ro("num_grids", &GridBatch::num_grids)
+      .def_prop_ro("total_voxels", &GridBatch::total_voxels)
+      .def("num_voxels", &GridBatch::num_voxels, nb::arg("grid"))
+      .def_prop_ro("num_upper_nodes", &GridBatch::num_upper_nodes)
+      .def_prop_ro("num_lower_nodes", &GridBatch::num_lower_nodes)
+      .def_prop_ro("num_leaves", &GridBatch::num_leaves)
+      .def_prop_ro("tree_bytes", &GridBatch::tree_bytes)
+      .def_prop_ro("voxel_sizes", &GridBatch::voxel_sizes)
+      .def_prop_ro("origins", &GridBatch::origins)
+      .def("voxel_offsets", [](const GridBatch& g) { return to_capsule(g.voxel_offsets()); })
+      .def("ijk", [](const GridBatch& g) { return jagged_to_capsules(g.ijk()); })
+      .def(
+          "ijk_to_index",
+          [](const GridBatch& g, nb::capsule jdata, nb::capsule joffsets) {
+            return to_capsule(g.ijk_to_index(jagged_from_capsules(jdata, joffsets)));
+          },
+          nb::arg("jdata"), nb::arg("joffsets"));
+}
+
+}  // namespace tilegrid::python
