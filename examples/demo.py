@@ -75,6 +75,17 @@ def demo_jagged_tensor(device: torch.device) -> list[tuple]:
     return [("JaggedTensor.jidx", f"{j.jdata.shape[0]} rows, 64 tensors", err, median_ms(fresh_jidx, device))]
 
 
+def demo_attention(device: torch.device) -> list[tuple]:
+    # The CPU reference so far (the Hopper kernel is the attention pillar's next step).
+    cpu = torch.device("cpu")
+    q, k, v = (torch.randn(1, 512, 4, 64, dtype=torch.bfloat16) for _ in range(3))
+    out = tg.flash_attn_func(q, k, v, causal=True)
+    q64, k64, v64 = (t.double().transpose(1, 2) for t in (q, k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, is_causal=True)
+    ms = median_ms(lambda: tg.flash_attn_func(q, k, v, causal=True), cpu, repeats=3)
+    return [("flash_attn_func (causal)", "[1, 512, 4, 64] bf16", rel_err(out, ref.transpose(1, 2)), ms)]
+
+
 def demo_grid_batch(device: torch.device) -> list[tuple]:
     # Grids are built and queried on the CPU so far (the CUDA build is the next step).
     cpu = torch.device("cpu")
@@ -98,13 +109,13 @@ def main() -> None:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"tilegrid {tg.__version__} demo on {device} ({where}); CUDA kernels built: {tg.with_cuda}")
     rows = demo_rms_norm(device) + demo_jagged_tensor(device)
-    grid_rows = demo_grid_batch(device)
+    cpu_rows = demo_attention(device) + demo_grid_batch(device)
     print(f"{'operator':28} {'problem':28} {'device':8} {'error':>10} {'time ms':>9}")
     for op, problem, err, ms in rows:
         print(f"{op:28} {problem:28} {str(device):8} {err:10.2e} {ms:9.3f}")
-    for op, problem, err, ms in grid_rows:
+    for op, problem, err, ms in cpu_rows:
         print(f"{op:28} {problem:28} {'cpu':8} {err:10.2e} {ms:9.3f}")
-    print("error: norm-wise relative error against float64 torch (rms_norm); "
+    print("error: norm-wise relative error against float64 torch (rms_norm, attention); "
           "wrong entries (jidx, grid lookups of every active voxel)")
 
 

@@ -27,6 +27,7 @@ Tensor tensor_from_capsule(nb::capsule capsule);
 nb::object to_capsule(const Tensor& tensor);
 
 void bind_core(nb::module_& m);
+void bind_attention(nb::module_& m);
 void bind_fusion(nb::module_& m);
 void bind_grid(nb::module_& m);
 

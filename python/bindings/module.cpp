@@ -26,6 +26,7 @@ NB_MODULE(_C, m) {
   m.attr("with_cuda") = false;
 #endif
   tilegrid::python::bind_core(m);
+  tilegrid::python::bind_attention(m);
   tilegrid::python::bind_fusion(m);
   tilegrid::python::bind_grid(m);
 }

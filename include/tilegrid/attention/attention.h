@@ -1,0 +1,42 @@
+#pragma once
+// Exact attention, O = softmax(scale * Q K^T + mask) V, with FlashAttention's conventions:
+// tensors are (batch, seqlen, heads, head_dim) or, for variable-length batches,
+// (total_tokens, heads, head_dim) with cumulative sequence offsets; heads of q are a multiple
+// of heads of k/v (GQA/MQA); causal masks align the last query with the last key (bottom
+// right) when seqlen_q != seqlen_k; windows are (left, right) in keys around that diagonal;
+// softcap applies softcap * tanh(s / softcap) to the scaled scores. A query that sees no key
+// gets output 0 and log-sum-exp -inf.
+//
+// Today: the CPU reference (float32 math, float64 sums). The Hopper kernel is the attention
+// issue's work; on CUDA tensors these entry points raise an error that says so.
+#include <cstdint>
+#include <optional>
+
+#include "tilegrid/core/tensor_view.h"
+
+namespace tilegrid::attention {
+
+struct Params {
+  double softmax_scale = 0;   // 0: 1 / sqrt(head_dim)
+  bool causal = false;        // same as window_right = 0
+  int64_t window_left = -1;   // keys allowed before the diagonal; -1: all
+  int64_t window_right = -1;  // keys allowed after the diagonal; -1: all
+  double softcap = 0;         // 0: off
+};
+
+// q [b, sq, hq, d], k and v [b, sk, hk, d] (float16, bfloat16 or float32; one dtype), last
+// dimension contiguous; d in {64, 96, 128, 192, 256}. out: like q, contiguous. lse (optional):
+// float32 [b, hq, sq], natural-log log-sum-exp of each query's scaled scores.
+void forward(const TensorView& q, const TensorView& k, const TensorView& v, const Params& params,
+             const TensorView& out, const std::optional<TensorView>& lse, Stream stream = {});
+
+// q [total_q, hq, d], k and v [total_k, hk, d]; cu_seqlens_q / cu_seqlens_k int32 [b+1]
+// (from 0, non-decreasing, ending at total_q / total_k; zero-length sequences allowed);
+// max_seqlen_q / max_seqlen_k at least the longest sequence. lse: float32 [hq, total_q].
+void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
+                    const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
+                    int64_t max_seqlen_q, int64_t max_seqlen_k, const Params& params,
+                    const TensorView& out, const std::optional<TensorView>& lse,
+                    Stream stream = {});
+
+}  // namespace tilegrid::attention

@@ -1,0 +1,54 @@
+// Attention-pillar bindings. Outputs (out, lse) are allocated by the caller (torch).
+#include <nanobind/stl/optional.h>
+
+#include "convert.h"
+#include "tilegrid/attention/attention.h"
+
+namespace tilegrid::python {
+
+namespace {
+attention::Params params_of(double softmax_scale, bool causal, int64_t window_left,
+                            int64_t window_right, double softcap) {
+  attention::Params p;
+  p.softmax_scale = softmax_scale;
+  p.causal = causal;
+  p.window_left = window_left;
+  p.window_right = window_right;
+  p.softcap = softcap;
+  return p;
+}
+}  // namespace
+
+void bind_attention(nb::module_& m) {
+  m.def(
+      "flash_attn_forward",
+      [](nb::ndarray<> q, nb::ndarray<> k, nb::ndarray<> v, double softmax_scale, bool causal,
+         int64_t window_left, int64_t window_right, double softcap, nb::ndarray<> out,
+         std::optional<nb::ndarray<>> lse, uintptr_t stream) {
+        attention::forward(as_view(q), as_view(k), as_view(v),
+                           params_of(softmax_scale, causal, window_left, window_right, softcap),
+                           as_view(out), as_view(lse), as_stream(stream));
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("softmax_scale"), nb::arg("causal"),
+      nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("out"),
+      nb::arg("lse").none(), nb::arg("stream") = 0);
+
+  m.def(
+      "flash_attn_varlen_forward",
+      [](nb::ndarray<> q, nb::ndarray<> k, nb::ndarray<> v, nb::ndarray<> cu_seqlens_q,
+         nb::ndarray<> cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+         double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+         double softcap, nb::ndarray<> out, std::optional<nb::ndarray<>> lse, uintptr_t stream) {
+        attention::forward_varlen(
+            as_view(q), as_view(k), as_view(v), as_view(cu_seqlens_q), as_view(cu_seqlens_k),
+            max_seqlen_q, max_seqlen_k,
+            params_of(softmax_scale, causal, window_left, window_right, softcap), as_view(out),
+            as_view(lse), as_stream(stream));
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"), nb::arg("cu_seqlens_k"),
+      nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("softmax_scale"), nb::arg("causal"),
+      nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("out"),
+      nb::arg("lse").none(), nb::arg("stream") = 0);
+}
+
+}  // namespace tilegrid::python

@@ -1,0 +1,97 @@
+// CPU attention: the reference every attention kernel is tested against. Scores and
+// probabilities in float32 as a kernel computes them; the softmax sum and the output
+// accumulation in float64 so that the reference's own rounding stays far below the kernels'.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention/attention_problem.h"
+#include "tilegrid/core/half_convert.h"
+
+namespace tilegrid::attention {
+namespace {
+
+float load(DType dtype, const void* base, int64_t i) {
+  switch (dtype) {
+    case DType::Float32:
+      return static_cast<const float*>(base)[i];
+    case DType::Float16:
+      return float16_to_float(static_cast<const uint16_t*>(base)[i]);
+    default:
+      return bfloat16_to_float(static_cast<const uint16_t*>(base)[i]);
+  }
+}
+
+void store(DType dtype, void* base, int64_t i, float v) {
+  switch (dtype) {
+    case DType::Float32:
+      static_cast<float*>(base)[i] = v;
+      break;
+    case DType::Float16:
+      static_cast<uint16_t*>(base)[i] = float_to_float16(v);
+      break;
+    default:
+      static_cast<uint16_t*>(base)[i] = float_to_bfloat16(v);
+      break;
+  }
+}
+
+int64_t offset(const Operand& o, int64_t b, int64_t token, int64_t head) {
+  return b * o.batch_stride + token * o.token_stride + head * o.head_stride;
+}
+
+}  // namespace
+
+void forward_cpu(const Problem& p) {
+  const int64_t group = p.heads_q / p.heads_kv, d = p.head_dim;
+  std::vector<float> scores, q_row(size_t(d), 0.f);
+  std::vector<double> acc(static_cast<size_t>(d));
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t sq = p.q_len[b], sk = p.k_len[b];
+    scores.resize(size_t(sk));
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      const int64_t hk = h / group;
+      for (int64_t i = 0; i < sq; ++i) {
+        // Keys visible to query i: the diagonal is key i + sk - sq (bottom-right aligned).
+        const int64_t diagonal = i + sk - sq;
+        int64_t lo = 0, hi = sk - 1;
+        if (p.window_left >= 0) lo = std::max<int64_t>(lo, diagonal - p.window_left);
+        if (p.window_right >= 0) hi = std::min<int64_t>(hi, diagonal + p.window_right);
+
+        const int64_t qo = offset(p.q, b, p.q_start[b] + i, h);
+        for (int64_t c = 0; c < d; ++c) q_row[size_t(c)] = load(p.dtype, p.q.data, qo + c);
+        float row_max = -std::numeric_limits<float>::infinity();
+        for (int64_t j = lo; j <= hi; ++j) {
+          const int64_t ko = offset(p.k, b, p.k_start[b] + j, hk);
+          float dot = 0.f;
+          for (int64_t c = 0; c < d; ++c) dot += q_row[size_t(c)] * load(p.dtype, p.k.data, ko + c);
+          float s = dot * p.scale;
+          if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
+          scores[size_t(j)] = s;
+          row_max = std::max(row_max, s);
+        }
+
+        double sum = 0;
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t j = lo; j <= hi; ++j) {
+          const float prob = std::exp(scores[size_t(j)] - row_max);
+          sum += prob;
+          const int64_t vo = offset(p.v, b, p.k_start[b] + j, hk);
+          for (int64_t c = 0; c < d; ++c)
+            acc[size_t(c)] += double(prob) * load(p.dtype, p.v.data, vo + c);
+        }
+        const int64_t oo = offset(p.out, b, p.q_start[b] + i, h);
+        for (int64_t c = 0; c < d; ++c)
+          store(p.dtype, p.out.data, oo + c, sum > 0 ? float(acc[size_t(c)] / sum) : 0.f);
+        if (p.lse) {
+          const float lse =
+              sum > 0 ? float(row_max + std::log(sum)) : -std::numeric_limits<float>::infinity();
+          p.lse[b * p.lse_batch_stride + h * p.lse_head_stride +
+                (p.q_start[b] + i) * p.lse_token_stride] = lse;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tilegrid::attention

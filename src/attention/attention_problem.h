@@ -1,0 +1,30 @@
+#pragma once
+// An attention problem after validation, shared by the back ends (internal). Sequence b's
+// queries are rows q_start[b] .. q_start[b] + q_len[b] of the token dimension (dense inputs:
+// batch b's block), likewise for keys.
+#include <cstdint>
+#include <vector>
+
+#include "tilegrid/core/dtype.h"
+
+namespace tilegrid::attention {
+
+struct Operand {
+  void* data = nullptr;
+  int64_t batch_stride = 0, token_stride = 0, head_stride = 0;  // elements
+};
+
+struct Problem {
+  DType dtype = DType::BFloat16;
+  int64_t batch = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+  std::vector<int64_t> q_start, q_len, k_start, k_len;  // per sequence
+  Operand q, k, v, out;
+  float* lse = nullptr;  // [hq, token] strides below, or null
+  int64_t lse_head_stride = 0, lse_token_stride = 0, lse_batch_stride = 0;
+  float scale = 0, softcap = 0;
+  int64_t window_left = -1, window_right = -1;
+};
+
+void forward_cpu(const Problem& p);
+
+}  // namespace tilegrid::attention
