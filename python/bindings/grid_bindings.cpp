@@ -6,6 +6,7 @@
 
 #include "convert.h"
 #include "tilegrid/grid/grid_batch.h"
+#include "tilegrid/grid/sampling.h"
 
 namespace tilegrid::python {
 
@@ -33,6 +34,24 @@ void bind_grid(nb::module_& m) {
             return GridBatch::from_ijk(jagged_from_capsules(jdata, joffsets), voxel_sizes, origins);
           },
           nb::arg("jdata"), nb::arg("joffsets"), nb::arg("voxel_sizes"), nb::arg("origins"))
+      .def_static(
+          "from_points",
+          [](nb::capsule jdata, nb::capsule joffsets, std::vector<Vec3d> voxel_sizes,
+             std::vector<Vec3d> origins) {
+            return GridBatch::from_points(jagged_from_capsules(jdata, joffsets), voxel_sizes,
+                                          origins);
+          },
+          nb::arg("jdata"), nb::arg("joffsets"), nb::arg("voxel_sizes"), nb::arg("origins"))
+      .def_static(
+          "from_nearest_voxels_to_points",
+          [](nb::capsule jdata, nb::capsule joffsets, std::vector<Vec3d> voxel_sizes,
+             std::vector<Vec3d> origins) {
+            return GridBatch::from_nearest_voxels_to_points(jagged_from_capsules(jdata, joffsets),
+                                                            voxel_sizes, origins);
+          },
+          nb::arg("jdata"), nb::arg("joffsets"), nb::arg("voxel_sizes"), nb::arg("origins"))
+      .def_static("from_dense", &GridBatch::from_dense, nb::arg("num_grids"), nb::arg("size"),
+                  nb::arg("ijk_min"), nb::arg("voxel_sizes"), nb::arg("origins"))
       .def_prop_ro("num_grids", &GridBatch::num_grids)
       .def_prop_ro("total_voxels", &GridBatch::total_voxels)
       .def("num_voxels", &GridBatch::num_voxels, nb::arg("grid"))
@@ -50,6 +69,33 @@ void bind_grid(nb::module_& m) {
             return to_capsule(g.ijk_to_index(jagged_from_capsules(jdata, joffsets)));
           },
           nb::arg("jdata"), nb::arg("joffsets"));
+
+  m.def(
+      "grid_sample_trilinear",
+      [](const GridBatch& g, nb::capsule jdata, nb::capsule joffsets, nb::ndarray<> features,
+         nb::ndarray<> out) {
+        grid::sample_trilinear(g, jagged_from_capsules(jdata, joffsets), as_view(features),
+                               as_view(out));
+      },
+      nb::arg("grid"), nb::arg("jdata"), nb::arg("joffsets"), nb::arg("features"), nb::arg("out"));
+  m.def(
+      "grid_sample_trilinear_backward_points",
+      [](const GridBatch& g, nb::capsule jdata, nb::capsule joffsets, nb::ndarray<> features,
+         nb::ndarray<> grad_out, nb::ndarray<> grad_points) {
+        grid::sample_trilinear_backward_points(g, jagged_from_capsules(jdata, joffsets),
+                                               as_view(features), as_view(grad_out),
+                                               as_view(grad_points));
+      },
+      nb::arg("grid"), nb::arg("jdata"), nb::arg("joffsets"), nb::arg("features"),
+      nb::arg("grad_out"), nb::arg("grad_points"));
+  m.def(
+      "grid_splat_trilinear",
+      [](const GridBatch& g, nb::capsule jdata, nb::capsule joffsets, nb::ndarray<> values,
+         nb::ndarray<> out) {
+        grid::splat_trilinear(g, jagged_from_capsules(jdata, joffsets), as_view(values),
+                              as_view(out));
+      },
+      nb::arg("grid"), nb::arg("jdata"), nb::arg("joffsets"), nb::arg("values"), nb::arg("out"));
 }
 
 }  // namespace tilegrid::python

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 import torch
 
 from . import _C
+from .grid_sampling import SampleTrilinear, SplatTrilinear
 from .jagged_tensor import JaggedTensor
 
 
@@ -28,8 +29,15 @@ def _per_grid(values, n: int, name: str) -> list:
     return t.tolist()
 
 
+def _jagged_arg(op: str, name: str, value) -> JaggedTensor:
+    if not isinstance(value, JaggedTensor):
+        raise TypeError(f"GridBatch.{op}: {name} must be a JaggedTensor, got {type(value).__name__}")
+    return value
+
+
 def _capsules(j: JaggedTensor):
-    return j.jdata.contiguous().__dlpack__(), j.joffsets.contiguous().__dlpack__()
+    # detach: DLPack refuses tensors that require grad (nothing here is differentiable).
+    return j.jdata.detach().contiguous().__dlpack__(), j.joffsets.contiguous().__dlpack__()
 
 
 def _jagged(capsules) -> JaggedTensor:
@@ -56,6 +64,38 @@ class GridBatch:
         jdata, joffsets = _capsules(ijk)
         impl = _C.GridBatch.from_ijk(
             jdata, joffsets, _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins")
+        )
+        return cls(impl)
+
+    @classmethod
+    def from_points(cls, points: JaggedTensor, voxel_sizes, origins: Optional[Sequence] = None) -> "GridBatch":
+        """The voxels that contain the points: ijk = round((p - origin) / voxel_size)."""
+        n = _jagged_arg("from_points", "points", points).num_tensors
+        impl = _C.GridBatch.from_points(
+            *_capsules(points), _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins")
+        )
+        return cls(impl)
+
+    @classmethod
+    def from_nearest_voxels_to_points(
+        cls, points: JaggedTensor, voxel_sizes, origins: Optional[Sequence] = None
+    ) -> "GridBatch":
+        """The 8 voxels around each point (the cell that trilinear sampling reads)."""
+        n = _jagged_arg("from_nearest_voxels_to_points", "points", points).num_tensors
+        impl = _C.GridBatch.from_nearest_voxels_to_points(
+            *_capsules(points), _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins")
+        )
+        return cls(impl)
+
+    @classmethod
+    def from_dense(
+        cls, num_grids: int, dense_dims: Sequence[int], ijk_min: Sequence[int] = (0, 0, 0),
+        voxel_sizes: Optional[Sequence] = None, origins: Optional[Sequence] = None,
+    ) -> "GridBatch":
+        """Every voxel of the box [ijk_min, ijk_min + dense_dims) in each of num_grids grids."""
+        impl = _C.GridBatch.from_dense(
+            int(num_grids), [int(d) for d in dense_dims], [int(d) for d in ijk_min],
+            _per_grid(voxel_sizes, num_grids, "voxel_sizes"), _per_grid(origins, num_grids, "origins"),
         )
         return cls(impl)
 
@@ -102,6 +142,49 @@ class GridBatch:
             raise TypeError(f"GridBatch.ijk_to_index: ijk must be a JaggedTensor, got {type(ijk).__name__}")
         index = torch.from_dlpack(self._impl.ijk_to_index(*_capsules(ijk)))
         return ijk.jagged_like(index)
+
+    def world_to_voxel(self, points: JaggedTensor) -> JaggedTensor:
+        """Continuous voxel coordinates of world points (voxel centres at integers)."""
+        b = points.jidx.long()
+        sizes, origins = (t.to(points.jdata) for t in (self.voxel_sizes, self.origins))
+        return points.jagged_like((points.jdata - origins[b]) / sizes[b])
+
+    def voxel_to_world(self, ijk: JaggedTensor) -> JaggedTensor:
+        """World positions of (continuous) voxel coordinates."""
+        b = ijk.jidx.long()
+        data = ijk.jdata.to(torch.float64) if not ijk.jdata.is_floating_point() else ijk.jdata
+        sizes, origins = (t.to(data) for t in (self.voxel_sizes, self.origins))
+        return ijk.jagged_like(origins[b] + sizes[b] * data)
+
+    def sample_trilinear(self, points: JaggedTensor, features) -> JaggedTensor:
+        """Features (a [total_voxels, ...] tensor or JaggedTensor) trilinearly interpolated at
+        the points; voxels that are not active count as zero. Differentiable in the features
+        and in the points (same float dtype for both: float32 or float64)."""
+        _jagged_arg("sample_trilinear", "points", points)
+        data = features.jdata if isinstance(features, JaggedTensor) else features
+        if data.shape[0] != self.total_voxels:
+            raise ValueError(
+                f"sample_trilinear: features must have {self.total_voxels} rows (one per voxel), "
+                f"got shape {list(data.shape)}"
+            )
+        flat = data.reshape(data.shape[0], -1)
+        out = SampleTrilinear.apply(self._impl, points.jdata, points.joffsets, flat)
+        return points.jagged_like(out.reshape(points.jdata.shape[0], *data.shape[1:]))
+
+    def splat_trilinear(self, points: JaggedTensor, values: JaggedTensor) -> JaggedTensor:
+        """Point values ([N, ...], jagged like points) spread over the 8 voxels around each
+        point with trilinear weights; returns voxel features [total_voxels, ...].
+        Differentiable in the values."""
+        _jagged_arg("splat_trilinear", "points", points)
+        data = values.jdata if isinstance(values, JaggedTensor) else values
+        if data.shape[0] != points.jdata.shape[0]:
+            raise ValueError(
+                f"splat_trilinear: values must have one row per point ({points.jdata.shape[0]}), "
+                f"got shape {list(data.shape)}"
+            )
+        flat = data.reshape(data.shape[0], -1)
+        out = SplatTrilinear.apply(self._impl, self.total_voxels, points.jdata, points.joffsets, flat)
+        return JaggedTensor.from_data_and_offsets(out.reshape(-1, *data.shape[1:]), self.voxel_offsets)
 
     def __repr__(self) -> str:
         return (

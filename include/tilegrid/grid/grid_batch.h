@@ -11,6 +11,7 @@
 
 #include "tilegrid/core/jagged_tensor.h"
 #include "tilegrid/grid/index_tree.h"
+#include "tilegrid/grid/transform.h"
 
 namespace tilegrid::grid {
 
@@ -24,7 +25,23 @@ class GridBatch {
   static GridBatch from_ijk(const JaggedTensor& ijk, const std::vector<Vec3d>& voxel_sizes = {},
                             const std::vector<Vec3d>& origins = {});
 
+  // The voxels that contain world points (float32 or float64 [N, 3], jagged over the batch;
+  // NaN or coordinates beyond the int32 range are errors): ijk = round((p - origin) / size).
+  static GridBatch from_points(const JaggedTensor& points, const std::vector<Vec3d>& voxel_sizes,
+                               const std::vector<Vec3d>& origins = {});
+  // The 8 voxels around each point (the cell trilinear sampling reads):
+  // floor((p - origin) / size) + {0, 1}^3.
+  static GridBatch from_nearest_voxels_to_points(const JaggedTensor& points,
+                                                 const std::vector<Vec3d>& voxel_sizes,
+                                                 const std::vector<Vec3d>& origins = {});
+  // Every voxel of the box [ijk_min, ijk_min + size) in each of `num_grids` grids.
+  static GridBatch from_dense(int64_t num_grids, const std::array<int32_t, 3>& size,
+                              const std::array<int32_t, 3>& ijk_min = {0, 0, 0},
+                              const std::vector<Vec3d>& voxel_sizes = {},
+                              const std::vector<Vec3d>& origins = {});
+
   int64_t num_grids() const { return int64_t(voxel_sizes_.size()); }
+  VoxelTransform transform(int64_t grid) const;
   int64_t total_voxels() const { return voxel_counts_total_; }
   int64_t num_voxels(int64_t grid) const;
   Device device() const { return device_; }
