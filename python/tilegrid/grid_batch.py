@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 import torch
 
 from . import _C
+from . import grid_derived
 from .grid_sampling import SampleTrilinear, SplatTrilinear
 from .jagged_tensor import JaggedTensor
 
@@ -185,6 +186,48 @@ class GridBatch:
         flat = data.reshape(data.shape[0], -1)
         out = SplatTrilinear.apply(self._impl, self.total_voxels, points.jdata, points.joffsets, flat)
         return JaggedTensor.from_data_and_offsets(out.reshape(-1, *data.shape[1:]), self.voxel_offsets)
+
+    def coarsened_grid(self, factor) -> "GridBatch":
+        """Voxels of factor^3 blocks merged (voxel size x factor, centred on the block)."""
+        return grid_derived.coarsened(self, factor)
+
+    def refined_grid(self, factor) -> "GridBatch":
+        """Each voxel split into factor^3 (voxel size / factor)."""
+        return grid_derived.refined(self, factor)
+
+    def dual_grid(self) -> "GridBatch":
+        """Voxels at the corners of this grid's voxels."""
+        return grid_derived.dual(self)
+
+    def dilated_grid(self, n: int) -> "GridBatch":
+        """Every voxel within n (in each axis) of an active voxel."""
+        return grid_derived.dilated(self, n)
+
+    def pruned_grid(self, mask) -> "GridBatch":
+        """Only the voxels where mask (bool [total_voxels]) is true."""
+        return grid_derived.pruned(self, mask)
+
+    def coarsen_features(self, coarse_grid: "GridBatch", features, factor, reduce: str = "mean"):
+        """This grid's features pooled into `coarse_grid` (this grid coarsened by factor)."""
+        return grid_derived.coarsen_features(self, coarse_grid, features, factor, reduce)
+
+    def refine_features(self, fine_grid: "GridBatch", features, factor):
+        """This grid's features copied to `fine_grid` (this grid refined by factor)."""
+        return grid_derived.refine_features(self, fine_grid, features, factor)
+
+    def points_in_grid(self, points: JaggedTensor) -> JaggedTensor:
+        """Whether the voxel containing each point is active (bool)."""
+        u = self.world_to_voxel(_jagged_arg("points_in_grid", "points", points))
+        ijk = u.jagged_like(torch.round(u.jdata).to(torch.int32))
+        return points.jagged_like(self.ijk_to_index(ijk).jdata >= 0)
+
+    def bbox(self) -> torch.Tensor:
+        """int32 [B, 2, 3]: min and max active ijk per grid (zeros for an empty grid)."""
+        out = torch.zeros(self.num_grids, 2, 3, dtype=torch.int32)
+        for b, ijk in enumerate(self.ijk().unbind()):
+            if ijk.shape[0]:
+                out[b, 0], out[b, 1] = ijk.min(0).values, ijk.max(0).values
+        return out
 
     def __repr__(self) -> str:
         return (
