@@ -11,7 +11,7 @@ import torch  # noqa: F401  (tensors cross into the C++ module through DLPack)
 from . import _C, nn
 from ._torch import install_torch_allocator, uninstall_torch_allocator
 from .flash_attn import flash_attn_func, flash_attn_varlen_func
-from .grid_batch import GridBatch
+from .grid_batch import GridBatch, jcat
 from .jagged_tensor import JaggedTensor
 from .rms_norm import rms_norm
 
@@ -29,6 +29,7 @@ __all__ = [
     "flash_attn_func",
     "flash_attn_varlen_func",
     "install_torch_allocator",
+    "jcat",
     "nn",
     "rms_norm",
     "uninstall_torch_allocator",

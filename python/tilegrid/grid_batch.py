@@ -30,6 +30,16 @@ def _per_grid(values, n: int, name: str) -> list:
     return t.tolist()
 
 
+def jcat(grids: Sequence["GridBatch"]) -> "GridBatch":
+    """One batch holding the grids of several batches, in order (feature rows in order too)."""
+    if not grids:
+        raise ValueError("jcat: expected at least one GridBatch")
+    parts = [t for g in grids for t in g.ijk().unbind()]
+    sizes = torch.cat([g.voxel_sizes for g in grids]).tolist()
+    origins = torch.cat([g.origins for g in grids]).tolist()
+    return GridBatch.from_ijk(JaggedTensor(parts), voxel_sizes=sizes, origins=origins)
+
+
 def _jagged_arg(op: str, name: str, value) -> JaggedTensor:
     if not isinstance(value, JaggedTensor):
         raise TypeError(f"GridBatch.{op}: {name} must be a JaggedTensor, got {type(value).__name__}")
@@ -228,6 +238,40 @@ class GridBatch:
             if ijk.shape[0]:
                 out[b, 0], out[b, 1] = ijk.min(0).values, ijk.max(0).values
         return out
+
+    def inject_to_dense(self, features, min_coord=None, size=None) -> torch.Tensor:
+        """Voxel features ([total_voxels, ...]) written into dense volumes
+        [B, size_i, size_j, size_k, ...] covering [min_coord, min_coord + size) per grid
+        (default: the batch's bounding box); zeros elsewhere. Differentiable."""
+        data = features.jdata if isinstance(features, JaggedTensor) else features
+        lo, size = self._dense_box(min_coord, size)
+        ijk = self.ijk()
+        local = ijk.jdata.long() - lo
+        b = ijk.jidx.long()
+        inside = ((local >= 0) & (local < size)).all(1)
+        out = data.new_zeros(self.num_grids, *size.tolist(), *data.shape[1:])
+        li = local[inside]
+        return out.index_put((b[inside], li[:, 0], li[:, 1], li[:, 2]), data[inside])
+
+    def inject_from_dense(self, dense: torch.Tensor, min_coord=None) -> torch.Tensor:
+        """Voxel features read from dense volumes [B, size_i, size_j, size_k, ...] whose
+        voxel (0, 0, 0) is min_coord (default: the batch's bounding-box minimum); voxels
+        outside the volume get zeros. Differentiable."""
+        size = torch.tensor(dense.shape[1:4])
+        lo, size = self._dense_box(min_coord, size)
+        ijk = self.ijk()
+        local = ijk.jdata.long() - lo
+        inside = ((local >= 0) & (local < size)).all(1)
+        out = dense.new_zeros(self.total_voxels, *dense.shape[4:])
+        li, b = local[inside], ijk.jidx.long()[inside]
+        return out.index_put((inside.nonzero().flatten(),), dense[b, li[:, 0], li[:, 1], li[:, 2]])
+
+    def _dense_box(self, min_coord, size):
+        box = self.bbox()
+        lo = box[:, 0].min(0).values.long() if min_coord is None else torch.as_tensor(min_coord).long()
+        if size is None:
+            size = box[:, 1].max(0).values.long() - lo + 1
+        return lo, torch.as_tensor(size).long()
 
     def __repr__(self) -> str:
         return (

@@ -75,3 +75,22 @@ def test_bad_factors():
         grid.coarsened_grid(0)
     with pytest.raises(ValueError, match="mask must be bool"):
         grid.pruned_grid(torch.ones(3))
+
+
+def test_dense_injection_round_trip():
+    grid = random_grid(200, 5)
+    features = torch.randn(grid.total_voxels, 2, requires_grad=True)
+    dense = grid.inject_to_dense(features)
+    assert dense.shape[0] == 2 and dense.shape[-1] == 2
+    back = grid.inject_from_dense(dense)
+    torch.testing.assert_close(back, features)
+    back.sum().backward()
+    torch.testing.assert_close(features.grad, torch.ones_like(features))
+
+
+def test_jcat_keeps_grids_and_row_order():
+    a, b = random_grid(50, 10, 2), random_grid(60, 10, 1)
+    both = tg.jcat([a, b])
+    assert both.num_grids == 3
+    assert torch.equal(both.ijk().jdata, torch.cat([a.ijk().jdata, b.ijk().jdata]))
+    torch.testing.assert_close(both.voxel_sizes, torch.cat([a.voxel_sizes, b.voxel_sizes]))
