@@ -50,6 +50,16 @@ void bind_grid(nb::module_& m) {
                                                             voxel_sizes, origins);
           },
           nb::arg("jdata"), nb::arg("joffsets"), nb::arg("voxel_sizes"), nb::arg("origins"))
+      .def_static(
+          "from_mesh",
+          [](nb::capsule vdata, nb::capsule voffsets, nb::capsule fdata, nb::capsule foffsets,
+             std::vector<Vec3d> voxel_sizes, std::vector<Vec3d> origins) {
+            return GridBatch::from_mesh(jagged_from_capsules(vdata, voffsets),
+                                        jagged_from_capsules(fdata, foffsets), voxel_sizes,
+                                        origins);
+          },
+          nb::arg("vertices"), nb::arg("vertex_offsets"), nb::arg("faces"), nb::arg("face_offsets"),
+          nb::arg("voxel_sizes"), nb::arg("origins"))
       .def_static("from_dense", &GridBatch::from_dense, nb::arg("num_grids"), nb::arg("size"),
                   nb::arg("ijk_min"), nb::arg("voxel_sizes"), nb::arg("origins"))
       .def_prop_ro("num_grids", &GridBatch::num_grids)

@@ -99,6 +99,20 @@ class GridBatch:
         return cls(impl)
 
     @classmethod
+    def from_mesh(
+        cls, vertices: JaggedTensor, faces: JaggedTensor, voxel_sizes, origins: Optional[Sequence] = None
+    ) -> "GridBatch":
+        """The voxels whose cubes intersect the triangles of each mesh (faces index the
+        mesh's own vertices)."""
+        n = _jagged_arg("from_mesh", "vertices", vertices).num_tensors
+        _jagged_arg("from_mesh", "faces", faces)
+        impl = _C.GridBatch.from_mesh(
+            *_capsules(vertices), *_capsules(faces),
+            _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins"),
+        )
+        return cls(impl)
+
+    @classmethod
     def from_dense(
         cls, num_grids: int, dense_dims: Sequence[int], ijk_min: Sequence[int] = (0, 0, 0),
         voxel_sizes: Optional[Sequence] = None, origins: Optional[Sequence] = None,

@@ -34,6 +34,12 @@ class GridBatch {
   static GridBatch from_nearest_voxels_to_points(const JaggedTensor& points,
                                                  const std::vector<Vec3d>& voxel_sizes,
                                                  const std::vector<Vec3d>& origins = {});
+  // The voxels whose cubes intersect a triangle of each grid's mesh: vertices float32/float64
+  // [V, 3] (world units) and faces int32/int64 [F, 3] (vertex indices within the grid's own
+  // vertices), each jagged over the batch.
+  static GridBatch from_mesh(const JaggedTensor& vertices, const JaggedTensor& faces,
+                             const std::vector<Vec3d>& voxel_sizes,
+                             const std::vector<Vec3d>& origins = {});
   // Every voxel of the box [ijk_min, ijk_min + size) in each of `num_grids` grids.
   static GridBatch from_dense(int64_t num_grids, const std::array<int32_t, 3>& size,
                               const std::array<int32_t, 3>& ijk_min = {0, 0, 0},
