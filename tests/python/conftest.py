@@ -12,8 +12,10 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, requires_cuda])]
 
 @pytest.fixture(autouse=True)
 def fresh_random_inputs():
-    """Each test draws fresh random inputs; the seed is printed on failure for replay."""
+    """Each test draws fresh random inputs. The seed goes to the captured output, which pytest
+    shows for a failing test, so the failure can be replayed with torch.manual_seed(seed)."""
     seed = torch.seed()
+    print(f"torch seed: {seed}")
     yield seed
 
 
