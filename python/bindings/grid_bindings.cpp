@@ -2,6 +2,7 @@
 // outputs leave as capsules; the Python class tilegrid.GridBatch wraps this one.
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "convert.h"
@@ -62,6 +63,14 @@ void bind_grid(nb::module_& m) {
           nb::arg("voxel_sizes"), nb::arg("origins"))
       .def_static("from_dense", &GridBatch::from_dense, nb::arg("num_grids"), nb::arg("size"),
                   nb::arg("ijk_min"), nb::arg("voxel_sizes"), nb::arg("origins"))
+      .def(
+          "to",
+          [](const GridBatch& g, const std::string& device_type, int index, uintptr_t stream) {
+            return g.to(device_type == "cuda" ? Device::cuda(index) : Device::cpu(),
+                        as_stream(stream));
+          },
+          nb::arg("device_type"), nb::arg("device_index") = 0, nb::arg("stream") = 0)
+      .def_prop_ro("device", [](const GridBatch& g) { return g.device().str(); })
       .def_prop_ro("num_grids", &GridBatch::num_grids)
       .def_prop_ro("total_voxels", &GridBatch::total_voxels)
       .def("num_voxels", &GridBatch::num_voxels, nb::arg("grid"))
@@ -72,40 +81,48 @@ void bind_grid(nb::module_& m) {
       .def_prop_ro("voxel_sizes", &GridBatch::voxel_sizes)
       .def_prop_ro("origins", &GridBatch::origins)
       .def("voxel_offsets", [](const GridBatch& g) { return to_capsule(g.voxel_offsets()); })
-      .def("ijk", [](const GridBatch& g) { return jagged_to_capsules(g.ijk()); })
+      .def(
+          "ijk",
+          [](const GridBatch& g, uintptr_t stream) {
+            return jagged_to_capsules(g.ijk(as_stream(stream)));
+          },
+          nb::arg("stream") = 0)
       .def(
           "ijk_to_index",
-          [](const GridBatch& g, nb::capsule jdata, nb::capsule joffsets) {
-            return to_capsule(g.ijk_to_index(jagged_from_capsules(jdata, joffsets)));
+          [](const GridBatch& g, nb::capsule jdata, nb::capsule joffsets, uintptr_t stream) {
+            return to_capsule(
+                g.ijk_to_index(jagged_from_capsules(jdata, joffsets), as_stream(stream)));
           },
-          nb::arg("jdata"), nb::arg("joffsets"));
+          nb::arg("jdata"), nb::arg("joffsets"), nb::arg("stream") = 0);
 
   m.def(
       "grid_sample_trilinear",
       [](const GridBatch& g, nb::capsule jdata, nb::capsule joffsets, nb::ndarray<> features,
-         nb::ndarray<> out) {
+         nb::ndarray<> out, uintptr_t stream) {
         grid::sample_trilinear(g, jagged_from_capsules(jdata, joffsets), as_view(features),
-                               as_view(out));
+                               as_view(out), as_stream(stream));
       },
-      nb::arg("grid"), nb::arg("jdata"), nb::arg("joffsets"), nb::arg("features"), nb::arg("out"));
+      nb::arg("grid"), nb::arg("jdata"), nb::arg("joffsets"), nb::arg("features"), nb::arg("out"),
+      nb::arg("stream") = 0);
   m.def(
       "grid_sample_trilinear_backward_points",
       [](const GridBatch& g, nb::capsule jdata, nb::capsule joffsets, nb::ndarray<> features,
-         nb::ndarray<> grad_out, nb::ndarray<> grad_points) {
+         nb::ndarray<> grad_out, nb::ndarray<> grad_points, uintptr_t stream) {
         grid::sample_trilinear_backward_points(g, jagged_from_capsules(jdata, joffsets),
                                                as_view(features), as_view(grad_out),
-                                               as_view(grad_points));
+                                               as_view(grad_points), as_stream(stream));
       },
       nb::arg("grid"), nb::arg("jdata"), nb::arg("joffsets"), nb::arg("features"),
-      nb::arg("grad_out"), nb::arg("grad_points"));
+      nb::arg("grad_out"), nb::arg("grad_points"), nb::arg("stream") = 0);
   m.def(
       "grid_splat_trilinear",
       [](const GridBatch& g, nb::capsule jdata, nb::capsule joffsets, nb::ndarray<> values,
-         nb::ndarray<> out) {
+         nb::ndarray<> out, uintptr_t stream) {
         grid::splat_trilinear(g, jagged_from_capsules(jdata, joffsets), as_view(values),
-                              as_view(out));
+                              as_view(out), as_stream(stream));
       },
-      nb::arg("grid"), nb::arg("jdata"), nb::arg("joffsets"), nb::arg("values"), nb::arg("out"));
+      nb::arg("grid"), nb::arg("jdata"), nb::arg("joffsets"), nb::arg("values"), nb::arg("out"),
+      nb::arg("stream") = 0);
 }
 
 }  // namespace tilegrid::python

@@ -4,7 +4,9 @@ Topology only: a grid maps each active voxel's integer coordinate (ijk) to a row
 feature tensor; grid b's rows are [voxel_offsets[b], voxel_offsets[b+1]). Rows are ordered
 per grid, leaf by leaf (docs in include/tilegrid/grid/index_tree.h).
 
-Built and queried on the CPU for now; CUDA inputs raise an error that says so.
+Built on the CPU for now (CUDA inputs to the constructors raise an error that says so); a built
+batch moves to a GPU with .to("cuda") / .cuda(), where lookups, ijk() and trilinear sampling
+and splatting run as CUDA kernels. Derived grids are built on the CPU.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from . import _C
 from . import grid_derived
+from ._torch import current_stream
 from .grid_sampling import SampleTrilinear, SplatTrilinear
 from .jagged_tensor import JaggedTensor
 
@@ -125,6 +128,27 @@ class GridBatch:
         return cls(impl)
 
     @property
+    def device(self) -> torch.device:
+        return torch.device(self._impl.device)
+
+    def to(self, device) -> "GridBatch":
+        """This batch with its tree on `device` (a copy)."""
+        device = torch.device(device)
+        if device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            stream = torch.cuda.current_stream(index).cuda_stream
+            return GridBatch(self._impl.to("cuda", index, stream))
+        if device.type != "cpu":
+            raise ValueError(f"GridBatch.to: expected a cpu or cuda device, got {device}")
+        return GridBatch(self._impl.to("cpu", 0, 0))
+
+    def cuda(self, index: Optional[int] = None) -> "GridBatch":
+        return self.to(torch.device("cuda", index) if index is not None else "cuda")
+
+    def cpu(self) -> "GridBatch":
+        return self.to("cpu")
+
+    @property
     def num_grids(self) -> int:
         return self._impl.num_grids
 
@@ -159,13 +183,14 @@ class GridBatch:
 
     def ijk(self) -> JaggedTensor:
         """Coordinates of the active voxels, in feature-row order (int32)."""
-        return _jagged(self._impl.ijk())
+        stream = torch.cuda.current_stream(self.device).cuda_stream if self.device.type == "cuda" else 0
+        return _jagged(self._impl.ijk(stream))
 
     def ijk_to_index(self, ijk: JaggedTensor) -> JaggedTensor:
         """Feature row of each coordinate (int64), -1 where the voxel is not active."""
         if not isinstance(ijk, JaggedTensor):
             raise TypeError(f"GridBatch.ijk_to_index: ijk must be a JaggedTensor, got {type(ijk).__name__}")
-        index = torch.from_dlpack(self._impl.ijk_to_index(*_capsules(ijk)))
+        index = torch.from_dlpack(self._impl.ijk_to_index(*_capsules(ijk), current_stream(ijk.jdata)))
         return ijk.jagged_like(index)
 
     def world_to_voxel(self, points: JaggedTensor) -> JaggedTensor:
@@ -290,5 +315,5 @@ class GridBatch:
     def __repr__(self) -> str:
         return (
             f"GridBatch(num_grids={self.num_grids}, total_voxels={self.total_voxels}, "
-            f"bytes_per_voxel={self.bytes_per_voxel:.2f})"
+            f"bytes_per_voxel={self.bytes_per_voxel:.2f}, device={self.device})"
         )

@@ -1,25 +1,16 @@
 #include "core/cuda_check.h"
 #include "core/jagged_cuda.h"
+#include "tilegrid/core/jagged_index.h"
 
 namespace tilegrid::cuda {
 namespace {
 
-// One thread per row: binary search for the last b with offsets[b] <= row. Empty tensors
-// (equal consecutive offsets) are skipped because the search takes the last such b.
+// One thread per row.
 __global__ void jagged_batch_index_kernel(const int64_t* __restrict__ offsets, int64_t num_tensors,
                                           int32_t* __restrict__ jidx, int64_t num_rows) {
   for (int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; row < num_rows;
-       row += int64_t(gridDim.x) * blockDim.x) {
-    int64_t lo = 0, hi = num_tensors - 1;
-    while (lo < hi) {
-      int64_t mid = (lo + hi + 1) / 2;
-      if (offsets[mid] <= row)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    jidx[row] = static_cast<int32_t>(lo);
-  }
+       row += int64_t(gridDim.x) * blockDim.x)
+    jidx[row] = static_cast<int32_t>(tensor_of_row(offsets, num_tensors, row));
 }
 
 }  // namespace

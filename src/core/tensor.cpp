@@ -1,6 +1,11 @@
 #include "tilegrid/core/tensor.h"
 
 #include <array>
+#include <cstring>
+
+#ifdef TILEGRID_WITH_CUDA
+#include "core/cuda_check.h"
+#endif
 
 namespace tilegrid {
 
@@ -31,6 +36,27 @@ Tensor Tensor::from_dlpack(dlpack::DLManagedTensor* managed) {
     if (self->deleter) self->deleter(self);
   });
   return Tensor(TensorView(data, dtype, device, shape, strides), std::move(owner));
+}
+
+Tensor Tensor::to(Device device, Stream stream) const {
+  TG_CHECK_VALUE(view_.is_contiguous(), "Tensor::to: the tensor must be contiguous, got shape ",
+                 view_.shape, " with strides ", view_.strides);
+  Tensor out = Tensor::empty(view_.shape, view_.dtype, device, stream);
+  const size_t nbytes = view_.nbytes();
+  if (nbytes == 0) return out;
+  if (device.is_cpu() && view_.device.is_cpu()) {
+    std::memcpy(out.data(), view_.data, nbytes);
+    return out;
+  }
+#ifdef TILEGRID_WITH_CUDA
+  CudaDeviceGuard guard(device.is_cuda() ? device.index : view_.device.index);
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  TG_CUDA_CHECK(cudaMemcpyAsync(out.data(), view_.data, nbytes, cudaMemcpyDefault, s));
+  TG_CUDA_CHECK(cudaStreamSynchronize(s));
+  return out;
+#else
+  throw Error("tilegrid was built without CUDA: cannot copy to or from a CUDA device");
+#endif
 }
 
 namespace {

@@ -159,6 +159,10 @@ GridBatch GridBatch::from_ijk(const JaggedTensor& ijk, const std::vector<Vec3d>&
   batch.leaves_ = to_bytes(leaves);
   batch.upper_offsets_ = int64_vector(upper_offsets);
   batch.voxel_offsets_ = int64_vector(voxel_offsets);
+  batch.voxel_offsets_host_ = voxel_offsets;
+  std::vector<VoxelTransform> transforms;
+  for (int64_t b = 0; b < grids; ++b) transforms.push_back(batch.transform(b));
+  batch.transforms_ = to_bytes(transforms);
   batch.voxel_counts_total_ = voxel_count;
   return batch;
 }

@@ -2,6 +2,9 @@
 #include "tilegrid/grid/grid_batch.h"
 
 #include "tilegrid/core/checks.h"
+#ifdef TILEGRID_WITH_CUDA
+#include "grid/grid_cuda.h"
+#endif
 
 namespace tilegrid::grid {
 namespace {
@@ -11,8 +14,10 @@ int64_t count(const Tensor& bytes) {
   return bytes.numel() / int64_t(sizeof(Node));
 }
 
-void require_cpu(const char* op, Device device) {
-  TG_CHECK(device.is_cpu(), op, ": grids on ", device, " are not supported yet");
+void require_cuda_build(const char* op) {
+#ifndef TILEGRID_WITH_CUDA
+  throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
+#endif
 }
 
 }  // namespace
@@ -20,8 +25,17 @@ void require_cpu(const char* op, Device device) {
 int64_t GridBatch::num_voxels(int64_t grid) const {
   TG_CHECK_VALUE(grid >= 0 && grid < num_grids(), "GridBatch.num_voxels: grid ", grid,
                  " out of range for a batch of ", num_grids());
-  const int64_t* offsets = voxel_offsets_.view().data_ptr<const int64_t>();
-  return offsets[grid + 1] - offsets[grid];
+  return voxel_offsets_host_[size_t(grid + 1)] - voxel_offsets_host_[size_t(grid)];
+}
+
+GridBatch GridBatch::to(Device device, Stream stream) const {
+  GridBatch out = *this;
+  out.device_ = device;
+  for (Tensor GridBatch::*member :
+       {&GridBatch::uppers_, &GridBatch::lowers_, &GridBatch::leaves_, &GridBatch::upper_offsets_,
+        &GridBatch::voxel_offsets_, &GridBatch::transforms_})
+    out.*member = (this->*member).to(device, stream);
+  return out;
 }
 
 int64_t GridBatch::num_upper_nodes() const {
@@ -46,7 +60,7 @@ TreeView GridBatch::view() const {
           static_cast<const int64_t*>(upper_offsets_.data())};
 }
 
-Tensor GridBatch::ijk_to_index(const JaggedTensor& ijk) const {
+Tensor GridBatch::ijk_to_index(const JaggedTensor& ijk, Stream stream) const {
   constexpr const char* kOp = "GridBatch.ijk_to_index";
   const TensorView& data = ijk.jdata();
   check_dtype(kOp, "ijk", data, {DType::Int32});
@@ -55,25 +69,38 @@ Tensor GridBatch::ijk_to_index(const JaggedTensor& ijk) const {
   check_contiguous(kOp, "ijk", data);
   TG_CHECK_VALUE(ijk.num_tensors() == num_grids(), kOp, ": ijk holds ", ijk.num_tensors(),
                  " tensors but the batch has ", num_grids(), " grids");
-  require_cpu(kOp, data.device);
-  require_cpu(kOp, device_);
+  TG_CHECK_VALUE(data.device == device_, kOp, ": ijk is on ", data.device, " but the grid is on ",
+                 device_, "; move one of them (GridBatch.to)");
 
-  Tensor out = Tensor::empty({data.size(0)}, DType::Int64, Device::cpu());
+  Tensor out = Tensor::empty({data.size(0)}, DType::Int64, device_, stream);
   const int32_t* xyz = data.data_ptr<const int32_t>();
   const int64_t* offsets = ijk.joffsets().view().data_ptr<const int64_t>();
   int64_t* index = static_cast<int64_t*>(out.data());
   const TreeView tree = view();
+  if (device_.is_cuda()) {
+    require_cuda_build(kOp);
+#ifdef TILEGRID_WITH_CUDA
+    cuda::ijk_to_index(tree, xyz, offsets, num_grids(), data.size(0), index, device_.index, stream);
+#endif
+    return out;
+  }
   for (int64_t b = 0; b < num_grids(); ++b)
     for (int64_t n = offsets[b]; n < offsets[b + 1]; ++n)
       index[n] = tree.index_of(b, {xyz[3 * n], xyz[3 * n + 1], xyz[3 * n + 2]});
   return out;
 }
 
-JaggedTensor GridBatch::ijk() const {
-  require_cpu("GridBatch.ijk", device_);
-  Tensor out = Tensor::empty({total_voxels(), 3}, DType::Int32, Device::cpu());
+JaggedTensor GridBatch::ijk(Stream stream) const {
+  Tensor out = Tensor::empty({total_voxels(), 3}, DType::Int32, device_, stream);
   int32_t* xyz = static_cast<int32_t*>(out.data());
   const LeafNode* leaves = view().leaves;
+  if (device_.is_cuda()) {
+    require_cuda_build("GridBatch.ijk");
+#ifdef TILEGRID_WITH_CUDA
+    cuda::active_ijk(leaves, num_leaves(), xyz, device_.index, stream);
+#endif
+    return JaggedTensor(out, voxel_offsets_, stream);
+  }
   for (int64_t l = 0; l < num_leaves(); ++l) {
     const LeafNode& leaf = leaves[l];
     for (uint32_t n = 0; n < uint32_t(ChildMask<kLeafLog2>::kChildren); ++n) {

@@ -22,6 +22,10 @@ class Tensor {
   // or devices.
   static Tensor from_dlpack(dlpack::DLManagedTensor* managed);
 
+  // A contiguous copy on `device` (a copy even when the device is the same). Copies between
+  // host and GPU synchronise `stream`, so the result is ready when this returns.
+  Tensor to(Device device, Stream stream = {}) const;
+
   // A new DLManagedTensor sharing this tensor's memory; the consumer calls its deleter.
   dlpack::DLManagedTensor* to_dlpack() const;
 

@@ -4,8 +4,9 @@
 // separate [N, ...] tensor (a JaggedTensor whose joffsets are voxel_offsets()), so one grid
 // serves any number of feature tensors.
 //
-// Built and queried on the CPU for now; the CUDA construction and queries (same tree, same
-// traversal code) are the next step of the grid pillar.
+// Built on the CPU for now (the CUDA construction is the grid pillar's next step); a built
+// batch moves to a GPU with to(), where lookups, ijk() and sampling run as CUDA kernels over
+// the same traversal code.
 #include <array>
 #include <vector>
 
@@ -48,6 +49,9 @@ class GridBatch {
 
   int64_t num_grids() const { return int64_t(voxel_sizes_.size()); }
   VoxelTransform transform(int64_t grid) const;
+
+  // The same batch with its tree on `device`.
+  GridBatch to(Device device, Stream stream = {}) const;
   int64_t total_voxels() const { return voxel_counts_total_; }
   int64_t num_voxels(int64_t grid) const;
   Device device() const { return device_; }
@@ -65,17 +69,23 @@ class GridBatch {
 
   // Row of each coordinate in the features (-1 where the voxel is absent): int64 [N] for
   // `ijk` int32 [N, 3] jagged over this batch's grids.
-  Tensor ijk_to_index(const JaggedTensor& ijk) const;
+  Tensor ijk_to_index(const JaggedTensor& ijk, Stream stream = {}) const;
   // Coordinates of every active voxel, in feature-row order: int32 [total_voxels, 3].
-  JaggedTensor ijk() const;
+  JaggedTensor ijk(Stream stream = {}) const;
 
   TreeView view() const;
+  // VoxelTransform [num_grids] on the batch's device, for kernels.
+  const VoxelTransform* transforms() const {
+    return static_cast<const VoxelTransform*>(transforms_.data());
+  }
 
  private:
   Device device_ = Device::cpu();
   Tensor uppers_, lowers_, leaves_;  // node arrays as bytes
   Tensor upper_offsets_;             // int64 [B+1]
   Tensor voxel_offsets_;             // int64 [B+1]
+  Tensor transforms_;                // VoxelTransform [B] as bytes
+  std::vector<int64_t> voxel_offsets_host_;
   int64_t voxel_counts_total_ = 0;
   std::vector<Vec3d> voxel_sizes_, origins_;
 };

@@ -21,16 +21,4 @@ struct VoxelTransform {
   }
 };
 
-// The voxel whose centre is nearest to continuous voxel coordinates u (ties round away from
-// zero, as std::round does).
-TG_HOST_DEVICE Coord nearest_voxel(const double u[3]) {
-  return {int32_t(::round(u[0])), int32_t(::round(u[1])), int32_t(::round(u[2]))};
-}
-
-// The corner of the 2x2x2 voxel cell that contains u: the 8 voxels around u are
-// floor(u) + {0, 1}^3.
-TG_HOST_DEVICE Coord cell_corner(const double u[3]) {
-  return {int32_t(::floor(u[0])), int32_t(::floor(u[1])), int32_t(::floor(u[2]))};
-}
-
 }  // namespace tilegrid::grid

@@ -82,3 +82,12 @@ class TestBadInputs:
         grid = tg.GridBatch.from_ijk(tg.JaggedTensor([torch.zeros(1, 3, dtype=torch.int32)] * 2))
         with pytest.raises(ValueError, match="holds 1 tensors but the batch has 2 grids"):
             grid.ijk_to_index(tg.JaggedTensor([torch.zeros(1, 3, dtype=torch.int32)]))
+
+
+def test_moving_to_the_cpu_is_a_copy():
+    grid = tg.GridBatch.from_dense(1, (3, 3, 3))
+    copy = grid.to("cpu")
+    assert copy.device == torch.device("cpu")
+    assert torch.equal(copy.ijk().jdata, grid.ijk().jdata)
+    with pytest.raises(ValueError, match="expected a cpu or cuda device"):
+        grid.to("meta")

@@ -1,8 +1,12 @@
-// Trilinear sampling and splatting on the CPU, over TreeView::index_of and TrilinearCell, the
-// host/device code the CUDA kernels will share. Weights and sums in float64.
-#include "tilegrid/core/checks.h"
+// Trilinear sampling and splatting: argument checks, the CPU loops, and dispatch to the CUDA
+// kernels (sample_trilinear.cu) for grids on a GPU. Both run TreeView::index_of and
+// TrilinearCell; weights and sums in float64.
 #include "tilegrid/grid/sampling.h"
+#include "tilegrid/core/checks.h"
 #include "tilegrid/grid/trilinear.h"
+#ifdef TILEGRID_WITH_CUDA
+#include "grid/grid_cuda.h"
+#endif
 
 namespace tilegrid::grid {
 namespace {
@@ -20,12 +24,12 @@ void store(DType dtype, void* base, int64_t i, double v) {
 }
 
 void check_matrix(const char* op, const char* name, const TensorView& t, int64_t rows, int64_t cols,
-                  DType dtype) {
+                  DType dtype, Device device) {
   check_dtype(op, name, t, {dtype});
   check_shape(op, name, t, {rows, cols});
   check_contiguous(op, name, t);
-  TG_CHECK(t.device.is_cpu(), op, ": ", name, " on ", t.device,
-           " is not supported yet; only CPU tensors run today");
+  TG_CHECK_VALUE(t.device == device, op, ": ", name, " is on ", t.device, " but the grid is on ",
+                 device);
 }
 
 // Validates the points against the grid; returns the points' dtype.
@@ -33,11 +37,24 @@ DType check_points(const char* op, const GridBatch& grid, const JaggedTensor& po
   const TensorView& p = points.jdata();
   check_dtype(op, "points", p, {DType::Float32, DType::Float64});
   check_ndim(op, "points", p, 2);
-  check_matrix(op, "points", p, p.size(0), 3, p.dtype);
+  check_matrix(op, "points", p, p.size(0), 3, p.dtype, grid.device());
   TG_CHECK_VALUE(points.num_tensors() == grid.num_grids(), op, ": points hold ",
                  points.num_tensors(), " tensors but the batch has ", grid.num_grids(), " grids");
-  TG_CHECK(grid.device().is_cpu(), op, ": grids on ", grid.device(), " are not supported yet");
   return p.dtype;
+}
+
+#ifdef TILEGRID_WITH_CUDA
+cuda::PointSet point_set(const JaggedTensor& points) {
+  const TensorView& p = points.jdata();
+  return {p.data, points.joffsets().view().data_ptr<const int64_t>(), points.num_tensors(),
+          p.size(0), p.dtype};
+}
+#endif
+
+void require_cuda_build(const char* op) {
+#ifndef TILEGRID_WITH_CUDA
+  throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
+#endif
 }
 
 // Calls visit(n, cell, rows[8]) for every point, rows[c] = -1 for inactive voxels.
@@ -64,13 +81,21 @@ void for_each_point(const GridBatch& grid, const JaggedTensor& points, Visit vis
 }  // namespace
 
 void sample_trilinear(const GridBatch& grid, const JaggedTensor& points, const TensorView& features,
-                      const TensorView& out) {
+                      const TensorView& out, Stream stream) {
   constexpr const char* kOp = "sample_trilinear";
   const DType dtype = check_points(kOp, grid, points);
   check_ndim(kOp, "features", features, 2);
   const int64_t channels = features.size(1);
-  check_matrix(kOp, "features", features, grid.total_voxels(), channels, dtype);
-  check_matrix(kOp, "out", out, points.num_rows(), channels, dtype);
+  check_matrix(kOp, "features", features, grid.total_voxels(), channels, dtype, grid.device());
+  check_matrix(kOp, "out", out, points.num_rows(), channels, dtype, grid.device());
+  if (grid.device().is_cuda()) {
+    require_cuda_build(kOp);
+#ifdef TILEGRID_WITH_CUDA
+    cuda::sample_trilinear(grid.view(), grid.transforms(), point_set(points), features.data,
+                           channels, out.data, grid.device().index, stream);
+#endif
+    return;
+  }
   std::vector<double> acc(static_cast<size_t>(channels));
   for_each_point(
       grid, points,
@@ -89,14 +114,24 @@ void sample_trilinear(const GridBatch& grid, const JaggedTensor& points, const T
 
 void sample_trilinear_backward_points(const GridBatch& grid, const JaggedTensor& points,
                                       const TensorView& features, const TensorView& grad_out,
-                                      const TensorView& grad_points) {
+                                      const TensorView& grad_points, Stream stream) {
   constexpr const char* kOp = "sample_trilinear_backward_points";
   const DType dtype = check_points(kOp, grid, points);
   check_ndim(kOp, "features", features, 2);
   const int64_t channels = features.size(1);
-  check_matrix(kOp, "features", features, grid.total_voxels(), channels, dtype);
-  check_matrix(kOp, "grad_out", grad_out, points.num_rows(), channels, dtype);
-  check_matrix(kOp, "grad_points", grad_points, points.num_rows(), 3, dtype);
+  const Device device = grid.device();
+  check_matrix(kOp, "features", features, grid.total_voxels(), channels, dtype, device);
+  check_matrix(kOp, "grad_out", grad_out, points.num_rows(), channels, dtype, device);
+  check_matrix(kOp, "grad_points", grad_points, points.num_rows(), 3, dtype, device);
+  if (device.is_cuda()) {
+    require_cuda_build(kOp);
+#ifdef TILEGRID_WITH_CUDA
+    cuda::sample_trilinear_backward_points(grid.view(), grid.transforms(), point_set(points),
+                                           features.data, grad_out.data, channels, grad_points.data,
+                                           device.index, stream);
+#endif
+    return;
+  }
   for_each_point(
       grid, points,
       [&](int64_t n, const VoxelTransform& t, const TrilinearCell& cell, const int64_t* rows) {
@@ -116,13 +151,21 @@ void sample_trilinear_backward_points(const GridBatch& grid, const JaggedTensor&
 }
 
 void splat_trilinear(const GridBatch& grid, const JaggedTensor& points, const TensorView& values,
-                     const TensorView& out) {
+                     const TensorView& out, Stream stream) {
   constexpr const char* kOp = "splat_trilinear";
   const DType dtype = check_points(kOp, grid, points);
   check_ndim(kOp, "values", values, 2);
   const int64_t channels = values.size(1);
-  check_matrix(kOp, "values", values, points.num_rows(), channels, dtype);
-  check_matrix(kOp, "out", out, grid.total_voxels(), channels, dtype);
+  check_matrix(kOp, "values", values, points.num_rows(), channels, dtype, grid.device());
+  check_matrix(kOp, "out", out, grid.total_voxels(), channels, dtype, grid.device());
+  if (grid.device().is_cuda()) {
+    require_cuda_build(kOp);
+#ifdef TILEGRID_WITH_CUDA
+    cuda::splat_trilinear(grid.view(), grid.transforms(), point_set(points), values.data, channels,
+                          out.data, grid.total_voxels(), grid.device().index, stream);
+#endif
+    return;
+  }
   std::vector<double> acc(static_cast<size_t>(grid.total_voxels() * channels), 0.0);
   for_each_point(
       grid, points,

@@ -1,0 +1,40 @@
+#pragma once
+// CUDA queries over a GridBatch's tree (internal). Pointers are device pointers; the callers
+// in grid_batch.cpp and sampling.cpp validate shapes, dtypes and devices first.
+#include <cstdint>
+
+#include "tilegrid/core/device.h"
+#include "tilegrid/core/dtype.h"
+#include "tilegrid/grid/index_tree.h"
+#include "tilegrid/grid/transform.h"
+
+namespace tilegrid::grid::cuda {
+
+// out[n] = row of voxel xyz[n] of its tensor's grid (joffsets: [num_tensors + 1]), or -1.
+void ijk_to_index(const TreeView& tree, const int32_t* xyz, const int64_t* joffsets,
+                  int64_t num_tensors, int64_t n, int64_t* out, int device, Stream stream);
+
+// xyz[row] = coordinates of every active voxel.
+void active_ijk(const LeafNode* leaves, int64_t num_leaves, int32_t* xyz, int device,
+                Stream stream);
+
+struct PointSet {
+  const void* xyz;          // [n, 3], float32 or float64 (dtype)
+  const int64_t* joffsets;  // [num_tensors + 1]
+  int64_t num_tensors, n;
+  DType dtype;
+};
+
+void sample_trilinear(const TreeView& tree, const VoxelTransform* transforms,
+                      const PointSet& points, const void* features, int64_t channels, void* out,
+                      int device, Stream stream);
+void sample_trilinear_backward_points(const TreeView& tree, const VoxelTransform* transforms,
+                                      const PointSet& points, const void* features,
+                                      const void* grad_out, int64_t channels, void* grad_points,
+                                      int device, Stream stream);
+// out ([total_voxels, channels]) is zeroed, then receives the points' weighted values.
+void splat_trilinear(const TreeView& tree, const VoxelTransform* transforms, const PointSet& points,
+                     const void* values, int64_t channels, void* out, int64_t total_voxels,
+                     int device, Stream stream);
+
+}  // namespace tilegrid::grid::cuda

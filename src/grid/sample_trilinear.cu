@@ -1,0 +1,147 @@
+// Trilinear sampling and splatting as CUDA kernels: one thread a point, over the traversal
+// and the weights that the CPU path runs (TreeView::index_of, TrilinearCell). Sums in float64
+// as on the CPU; splatting accumulates with atomicAdd.
+#include "core/cuda_check.h"
+#include "grid/grid_cuda.h"
+#include "tilegrid/core/jagged_index.h"
+#include "tilegrid/grid/trilinear.h"
+
+namespace tilegrid::grid::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20));
+}
+
+// The cell around point p, the rows of its 8 voxels (-1 when inactive) and its grid.
+template <class S>
+__device__ void locate(const TreeView& tree, const VoxelTransform* transforms,
+                       const PointSet& points, int64_t p, TrilinearCell& cell, int64_t rows[8],
+                       int64_t& grid) {
+  grid = tensor_of_row(points.joffsets, points.num_tensors, p);
+  const S* xyz = static_cast<const S*>(points.xyz);
+  const double world[3] = {double(xyz[3 * p]), double(xyz[3 * p + 1]), double(xyz[3 * p + 2])};
+  double u[3];
+  transforms[grid].world_to_voxel(world, u);
+  cell = TrilinearCell::at(u);
+  for (int c = 0; c < 8; ++c) rows[c] = tree.index_of(grid, cell.voxel(c));
+}
+
+template <class S>
+__global__ void sample_kernel(TreeView tree, const VoxelTransform* transforms, PointSet points,
+                              const S* __restrict__ features, int64_t channels,
+                              S* __restrict__ out) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < points.n;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    TrilinearCell cell;
+    int64_t rows[8], grid;
+    locate<S>(tree, transforms, points, p, cell, rows, grid);
+    double w[8];
+    for (int c = 0; c < 8; ++c) w[c] = cell.weight(c);
+    for (int64_t ch = 0; ch < channels; ++ch) {
+      double acc = 0;
+      for (int c = 0; c < 8; ++c)
+        if (rows[c] >= 0) acc += w[c] * double(features[rows[c] * channels + ch]);
+      out[p * channels + ch] = S(acc);
+    }
+  }
+}
+
+template <class S>
+__global__ void backward_points_kernel(TreeView tree, const VoxelTransform* transforms,
+                                       PointSet points, const S* __restrict__ features,
+                                       const S* __restrict__ grad_out, int64_t channels,
+                                       S* __restrict__ grad_points) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < points.n;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    TrilinearCell cell;
+    int64_t rows[8], grid;
+    locate<S>(tree, transforms, points, p, cell, rows, grid);
+    double g[3] = {0, 0, 0};
+    for (int c = 0; c < 8; ++c) {
+      if (rows[c] < 0) continue;
+      double dot = 0;
+      for (int64_t ch = 0; ch < channels; ++ch)
+        dot += double(grad_out[p * channels + ch]) * double(features[rows[c] * channels + ch]);
+      for (int a = 0; a < 3; ++a) g[a] += dot * cell.weight_gradient(c, a);
+    }
+    for (int a = 0; a < 3; ++a) grad_points[3 * p + a] = S(g[a] / transforms[grid].voxel_size[a]);
+  }
+}
+
+template <class S>
+__global__ void splat_kernel(TreeView tree, const VoxelTransform* transforms, PointSet points,
+                             const S* __restrict__ values, int64_t channels, S* __restrict__ out) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < points.n;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    TrilinearCell cell;
+    int64_t rows[8], grid;
+    locate<S>(tree, transforms, points, p, cell, rows, grid);
+    for (int c = 0; c < 8; ++c) {
+      if (rows[c] < 0) continue;
+      const double w = cell.weight(c);
+      for (int64_t ch = 0; ch < channels; ++ch)
+        atomicAdd(out + rows[c] * channels + ch, S(w * double(values[p * channels + ch])));
+    }
+  }
+}
+
+}  // namespace
+
+void sample_trilinear(const TreeView& tree, const VoxelTransform* transforms,
+                      const PointSet& points, const void* features, int64_t channels, void* out,
+                      int device, Stream stream) {
+  if (points.n == 0) return;
+  CudaDeviceGuard guard(device);
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  if (points.dtype == DType::Float32)
+    sample_kernel<float><<<blocks_for(points.n), kThreads, 0, s>>>(
+        tree, transforms, points, static_cast<const float*>(features), channels,
+        static_cast<float*>(out));
+  else
+    sample_kernel<double><<<blocks_for(points.n), kThreads, 0, s>>>(
+        tree, transforms, points, static_cast<const double*>(features), channels,
+        static_cast<double*>(out));
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void sample_trilinear_backward_points(const TreeView& tree, const VoxelTransform* transforms,
+                                      const PointSet& points, const void* features,
+                                      const void* grad_out, int64_t channels, void* grad_points,
+                                      int device, Stream stream) {
+  if (points.n == 0) return;
+  CudaDeviceGuard guard(device);
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  if (points.dtype == DType::Float32)
+    backward_points_kernel<float><<<blocks_for(points.n), kThreads, 0, s>>>(
+        tree, transforms, points, static_cast<const float*>(features),
+        static_cast<const float*>(grad_out), channels, static_cast<float*>(grad_points));
+  else
+    backward_points_kernel<double><<<blocks_for(points.n), kThreads, 0, s>>>(
+        tree, transforms, points, static_cast<const double*>(features),
+        static_cast<const double*>(grad_out), channels, static_cast<double*>(grad_points));
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void splat_trilinear(const TreeView& tree, const VoxelTransform* transforms, const PointSet& points,
+                     const void* values, int64_t channels, void* out, int64_t total_voxels,
+                     int device, Stream stream) {
+  CudaDeviceGuard guard(device);
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  const size_t bytes = size_t(total_voxels * channels) * itemsize(points.dtype);
+  if (bytes) TG_CUDA_CHECK(cudaMemsetAsync(out, 0, bytes, s));
+  if (points.n == 0) return;
+  if (points.dtype == DType::Float32)
+    splat_kernel<float><<<blocks_for(points.n), kThreads, 0, s>>>(
+        tree, transforms, points, static_cast<const float*>(values), channels,
+        static_cast<float*>(out));
+  else
+    splat_kernel<double><<<blocks_for(points.n), kThreads, 0, s>>>(
+        tree, transforms, points, static_cast<const double*>(values), channels,
+        static_cast<double*>(out));
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tilegrid::grid::cuda

@@ -1,0 +1,70 @@
+"""GridBatch on a GPU: every CUDA query must agree with the CPU path on fresh random data."""
+
+import pytest
+import torch
+
+import tilegrid as tg
+from conftest import requires_cuda
+
+pytestmark = [pytest.mark.gpu, requires_cuda]
+
+
+def random_batch():
+    sizes = [3000, 0, 500, 1]
+    ijk = tg.JaggedTensor([torch.randint(-(1 << 20), 1 << 20, (n, 3), dtype=torch.int32) // 97 for n in sizes])
+    return tg.GridBatch.from_ijk(ijk, voxel_sizes=[0.3, 0.2, 0.1], origins=[1.0, -1.0, 0.5])
+
+
+def test_to_cuda_and_back_keeps_the_grid():
+    grid = random_batch()
+    gpu = grid.cuda()
+    assert gpu.device.type == "cuda" and gpu.total_voxels == grid.total_voxels
+    assert torch.equal(gpu.cpu().ijk().jdata, grid.ijk().jdata)
+
+
+def test_ijk_and_lookups_match_the_cpu():
+    grid = random_batch()
+    gpu = grid.cuda()
+    assert torch.equal(gpu.ijk().jdata.cpu(), grid.ijk().jdata)
+    active = grid.ijk()
+    queries = tg.JaggedTensor([torch.cat([t, t ^ 1]) for t in active.unbind()])
+    want = grid.ijk_to_index(queries).jdata
+    got = gpu.ijk_to_index(queries.to("cuda")).jdata
+    assert torch.equal(got.cpu(), want)
+    assert (want >= 0).any() and (want < 0).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sampling_and_splatting_match_the_cpu(dtype):
+    grid = tg.GridBatch.from_nearest_voxels_to_points(
+        tg.JaggedTensor([torch.rand(400, 3, dtype=torch.float64) * 3 for _ in range(2)]), voxel_sizes=[0.25] * 3
+    )
+    gpu = grid.cuda()
+    pts = tg.JaggedTensor([torch.rand(300, 3, dtype=dtype) * 3 for _ in range(2)])
+    feats = torch.randn(grid.total_voxels, 5, dtype=dtype)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+
+    p_cpu = pts.jdata.clone().requires_grad_()
+    f_cpu = feats.clone().requires_grad_()
+    out_cpu = grid.sample_trilinear(tg.JaggedTensor.from_data_and_offsets(p_cpu, pts.joffsets), f_cpu).jdata
+    out_cpu.pow(2).sum().backward()
+
+    p_gpu = pts.jdata.cuda().requires_grad_()
+    f_gpu = feats.cuda().requires_grad_()
+    out_gpu = gpu.sample_trilinear(tg.JaggedTensor.from_data_and_offsets(p_gpu, pts.joffsets.cuda()), f_gpu).jdata
+    out_gpu.pow(2).sum().backward()
+
+    torch.testing.assert_close(out_gpu.cpu(), out_cpu.detach(), **tol)
+    torch.testing.assert_close(f_gpu.grad.cpu(), f_cpu.grad, **tol)
+    torch.testing.assert_close(p_gpu.grad.cpu(), p_cpu.grad, **tol)
+
+    values = torch.randn(600, 2, dtype=dtype)
+    splat_cpu = grid.splat_trilinear(pts, values).jdata
+    splat_gpu = gpu.splat_trilinear(pts.to("cuda"), values.cuda()).jdata
+    torch.testing.assert_close(splat_gpu.cpu(), splat_cpu, **tol)
+
+
+def test_points_on_another_device_are_rejected():
+    gpu = random_batch().cuda()
+    with pytest.raises(ValueError, match="ijk is on cpu but the grid is on cuda:0"):
+        gpu.ijk_to_index(tg.JaggedTensor([torch.zeros(1, 3, dtype=torch.int32)] * 4))
