@@ -4,9 +4,10 @@ Topology only: a grid maps each active voxel's integer coordinate (ijk) to a row
 feature tensor; grid b's rows are [voxel_offsets[b], voxel_offsets[b+1]). Rows are ordered
 per grid, leaf by leaf (docs in include/tilegrid/grid/index_tree.h).
 
-Built on the CPU for now (CUDA inputs to the constructors raise an error that says so); a built
-batch moves to a GPU with .to("cuda") / .cuda(), where lookups, ijk() and trilinear sampling
-and splatting run as CUDA kernels. Derived grids are built on the CPU.
+from_ijk builds on the device of its coordinates (in parallel on a GPU); the other
+constructors and the derived grids build on the CPU so far (CUDA inputs raise an error that
+says so). A batch moves between devices with .to() / .cuda() / .cpu(); on a GPU, lookups,
+ijk() and trilinear sampling and splatting run as CUDA kernels.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ class GridBatch:
         n = ijk.num_tensors
         jdata, joffsets = _capsules(ijk)
         impl = _C.GridBatch.from_ijk(
-            jdata, joffsets, _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins")
+            jdata, joffsets, _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins"),
+            current_stream(ijk.jdata),
         )
         return cls(impl)
 

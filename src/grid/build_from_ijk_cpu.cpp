@@ -10,6 +10,9 @@
 
 #include "tilegrid/core/checks.h"
 #include "tilegrid/grid/grid_batch.h"
+#ifdef TILEGRID_WITH_CUDA
+#include "grid/grid_cuda.h"
+#endif
 
 namespace tilegrid::grid {
 namespace {
@@ -87,19 +90,42 @@ std::vector<Vec3d> per_grid(const std::vector<Vec3d>& given, int64_t grids, Vec3
 }  // namespace
 
 GridBatch GridBatch::from_ijk(const JaggedTensor& ijk, const std::vector<Vec3d>& voxel_sizes,
-                              const std::vector<Vec3d>& origins) {
+                              const std::vector<Vec3d>& origins, Stream stream) {
   const TensorView& data = ijk.jdata();
   check_dtype(kOp, "ijk", data, {DType::Int32});
   check_ndim(kOp, "ijk", data, 2);
   TG_CHECK_VALUE(data.size(1) == 3, kOp, ": ijk must be [N, 3], got shape ", data.shape);
   check_contiguous(kOp, "ijk", data);
-  TG_CHECK(data.device.is_cpu(), kOp, ": building on ", data.device,
-           " is not implemented yet; build from CPU coordinates");
   const int64_t grids = ijk.num_tensors();
+  TG_CHECK_VALUE(grids < (int64_t(1) << 24), kOp, ": at most 2^24 grids a batch, got ", grids);
 
   GridBatch batch;
   batch.voxel_sizes_ = per_grid(voxel_sizes, grids, {1, 1, 1}, "voxel_sizes", true);
   batch.origins_ = per_grid(origins, grids, {0, 0, 0}, "origins", false);
+  std::vector<VoxelTransform> transforms;
+  for (int64_t b = 0; b < grids; ++b) transforms.push_back(batch.transform(b));
+
+  if (data.device.is_cuda()) {
+#ifdef TILEGRID_WITH_CUDA
+    cuda::BuiltTree tree = cuda::build_tree(data.data_ptr<const int32_t>(),
+                                            ijk.joffsets().view().data_ptr<const int64_t>(), grids,
+                                            data.size(0), data.device.index, stream);
+    batch.device_ = data.device;
+    batch.uppers_ = tree.uppers;
+    batch.lowers_ = tree.lowers;
+    batch.leaves_ = tree.leaves;
+    batch.upper_offsets_ = tree.upper_offsets;
+    batch.voxel_offsets_ = tree.voxel_offsets;
+    batch.voxel_counts_total_ = tree.num_voxels;
+    Tensor host_offsets = tree.voxel_offsets.to(Device::cpu(), stream);
+    const int64_t* h = static_cast<const int64_t*>(host_offsets.data());
+    batch.voxel_offsets_host_.assign(h, h + grids + 1);
+    batch.transforms_ = to_bytes(transforms).to(data.device, stream);
+    return batch;
+#else
+    throw Error(detail::concat(kOp, ": tilegrid was built without CUDA"));
+#endif
+  }
 
   const int32_t* xyz = data.data_ptr<const int32_t>();
   const int64_t* offsets = ijk.joffsets().view().data_ptr<const int64_t>();
@@ -160,8 +186,6 @@ GridBatch GridBatch::from_ijk(const JaggedTensor& ijk, const std::vector<Vec3d>&
   batch.upper_offsets_ = int64_vector(upper_offsets);
   batch.voxel_offsets_ = int64_vector(voxel_offsets);
   batch.voxel_offsets_host_ = voxel_offsets;
-  std::vector<VoxelTransform> transforms;
-  for (int64_t b = 0; b < grids; ++b) transforms.push_back(batch.transform(b));
   batch.transforms_ = to_bytes(transforms);
   batch.voxel_counts_total_ = voxel_count;
   return batch;

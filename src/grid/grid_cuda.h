@@ -5,10 +5,20 @@
 
 #include "tilegrid/core/device.h"
 #include "tilegrid/core/dtype.h"
+#include "tilegrid/core/tensor.h"
 #include "tilegrid/grid/index_tree.h"
 #include "tilegrid/grid/transform.h"
 
 namespace tilegrid::grid::cuda {
+
+// The tree of a batch built on the GPU (build_from_ijk_cuda.cu): node arrays as bytes,
+// upper-node and voxel offsets per grid (int64 [B+1]), all on the device.
+struct BuiltTree {
+  Tensor uppers, lowers, leaves, upper_offsets, voxel_offsets;
+  int64_t num_voxels = 0;
+};
+BuiltTree build_tree(const int32_t* xyz, const int64_t* joffsets, int64_t num_grids, int64_t n,
+                     int device, Stream stream);
 
 // out[n] = row of voxel xyz[n] of its tensor's grid (joffsets: [num_tensors + 1]), or -1.
 void ijk_to_index(const TreeView& tree, const int32_t* xyz, const int64_t* joffsets,

@@ -4,9 +4,9 @@
 // separate [N, ...] tensor (a JaggedTensor whose joffsets are voxel_offsets()), so one grid
 // serves any number of feature tensors.
 //
-// Built on the CPU for now (the CUDA construction is the grid pillar's next step); a built
-// batch moves to a GPU with to(), where lookups, ijk() and sampling run as CUDA kernels over
-// the same traversal code.
+// from_ijk builds on the CPU or, for coordinates on a GPU, there in parallel; the other
+// constructors build on the CPU so far. A batch moves with to(); on a GPU, lookups, ijk()
+// and sampling run as CUDA kernels over the same traversal code.
 #include <array>
 #include <vector>
 
@@ -23,8 +23,9 @@ class GridBatch {
   // One grid per tensor of `ijk` (int32 [N, 3], jagged over the batch); duplicate coordinates
   // are merged, empty grids are allowed. voxel_sizes / origins: one per grid (all > 0), or
   // empty for unit voxels at the world origin.
+  // On the CPU or, for coordinates on a GPU, built there in parallel.
   static GridBatch from_ijk(const JaggedTensor& ijk, const std::vector<Vec3d>& voxel_sizes = {},
-                            const std::vector<Vec3d>& origins = {});
+                            const std::vector<Vec3d>& origins = {}, Stream stream = {});
 
   // The voxels that contain world points (float32 or float64 [N, 3], jagged over the batch;
   // NaN or coordinates beyond the int32 range are errors): ijk = round((p - origin) / size).

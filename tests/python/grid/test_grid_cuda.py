@@ -68,3 +68,21 @@ def test_points_on_another_device_are_rejected():
     gpu = random_batch().cuda()
     with pytest.raises(ValueError, match="ijk is on cpu but the grid is on cuda:0"):
         gpu.ijk_to_index(tg.JaggedTensor([torch.zeros(1, 3, dtype=torch.int32)] * 4))
+
+
+@pytest.mark.parametrize("grids,points,spread", [(4, 3000, 1 << 20), (1, 20000, 40), (64, 100, 300)])
+def test_gpu_construction_matches_the_cpu(grids, points, spread):
+    sizes = [points if b != 1 else 0 for b in range(grids)]  # an empty grid when grids > 1
+    parts = [torch.randint(-spread, spread, (n, 3), dtype=torch.int32) for n in sizes]
+    parts = [torch.cat([p, p[: len(p) // 2]]) for p in parts]  # duplicates
+    cpu = tg.GridBatch.from_ijk(tg.JaggedTensor(parts))
+    gpu = tg.GridBatch.from_ijk(tg.JaggedTensor([p.cuda() for p in parts]))
+    assert gpu.device.type == "cuda"
+    assert gpu.total_voxels == cpu.total_voxels
+    assert [gpu.num_voxels(b) for b in range(grids)] == [cpu.num_voxels(b) for b in range(grids)]
+    assert (gpu._impl.num_upper_nodes, gpu._impl.num_lower_nodes, gpu._impl.num_leaves) == (
+        cpu._impl.num_upper_nodes, cpu._impl.num_lower_nodes, cpu._impl.num_leaves)
+    assert torch.equal(gpu.ijk().jdata.cpu(), cpu.ijk().jdata)
+    queries = tg.JaggedTensor([torch.cat([p, p ^ 1]) for p in parts])
+    assert torch.equal(gpu.ijk_to_index(queries.to("cuda")).jdata.cpu(), cpu.ijk_to_index(queries).jdata)
+    assert torch.equal(gpu.voxel_offsets.cpu(), cpu.voxel_offsets)

@@ -1,0 +1,302 @@
+// GPU construction of a GridBatch from integer coordinates, parallel end to end; the same
+// tree as the CPU builder (build_from_ijk_cpu.cpp), which the GPU tests compare it with:
+//  1. one 128-bit key per coordinate: (grid, upper-node origin, position in the upper node,
+//     position in the lower node, position in the leaf), whose order is the tree order;
+//  2. CUB radix sort of the keys and CUB unique: the active voxels, in feature-row order;
+//  3. flags where a new upper node, lower node or leaf starts, exclusive scans of the flags:
+//     every voxel learns the index of its nodes, and nodes come out contiguous per parent;
+//  4. one thread a voxel writes node origins and first-child indices and sets mask bits
+//     (atomicOr), one thread a node computes the running popcounts, one thread a grid finds
+//     its ranges by binary search. Three scalars come back to the host (the counts).
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cub/device/device_select.cuh>
+#include <cuda/std/tuple>
+
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "grid/grid_cuda.h"
+#include "tilegrid/core/jagged_index.h"
+
+namespace tilegrid::grid::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kRootBias = int64_t(1) << 19;  // root coordinates (i >> 12) span 20 bits
+
+unsigned blocks_for(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, 1 << 20)));
+}
+
+// hi: grid (24 bits) | root i (20) | root j (20); lo: root k (20) | upper position (15) |
+// lower position (12) | leaf position (9).
+struct TreeKey {
+  uint64_t hi, lo;
+  __host__ __device__ bool operator==(const TreeKey& o) const { return hi == o.hi && lo == o.lo; }
+};
+
+struct TreeKeyDecomposer {
+  __host__ __device__ ::cuda::std::tuple<uint64_t&, uint64_t&> operator()(TreeKey& k) const {
+    return {k.hi, k.lo};
+  }
+};
+
+__device__ uint64_t grid_of(const TreeKey& k) {
+  return k.hi >> 40;
+}
+// Same grid and same upper node: everything above the position in the upper node agrees.
+__device__ bool same_root(const TreeKey& a, const TreeKey& b) {
+  return a.hi == b.hi && (a.lo >> 36) == (b.lo >> 36);
+}
+__device__ uint32_t upper_position(const TreeKey& k) {
+  return uint32_t(k.lo >> 21) & 0x7fff;
+}
+__device__ uint32_t lower_position(const TreeKey& k) {
+  return uint32_t(k.lo >> 9) & 0xfff;
+}
+__device__ uint32_t leaf_position(const TreeKey& k) {
+  return uint32_t(k.lo) & 0x1ff;
+}
+
+__device__ Coord root_of(const TreeKey& k) {
+  const int64_t ri = int64_t((k.hi >> 20) & 0xfffff) - kRootBias;
+  const int64_t rj = int64_t(k.hi & 0xfffff) - kRootBias;
+  const int64_t rk = int64_t(k.lo >> 36) - kRootBias;
+  return {int32_t(ri * (1 << kRootShift)), int32_t(rj * (1 << kRootShift)),
+          int32_t(rk * (1 << kRootShift))};
+}
+
+__device__ Coord offset_origin(Coord origin, uint32_t position, int shift, int log2) {
+  const uint32_t m = (1u << log2) - 1;
+  return {origin.i + int32_t(((position >> (2 * log2)) & m) << shift),
+          origin.j + int32_t(((position >> log2) & m) << shift),
+          origin.k + int32_t((position & m) << shift)};
+}
+
+__global__ void make_keys(const int32_t* __restrict__ xyz, const int64_t* __restrict__ joffsets,
+                          int64_t num_grids, int64_t n, TreeKey* __restrict__ keys) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const Coord c = {xyz[3 * p], xyz[3 * p + 1], xyz[3 * p + 2]};
+    const uint64_t b = uint64_t(tensor_of_row(joffsets, num_grids, p));
+    const uint64_t ri = uint64_t(int64_t(c.i >> kRootShift) + kRootBias);
+    const uint64_t rj = uint64_t(int64_t(c.j >> kRootShift) + kRootBias);
+    const uint64_t rk = uint64_t(int64_t(c.k >> kRootShift) + kRootBias);
+    keys[p].hi = (b << 40) | (ri << 20) | rj;
+    keys[p].lo = (rk << 36) | (uint64_t(child_position(c, kUpperShift, kUpperLog2)) << 21) |
+                 (uint64_t(child_position(c, kLowerShift, kLowerLog2)) << 9) |
+                 uint64_t(child_position(c, 0, kLeafLog2));
+  }
+}
+
+// flags[v] = 1 where voxel v starts a new upper node / lower node / leaf.
+__global__ void node_starts(const TreeKey* __restrict__ voxels, int64_t n,
+                            int64_t* __restrict__ new_upper, int64_t* __restrict__ new_lower,
+                            int64_t* __restrict__ new_leaf) {
+  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < n;
+       v += int64_t(gridDim.x) * blockDim.x) {
+    const TreeKey& k = voxels[v];
+    const bool upper = v == 0 || !same_root(voxels[v - 1], k);
+    const bool lower = upper || upper_position(voxels[v - 1]) != upper_position(k);
+    const bool leaf = lower || lower_position(voxels[v - 1]) != lower_position(k);
+    new_upper[v] = upper;
+    new_lower[v] = lower;
+    new_leaf[v] = leaf;
+  }
+}
+
+// ids are exclusive scans of the flags: a voxel that starts a node holds that node's index,
+// and every voxel's node is (inclusive count - 1) = id + flag - 1.
+__global__ void fill_nodes(const TreeKey* __restrict__ voxels, int64_t n,
+                           const int64_t* __restrict__ new_upper,
+                           const int64_t* __restrict__ new_lower,
+                           const int64_t* __restrict__ new_leaf,
+                           const int64_t* __restrict__ upper_id,
+                           const int64_t* __restrict__ lower_id,
+                           const int64_t* __restrict__ leaf_id, UpperNode* uppers,
+                           LowerNode* lowers, LeafNode* leaves, int64_t* __restrict__ upper_grid) {
+  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < n;
+       v += int64_t(gridDim.x) * blockDim.x) {
+    const TreeKey& k = voxels[v];
+    const int64_t u = upper_id[v] + new_upper[v] - 1;
+    const int64_t l = lower_id[v] + new_lower[v] - 1;
+    const int64_t f = leaf_id[v] + new_leaf[v] - 1;
+    const Coord root = root_of(k);
+    const Coord lower_origin = offset_origin(root, upper_position(k), kUpperShift, kUpperLog2);
+    if (new_upper[v]) {
+      uppers[u].origin = root;
+      uppers[u].first_lower = l;
+      upper_grid[u] = int64_t(grid_of(k));
+    }
+    if (new_lower[v]) {
+      lowers[l].origin = lower_origin;
+      lowers[l].first_leaf = f;
+      const uint32_t pos = upper_position(k);
+      atomicOr(reinterpret_cast<unsigned long long*>(&uppers[u].lowers.bits[pos >> 6]),
+               1ull << (pos & 63));
+    }
+    if (new_leaf[v]) {
+      leaves[f].origin = offset_origin(lower_origin, lower_position(k), kLowerShift, kLowerLog2);
+      leaves[f].first_voxel = v;
+      const uint32_t pos = lower_position(k);
+      atomicOr(reinterpret_cast<unsigned long long*>(&lowers[l].leaves.bits[pos >> 6]),
+               1ull << (pos & 63));
+    }
+    const uint32_t pos = leaf_position(k);
+    atomicOr(reinterpret_cast<unsigned long long*>(&leaves[f].voxels.bits[pos >> 6]),
+             1ull << (pos & 63));
+  }
+}
+
+__device__ ChildMask<kUpperLog2>& mask_of(UpperNode& node) {
+  return node.lowers;
+}
+__device__ ChildMask<kLowerLog2>& mask_of(LowerNode& node) {
+  return node.leaves;
+}
+__device__ ChildMask<kLeafLog2>& mask_of(LeafNode& node) {
+  return node.voxels;
+}
+
+// One thread a node: the running popcounts of its child mask.
+template <class Node>
+__global__ void finish_masks(Node* nodes, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    auto& mask = mask_of(nodes[i]);
+    uint32_t running = 0;
+    for (int w = 0; w < mask.kWords; ++w) {
+      mask.before[w] = running;
+      running += uint32_t(__popcll(mask.bits[w]));
+    }
+  }
+}
+
+// offsets[b] = first index whose grid is >= b (grids sorted ascending), for b in [0, B].
+__global__ void grid_ranges(const int64_t* __restrict__ grid_of_item, int64_t items,
+                            int64_t num_grids, int64_t* __restrict__ offsets) {
+  for (int64_t b = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; b <= num_grids;
+       b += int64_t(gridDim.x) * blockDim.x) {
+    int64_t lo = 0, hi = items;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (grid_of_item[mid] < b)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    offsets[b] = lo;
+  }
+}
+
+__global__ void voxel_grids(const TreeKey* __restrict__ voxels, int64_t n,
+                            int64_t* __restrict__ grid) {
+  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < n;
+       v += int64_t(gridDim.x) * blockDim.x)
+    grid[v] = int64_t(grid_of(voxels[v]));
+}
+
+// Scratch from the default allocator (PyTorch's under Python), released in stream order.
+struct Scratch {
+  std::vector<Tensor> held;
+  int device;
+  Stream stream;
+  template <class T>
+  T* get(int64_t count) {
+    held.push_back(Tensor::empty({std::max<int64_t>(count, 1) * int64_t(sizeof(T))}, DType::UInt8,
+                                 Device::cuda(device), stream));
+    return static_cast<T*>(held.back().data());
+  }
+};
+
+template <class T>
+T to_host(const T* device_value, cudaStream_t s) {
+  T value;
+  TG_CUDA_CHECK(cudaMemcpyAsync(&value, device_value, sizeof(T), cudaMemcpyDeviceToHost, s));
+  TG_CUDA_CHECK(cudaStreamSynchronize(s));
+  return value;
+}
+
+}  // namespace
+
+BuiltTree build_tree(const int32_t* xyz, const int64_t* joffsets, int64_t num_grids, int64_t n,
+                     int device, Stream stream) {
+  CudaDeviceGuard guard(device);
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  Scratch scratch{{}, device, stream};
+  BuiltTree out;
+
+  TreeKey* keys = scratch.get<TreeKey>(n);
+  TreeKey* sorted = scratch.get<TreeKey>(n);
+  TreeKey* voxels = scratch.get<TreeKey>(n);
+  int64_t* num_voxels_dev = scratch.get<int64_t>(1);
+  if (n > 0) {
+    make_keys<<<blocks_for(n), kThreads, 0, s>>>(xyz, joffsets, num_grids, n, keys);
+    TG_CUDA_CHECK_LAUNCH();
+    size_t bytes = 0;
+    TG_CUDA_CHECK(
+        cub::DeviceRadixSort::SortKeys(nullptr, bytes, keys, sorted, n, TreeKeyDecomposer{}, s));
+    TG_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(scratch.get<uint8_t>(int64_t(bytes)), bytes, keys,
+                                                 sorted, n, TreeKeyDecomposer{}, s));
+    bytes = 0;
+    TG_CUDA_CHECK(cub::DeviceSelect::Unique(nullptr, bytes, sorted, voxels, num_voxels_dev, n, s));
+    TG_CUDA_CHECK(cub::DeviceSelect::Unique(scratch.get<uint8_t>(int64_t(bytes)), bytes, sorted,
+                                            voxels, num_voxels_dev, n, s));
+  } else {
+    TG_CUDA_CHECK(cudaMemsetAsync(num_voxels_dev, 0, sizeof(int64_t), s));
+  }
+  const int64_t v = to_host(num_voxels_dev, s);
+  out.num_voxels = v;
+
+  int64_t* flags[3] = {scratch.get<int64_t>(v), scratch.get<int64_t>(v), scratch.get<int64_t>(v)};
+  int64_t* ids[3] = {scratch.get<int64_t>(v), scratch.get<int64_t>(v), scratch.get<int64_t>(v)};
+  int64_t counts[3] = {0, 0, 0};
+  if (v > 0) {
+    node_starts<<<blocks_for(v), kThreads, 0, s>>>(voxels, v, flags[0], flags[1], flags[2]);
+    TG_CUDA_CHECK_LAUNCH();
+    for (int level = 0; level < 3; ++level) {
+      size_t bytes = 0;
+      TG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, flags[level], ids[level], v, s));
+      TG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scratch.get<uint8_t>(int64_t(bytes)), bytes,
+                                                  flags[level], ids[level], v, s));
+      counts[level] = to_host(ids[level] + v - 1, s) + to_host(flags[level] + v - 1, s);
+    }
+  }
+  out.uppers = Tensor::empty({counts[0] * int64_t(sizeof(UpperNode))}, DType::UInt8,
+                             Device::cuda(device), stream);
+  out.lowers = Tensor::empty({counts[1] * int64_t(sizeof(LowerNode))}, DType::UInt8,
+                             Device::cuda(device), stream);
+  out.leaves = Tensor::empty({counts[2] * int64_t(sizeof(LeafNode))}, DType::UInt8,
+                             Device::cuda(device), stream);
+  for (Tensor* t : {&out.uppers, &out.lowers, &out.leaves})
+    if (t->numel()) TG_CUDA_CHECK(cudaMemsetAsync(t->data(), 0, size_t(t->numel()), s));
+  auto* uppers = static_cast<UpperNode*>(out.uppers.data());
+  auto* lowers = static_cast<LowerNode*>(out.lowers.data());
+  auto* leaves = static_cast<LeafNode*>(out.leaves.data());
+  int64_t* upper_grid = scratch.get<int64_t>(counts[0]);
+  int64_t* voxel_grid = scratch.get<int64_t>(v);
+  if (v > 0) {
+    fill_nodes<<<blocks_for(v), kThreads, 0, s>>>(voxels, v, flags[0], flags[1], flags[2], ids[0],
+                                                  ids[1], ids[2], uppers, lowers, leaves,
+                                                  upper_grid);
+    TG_CUDA_CHECK_LAUNCH();
+    finish_masks<<<blocks_for(counts[0]), kThreads, 0, s>>>(uppers, counts[0]);
+    finish_masks<<<blocks_for(counts[1]), kThreads, 0, s>>>(lowers, counts[1]);
+    finish_masks<<<blocks_for(counts[2]), kThreads, 0, s>>>(leaves, counts[2]);
+    voxel_grids<<<blocks_for(v), kThreads, 0, s>>>(voxels, v, voxel_grid);
+    TG_CUDA_CHECK_LAUNCH();
+  }
+  out.upper_offsets = Tensor::empty({num_grids + 1}, DType::Int64, Device::cuda(device), stream);
+  out.voxel_offsets = Tensor::empty({num_grids + 1}, DType::Int64, Device::cuda(device), stream);
+  grid_ranges<<<blocks_for(num_grids + 1), kThreads, 0, s>>>(
+      upper_grid, counts[0], num_grids, static_cast<int64_t*>(out.upper_offsets.data()));
+  grid_ranges<<<blocks_for(num_grids + 1), kThreads, 0, s>>>(
+      voxel_grid, v, num_grids, static_cast<int64_t*>(out.voxel_offsets.data()));
+  TG_CUDA_CHECK_LAUNCH();
+  TG_CUDA_CHECK(cudaStreamSynchronize(s));  // scratch is released on return
+  return out;
+}
+
+}  // namespace tilegrid::grid::cuda
