@@ -40,19 +40,21 @@ void bind_grid(nb::module_& m) {
       .def_static(
           "from_points",
           [](nb::capsule jdata, nb::capsule joffsets, std::vector<Vec3d> voxel_sizes,
-             std::vector<Vec3d> origins) {
+             std::vector<Vec3d> origins, uintptr_t stream) {
             return GridBatch::from_points(jagged_from_capsules(jdata, joffsets), voxel_sizes,
-                                          origins);
+                                          origins, as_stream(stream));
           },
-          nb::arg("jdata"), nb::arg("joffsets"), nb::arg("voxel_sizes"), nb::arg("origins"))
+          nb::arg("jdata"), nb::arg("joffsets"), nb::arg("voxel_sizes"), nb::arg("origins"),
+          nb::arg("stream") = 0)
       .def_static(
           "from_nearest_voxels_to_points",
           [](nb::capsule jdata, nb::capsule joffsets, std::vector<Vec3d> voxel_sizes,
-             std::vector<Vec3d> origins) {
-            return GridBatch::from_nearest_voxels_to_points(jagged_from_capsules(jdata, joffsets),
-                                                            voxel_sizes, origins);
+             std::vector<Vec3d> origins, uintptr_t stream) {
+            return GridBatch::from_nearest_voxels_to_points(
+                jagged_from_capsules(jdata, joffsets), voxel_sizes, origins, as_stream(stream));
           },
-          nb::arg("jdata"), nb::arg("joffsets"), nb::arg("voxel_sizes"), nb::arg("origins"))
+          nb::arg("jdata"), nb::arg("joffsets"), nb::arg("voxel_sizes"), nb::arg("origins"),
+          nb::arg("stream") = 0)
       .def_static(
           "from_mesh",
           [](nb::capsule vdata, nb::capsule voffsets, nb::capsule fdata, nb::capsule foffsets,

@@ -4,9 +4,9 @@ Topology only: a grid maps each active voxel's integer coordinate (ijk) to a row
 feature tensor; grid b's rows are [voxel_offsets[b], voxel_offsets[b+1]). Rows are ordered
 per grid, leaf by leaf (docs in include/tilegrid/grid/index_tree.h).
 
-from_ijk builds on the device of its coordinates (in parallel on a GPU); the other
-constructors and the derived grids build on the CPU so far (CUDA inputs raise an error that
-says so). A batch moves between devices with .to() / .cuda() / .cpu(); on a GPU, lookups,
+from_ijk, from_points and from_nearest_voxels_to_points build on the device of their inputs
+(in parallel on a GPU), and so do the derived grids; from_mesh builds on the CPU so far (CUDA
+inputs raise an error that says so). A batch moves between devices with .to() / .cuda() / .cpu(); on a GPU, lookups,
 ijk() and trilinear sampling and splatting run as CUDA kernels.
 """
 
@@ -88,7 +88,8 @@ class GridBatch:
         """The voxels that contain the points: ijk = round((p - origin) / voxel_size)."""
         n = _jagged_arg("from_points", "points", points).num_tensors
         impl = _C.GridBatch.from_points(
-            *_capsules(points), _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins")
+            *_capsules(points), _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins"),
+            current_stream(points.jdata),
         )
         return cls(impl)
 
@@ -99,7 +100,8 @@ class GridBatch:
         """The 8 voxels around each point (the cell that trilinear sampling reads)."""
         n = _jagged_arg("from_nearest_voxels_to_points", "points", points).num_tensors
         impl = _C.GridBatch.from_nearest_voxels_to_points(
-            *_capsules(points), _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins")
+            *_capsules(points), _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins"),
+            current_stream(points.jdata),
         )
         return cls(impl)
 

@@ -20,6 +20,14 @@ struct BuiltTree {
 BuiltTree build_tree(const int32_t* xyz, const int64_t* joffsets, int64_t num_grids, int64_t n,
                      int device, Stream stream);
 
+// Voxel coordinates of world points: corners == 1, the voxel holding each point (rows as the
+// points); corners == 8, the 8 voxels around each point (8 rows a point). The worst problem
+// met is returned (the call synchronises `stream`).
+enum class PointsError : int { None = 0, OutOfRange = 1, NotFinite = 2 };
+PointsError points_to_ijk(const void* xyz, DType dtype, const int64_t* joffsets, int64_t num_grids,
+                          int64_t n, const VoxelTransform* transforms, int corners, int32_t* out,
+                          int device, Stream stream);
+
 // out[n] = row of voxel xyz[n] of its tensor's grid (joffsets: [num_tensors + 1]), or -1.
 void ijk_to_index(const TreeView& tree, const int32_t* xyz, const int64_t* joffsets,
                   int64_t num_tensors, int64_t n, int64_t* out, int device, Stream stream);

@@ -4,9 +4,9 @@
 // separate [N, ...] tensor (a JaggedTensor whose joffsets are voxel_offsets()), so one grid
 // serves any number of feature tensors.
 //
-// from_ijk builds on the CPU or, for coordinates on a GPU, there in parallel; the other
-// constructors build on the CPU so far. A batch moves with to(); on a GPU, lookups, ijk()
-// and sampling run as CUDA kernels over the same traversal code.
+// from_ijk, from_points and from_nearest_voxels_to_points build where their inputs live (in
+// parallel on a GPU); from_mesh and from_dense build on the CPU so far. A batch moves with to(); on
+// a GPU, lookups, ijk() and sampling run as CUDA kernels over the same traversal code.
 #include <array>
 #include <vector>
 
@@ -30,12 +30,13 @@ class GridBatch {
   // The voxels that contain world points (float32 or float64 [N, 3], jagged over the batch;
   // NaN or coordinates beyond the int32 range are errors): ijk = round((p - origin) / size).
   static GridBatch from_points(const JaggedTensor& points, const std::vector<Vec3d>& voxel_sizes,
-                               const std::vector<Vec3d>& origins = {});
+                               const std::vector<Vec3d>& origins = {}, Stream stream = {});
   // The 8 voxels around each point (the cell trilinear sampling reads):
   // floor((p - origin) / size) + {0, 1}^3.
   static GridBatch from_nearest_voxels_to_points(const JaggedTensor& points,
                                                  const std::vector<Vec3d>& voxel_sizes,
-                                                 const std::vector<Vec3d>& origins = {});
+                                                 const std::vector<Vec3d>& origins = {},
+                                                 Stream stream = {});
   // The voxels whose cubes intersect a triangle of each grid's mesh: vertices float32/float64
   // [V, 3] (world units) and faces int32/int64 [F, 3] (vertex indices within the grid's own
   // vertices), each jagged over the batch.

@@ -86,3 +86,26 @@ def test_gpu_construction_matches_the_cpu(grids, points, spread):
     queries = tg.JaggedTensor([torch.cat([p, p ^ 1]) for p in parts])
     assert torch.equal(gpu.ijk_to_index(queries.to("cuda")).jdata.cpu(), cpu.ijk_to_index(queries).jdata)
     assert torch.equal(gpu.voxel_offsets.cpu(), cpu.voxel_offsets)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gpu_construction_from_points_matches_the_cpu(dtype):
+    pts = tg.JaggedTensor([torch.randn(5000, 3, dtype=dtype) * 7, torch.randn(300, 3, dtype=dtype)])
+    args = dict(voxel_sizes=[[0.3, 0.3, 0.3], [0.05, 0.1, 0.2]], origins=[[0.1, 0, 0], [0, 0, 0]])
+    for build in (tg.GridBatch.from_points, tg.GridBatch.from_nearest_voxels_to_points):
+        cpu = build(pts, **args)
+        gpu = build(pts.to("cuda"), **args)
+        assert gpu.device.type == "cuda"
+        assert torch.equal(gpu.ijk().jdata.cpu(), cpu.ijk().jdata)
+
+
+def test_gpu_derived_grids_match_the_cpu():
+    grid = random_batch()
+    gpu = grid.cuda()
+    for derive in (lambda g: g.coarsened_grid(2), lambda g: g.dual_grid(), lambda g: g.dilated_grid(1)):
+        assert torch.equal(derive(gpu).ijk().jdata.cpu(), derive(grid).ijk().jdata)
+
+
+def test_nan_points_on_the_gpu():
+    with pytest.raises(ValueError, match="points must be finite"):
+        tg.GridBatch.from_points(tg.JaggedTensor([torch.tensor([[0.0, float("nan"), 0.0]], device="cuda")]), voxel_sizes=[1, 1, 1])

@@ -1,24 +1,29 @@
-// GridBatch from world points and from boxes, on the CPU: each turns its input into integer
-// coordinates and hands them to from_ijk (the CUDA build will fuse the two steps).
+// GridBatch from world points and from boxes: each turns its input into integer coordinates
+// (on the CPU, or by points_to_ijk.cu for points on a GPU) and hands them to from_ijk.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "tilegrid/core/checks.h"
 #include "tilegrid/grid/grid_batch.h"
+#ifdef TILEGRID_WITH_CUDA
+#include "grid/grid_cuda.h"
+#endif
 
 namespace tilegrid::grid {
 namespace {
 
-// Points as doubles, validated: float32/float64 [N, 3], contiguous, on the CPU, finite.
-std::vector<double> points_as_doubles(const char* op, const JaggedTensor& points) {
-  const TensorView& p = points.jdata();
+void check_points(const char* op, const TensorView& p) {
   check_dtype(op, "points", p, {DType::Float32, DType::Float64});
   check_ndim(op, "points", p, 2);
   TG_CHECK_VALUE(p.size(1) == 3, op, ": points must be [N, 3], got shape ", p.shape);
   check_contiguous(op, "points", p);
-  TG_CHECK(p.device.is_cpu(), op, ": building on ", p.device,
-           " is not implemented yet; build from CPU points");
+}
+
+// Points of a CPU batch as doubles, validated (finite).
+std::vector<double> points_as_doubles(const char* op, const JaggedTensor& points) {
+  const TensorView& p = points.jdata();
   std::vector<double> out(size_t(p.numel()));
   for (size_t n = 0; n < out.size(); ++n) {
     out[n] = p.dtype == DType::Float32 ? double(p.data_ptr<const float>()[n])
@@ -46,11 +51,14 @@ JaggedTensor int32_jagged(const std::vector<int32_t>& xyz, const std::vector<int
 }
 
 // Shared by from_points (1 voxel a point) and from_nearest_voxels_to_points (8).
+// Coordinates of the points' voxels: `corners` (1 or 8) rows a point, by `emit` on the CPU or
+// by a kernel for points on a GPU.
 template <class Emit>
 JaggedTensor coordinates_of_points(const char* op, const JaggedTensor& points,
                                    const std::vector<Vec3d>& voxel_sizes,
-                                   const std::vector<Vec3d>& origins, Emit emit) {
-  const std::vector<double> p = points_as_doubles(op, points);
+                                   const std::vector<Vec3d>& origins, int corners, Emit emit,
+                                   Stream stream) {
+  check_points(op, points.jdata());
   const int64_t grids = points.num_tensors();
   TG_CHECK_VALUE(int64_t(voxel_sizes.size()) == grids, op,
                  ": voxel_sizes must have one entry per grid (", grids, "), got ",
@@ -61,6 +69,40 @@ JaggedTensor coordinates_of_points(const char* op, const JaggedTensor& points,
   for (const Vec3d& s : voxel_sizes)
     for (double x : s)
       TG_CHECK_VALUE(std::isfinite(x) && x > 0, op, ": voxel_sizes must be > 0, got ", x);
+
+  if (points.device().is_cuda()) {
+#ifdef TILEGRID_WITH_CUDA
+    const Device device = points.device();
+    std::vector<VoxelTransform> transforms;
+    for (int64_t b = 0; b < grids; ++b) {
+      const Vec3d o = origins.empty() ? Vec3d{0, 0, 0} : origins[size_t(b)];
+      const Vec3d& s = voxel_sizes[size_t(b)];
+      transforms.push_back({{s[0], s[1], s[2]}, {o[0], o[1], o[2]}});
+    }
+    Tensor host_transforms = Tensor::empty({int64_t(transforms.size() * sizeof(VoxelTransform))},
+                                           DType::UInt8, Device::cpu());
+    std::copy_n(reinterpret_cast<const uint8_t*>(transforms.data()), host_transforms.numel(),
+                static_cast<uint8_t*>(host_transforms.data()));
+    Tensor device_transforms = host_transforms.to(device, stream);
+    const TensorView& p = points.jdata();
+    Tensor ijk = Tensor::empty({p.size(0) * corners, 3}, DType::Int32, device, stream);
+    const cuda::PointsError error = cuda::points_to_ijk(
+        p.data, p.dtype, points.joffsets().view().data_ptr<const int64_t>(), grids, p.size(0),
+        static_cast<const VoxelTransform*>(device_transforms.data()), corners,
+        static_cast<int32_t*>(ijk.data()), device.index, stream);
+    TG_CHECK_VALUE(error != cuda::PointsError::NotFinite, op, ": points must be finite");
+    TG_CHECK_VALUE(error != cuda::PointsError::OutOfRange, op,
+                   ": a point maps outside the int32 voxel range; use a larger voxel size");
+    Tensor offsets = points.joffsets().to(Device::cpu(), stream);
+    int64_t* o = static_cast<int64_t*>(offsets.data());
+    for (int64_t b = 0; b <= grids; ++b) o[b] *= corners;
+    return JaggedTensor(ijk, offsets.to(device, stream), stream);
+#else
+    throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
+#endif
+  }
+
+  const std::vector<double> p = points_as_doubles(op, points);
   const int64_t* offsets = points.joffsets().view().data_ptr<const int64_t>();
   std::vector<int32_t> xyz;
   std::vector<int64_t> out_offsets{0};
@@ -87,29 +129,33 @@ VoxelTransform GridBatch::transform(int64_t grid) const {
 }
 
 GridBatch GridBatch::from_points(const JaggedTensor& points, const std::vector<Vec3d>& voxel_sizes,
-                                 const std::vector<Vec3d>& origins) {
+                                 const std::vector<Vec3d>& origins, Stream stream) {
   constexpr const char* kOp = "GridBatch.from_points";
-  JaggedTensor ijk = coordinates_of_points(kOp, points, voxel_sizes, origins,
-                                           [](const double u[3], std::vector<int32_t>& xyz) {
-                                             for (int a = 0; a < 3; ++a)
-                                               xyz.push_back(to_int32(kOp, std::round(u[a])));
-                                           });
-  return from_ijk(ijk, voxel_sizes, origins);
+  JaggedTensor ijk = coordinates_of_points(
+      kOp, points, voxel_sizes, origins, 1,
+      [](const double u[3], std::vector<int32_t>& xyz) {
+        for (int a = 0; a < 3; ++a) xyz.push_back(to_int32(kOp, std::round(u[a])));
+      },
+      stream);
+  return from_ijk(ijk, voxel_sizes, origins, stream);
 }
 
 GridBatch GridBatch::from_nearest_voxels_to_points(const JaggedTensor& points,
                                                    const std::vector<Vec3d>& voxel_sizes,
-                                                   const std::vector<Vec3d>& origins) {
+                                                   const std::vector<Vec3d>& origins,
+                                                   Stream stream) {
   constexpr const char* kOp = "GridBatch.from_nearest_voxels_to_points";
   JaggedTensor ijk = coordinates_of_points(
-      kOp, points, voxel_sizes, origins, [](const double u[3], std::vector<int32_t>& xyz) {
+      kOp, points, voxel_sizes, origins, 8,
+      [](const double u[3], std::vector<int32_t>& xyz) {
         int32_t base[3];
         for (int a = 0; a < 3; ++a) base[a] = to_int32(kOp, std::floor(u[a]));
         for (int corner = 0; corner < 8; ++corner)
           for (int a = 0; a < 3; ++a)
             xyz.push_back(to_int32(kOp, double(base[a]) + ((corner >> (2 - a)) & 1)));
-      });
-  return from_ijk(ijk, voxel_sizes, origins);
+      },
+      stream);
+  return from_ijk(ijk, voxel_sizes, origins, stream);
 }
 
 GridBatch GridBatch::from_dense(int64_t num_grids, const std::array<int32_t, 3>& size,
