@@ -52,6 +52,10 @@ if command -v compute-sanitizer >/dev/null; then
       --gtest_filter='*cuda*:*Cuda*' >>"$OUT/sanitizer.log" 2>&1
     note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
   done
+  # The grid kernels are reached from Python: memcheck over their GPU tests.
+  compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m pytest -q -x \
+    tests/python/grid/test_grid_cuda.py >>"$OUT/sanitizer.log" 2>&1
+  note "compute-sanitizer memcheck (grid, python): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
 fi
 
 for bench in bench/bench_*.py; do
