@@ -6,34 +6,14 @@
 #include <vector>
 
 #include "attention/attention_problem.h"
-#include "tilegrid/core/half_convert.h"
+#include "tilegrid/core/element_access.h"
 
 namespace tilegrid::attention {
 namespace {
 
-float load(DType dtype, const void* base, int64_t i) {
-  switch (dtype) {
-    case DType::Float32:
-      return static_cast<const float*>(base)[i];
-    case DType::Float16:
-      return float16_to_float(static_cast<const uint16_t*>(base)[i]);
-    default:
-      return bfloat16_to_float(static_cast<const uint16_t*>(base)[i]);
-  }
-}
-
-void store(DType dtype, void* base, int64_t i, float v) {
-  switch (dtype) {
-    case DType::Float32:
-      static_cast<float*>(base)[i] = v;
-      break;
-    case DType::Float16:
-      static_cast<uint16_t*>(base)[i] = float_to_float16(v);
-      break;
-    default:
-      static_cast<uint16_t*>(base)[i] = float_to_bfloat16(v);
-      break;
-  }
+// Scores and probabilities in float32, as a kernel computes them.
+float load_f(DType dtype, const void* base, int64_t i) {
+  return float(load_element(dtype, base, i));
 }
 
 int64_t offset(const Operand& o, int64_t b, int64_t token, int64_t head) {
@@ -59,12 +39,13 @@ void forward_cpu(const Problem& p) {
         if (p.window_right >= 0) hi = std::min<int64_t>(hi, diagonal + p.window_right);
 
         const int64_t qo = offset(p.q, b, p.q_start[b] + i, h);
-        for (int64_t c = 0; c < d; ++c) q_row[size_t(c)] = load(p.dtype, p.q.data, qo + c);
+        for (int64_t c = 0; c < d; ++c) q_row[size_t(c)] = load_f(p.dtype, p.q.data, qo + c);
         float row_max = -std::numeric_limits<float>::infinity();
         for (int64_t j = lo; j <= hi; ++j) {
           const int64_t ko = offset(p.k, b, p.k_start[b] + j, hk);
           float dot = 0.f;
-          for (int64_t c = 0; c < d; ++c) dot += q_row[size_t(c)] * load(p.dtype, p.k.data, ko + c);
+          for (int64_t c = 0; c < d; ++c)
+            dot += q_row[size_t(c)] * load_f(p.dtype, p.k.data, ko + c);
           float s = dot * p.scale;
           if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
           scores[size_t(j)] = s;
@@ -78,11 +59,11 @@ void forward_cpu(const Problem& p) {
           sum += prob;
           const int64_t vo = offset(p.v, b, p.k_start[b] + j, hk);
           for (int64_t c = 0; c < d; ++c)
-            acc[size_t(c)] += double(prob) * load(p.dtype, p.v.data, vo + c);
+            acc[size_t(c)] += double(prob) * load_f(p.dtype, p.v.data, vo + c);
         }
         const int64_t oo = offset(p.out, b, p.q_start[b] + i, h);
         for (int64_t c = 0; c < d; ++c)
-          store(p.dtype, p.out.data, oo + c, sum > 0 ? float(acc[size_t(c)] / sum) : 0.f);
+          store_element(p.dtype, p.out.data, oo + c, sum > 0 ? float(acc[size_t(c)] / sum) : 0.f);
         if (p.lse) {
           const float lse =
               sum > 0 ? float(row_max + std::log(sum)) : -std::numeric_limits<float>::infinity();

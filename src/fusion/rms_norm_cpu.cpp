@@ -5,38 +5,14 @@
 #include <vector>
 
 #include "fusion/rms_norm_params.h"
-#include "tilegrid/core/half_convert.h"
+#include "tilegrid/core/element_access.h"
 
 namespace tilegrid::rms_norm {
 namespace {
 
-float load(DType dtype, const void* base, int64_t i) {
-  switch (dtype) {
-    case DType::Float32:
-      return static_cast<const float*>(base)[i];
-    case DType::Float16:
-      return float16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::BFloat16:
-      return bfloat16_to_float(static_cast<const uint16_t*>(base)[i]);
-    default:
-      return NAN;  // unreachable: dtypes are checked at the API boundary
-  }
-}
-
-void store(DType dtype, void* base, int64_t i, float v) {
-  switch (dtype) {
-    case DType::Float32:
-      static_cast<float*>(base)[i] = v;
-      break;
-    case DType::Float16:
-      static_cast<uint16_t*>(base)[i] = float_to_float16(v);
-      break;
-    case DType::BFloat16:
-      static_cast<uint16_t*>(base)[i] = float_to_bfloat16(v);
-      break;
-    default:
-      break;
-  }
+// Elementwise math in float32, as on the GPU.
+float load_f(DType dtype, const void* base, int64_t i) {
+  return float(load_element(dtype, base, i));
 }
 
 }  // namespace
@@ -46,14 +22,14 @@ void forward_cpu(const ForwardParams& p) {
     const int64_t xo = r * p.x.row_stride, yo = r * p.y.row_stride;
     double sum_sq = 0;
     for (int64_t c = 0; c < p.hidden; ++c) {
-      double v = load(p.dtype, p.x.data, xo + c);
+      double v = load_f(p.dtype, p.x.data, xo + c);
       sum_sq += v * v;
     }
     float rstd = static_cast<float>(1.0 / std::sqrt(sum_sq / double(p.hidden) + double(p.eps)));
     if (p.rstd) p.rstd[r] = rstd;
     for (int64_t c = 0; c < p.hidden; ++c) {
-      float w = p.weight ? load(p.weight_dtype, p.weight, c) : 1.f;
-      store(p.dtype, p.y.data, yo + c, load(p.dtype, p.x.data, xo + c) * rstd * w);
+      float w = p.weight ? load_f(p.weight_dtype, p.weight, c) : 1.f;
+      store_element(p.dtype, p.y.data, yo + c, load_f(p.dtype, p.x.data, xo + c) * rstd * w);
     }
   }
 }
@@ -65,23 +41,23 @@ void backward_cpu(const BackwardParams& p) {
     const float rstd = p.rstd[r];
     double dot = 0;  // sum over the row of xhat * w * dy
     for (int64_t c = 0; c < p.hidden; ++c) {
-      float w = p.weight ? load(p.weight_dtype, p.weight, c) : 1.f;
-      float xhat = load(p.dtype, p.x.data, xo + c) * rstd;
-      float dy = load(p.dtype, p.dy.data, go + c);
+      float w = p.weight ? load_f(p.weight_dtype, p.weight, c) : 1.f;
+      float xhat = load_f(p.dtype, p.x.data, xo + c) * rstd;
+      float dy = load_f(p.dtype, p.dy.data, go + c);
       dot += double(xhat) * double(w * dy);
       if (p.weight) dweight[c] += double(dy) * double(xhat);
     }
     const float mean_dot = static_cast<float>(dot / double(p.hidden));
     for (int64_t c = 0; c < p.hidden; ++c) {
-      float w = p.weight ? load(p.weight_dtype, p.weight, c) : 1.f;
-      float xhat = load(p.dtype, p.x.data, xo + c) * rstd;
-      float dy = load(p.dtype, p.dy.data, go + c);
-      store(p.dtype, p.dx.data, dxo + c, rstd * (w * dy - xhat * mean_dot));
+      float w = p.weight ? load_f(p.weight_dtype, p.weight, c) : 1.f;
+      float xhat = load_f(p.dtype, p.x.data, xo + c) * rstd;
+      float dy = load_f(p.dtype, p.dy.data, go + c);
+      store_element(p.dtype, p.dx.data, dxo + c, rstd * (w * dy - xhat * mean_dot));
     }
   }
   if (p.weight)
     for (int64_t c = 0; c < p.hidden; ++c)
-      store(p.weight_dtype, p.dweight, c, static_cast<float>(dweight[c]));
+      store_element(p.weight_dtype, p.dweight, c, static_cast<float>(dweight[c]));
 }
 
 }  // namespace tilegrid::rms_norm

@@ -3,6 +3,7 @@
 // TrilinearCell; weights and sums in float64.
 #include "tilegrid/grid/sampling.h"
 #include "tilegrid/core/checks.h"
+#include "tilegrid/core/element_access.h"
 #include "tilegrid/grid/trilinear.h"
 #ifdef TILEGRID_WITH_CUDA
 #include "grid/grid_cuda.h"
@@ -10,18 +11,6 @@
 
 namespace tilegrid::grid {
 namespace {
-
-double load(DType dtype, const void* base, int64_t i) {
-  return dtype == DType::Float32 ? double(static_cast<const float*>(base)[i])
-                                 : static_cast<const double*>(base)[i];
-}
-
-void store(DType dtype, void* base, int64_t i, double v) {
-  if (dtype == DType::Float32)
-    static_cast<float*>(base)[i] = float(v);
-  else
-    static_cast<double*>(base)[i] = v;
-}
 
 void check_matrix(const char* op, const char* name, const TensorView& t, int64_t rows, int64_t cols,
                   DType dtype, Device device) {
@@ -66,8 +55,9 @@ void for_each_point(const GridBatch& grid, const JaggedTensor& points, Visit vis
   for (int64_t b = 0; b < grid.num_grids(); ++b) {
     const VoxelTransform t = grid.transform(b);
     for (int64_t n = offsets[b]; n < offsets[b + 1]; ++n) {
-      const double world[3] = {load(p.dtype, p.data, 3 * n), load(p.dtype, p.data, 3 * n + 1),
-                               load(p.dtype, p.data, 3 * n + 2)};
+      const double world[3] = {load_element(p.dtype, p.data, 3 * n),
+                               load_element(p.dtype, p.data, 3 * n + 1),
+                               load_element(p.dtype, p.data, 3 * n + 2)};
       double u[3];
       t.world_to_voxel(world, u);
       const TrilinearCell cell = TrilinearCell::at(u);
@@ -105,10 +95,10 @@ void sample_trilinear(const GridBatch& grid, const JaggedTensor& points, const T
           if (rows[c] < 0) continue;
           const double w = cell.weight(c);
           for (int64_t ch = 0; ch < channels; ++ch)
-            acc[size_t(ch)] += w * load(dtype, features.data, rows[c] * channels + ch);
+            acc[size_t(ch)] += w * load_element(dtype, features.data, rows[c] * channels + ch);
         }
         for (int64_t ch = 0; ch < channels; ++ch)
-          store(dtype, out.data, n * channels + ch, acc[size_t(ch)]);
+          store_element(dtype, out.data, n * channels + ch, acc[size_t(ch)]);
       });
 }
 
@@ -140,13 +130,13 @@ void sample_trilinear_backward_points(const GridBatch& grid, const JaggedTensor&
           if (rows[c] < 0) continue;
           double dot = 0;  // grad_out[n] . features[row]
           for (int64_t ch = 0; ch < channels; ++ch)
-            dot += load(dtype, grad_out.data, n * channels + ch) *
-                   load(dtype, features.data, rows[c] * channels + ch);
+            dot += load_element(dtype, grad_out.data, n * channels + ch) *
+                   load_element(dtype, features.data, rows[c] * channels + ch);
           for (int a = 0; a < 3; ++a) g[a] += dot * cell.weight_gradient(c, a);
         }
         // u = (p - origin) / voxel_size, so d/dp = d/du / voxel_size.
         for (int a = 0; a < 3; ++a)
-          store(dtype, grad_points.data, 3 * n + a, g[a] / t.voxel_size[a]);
+          store_element(dtype, grad_points.data, 3 * n + a, g[a] / t.voxel_size[a]);
       });
 }
 
@@ -174,10 +164,11 @@ void splat_trilinear(const GridBatch& grid, const JaggedTensor& points, const Te
           if (rows[c] < 0) continue;
           const double w = cell.weight(c);
           for (int64_t ch = 0; ch < channels; ++ch)
-            acc[size_t(rows[c] * channels + ch)] += w * load(dtype, values.data, n * channels + ch);
+            acc[size_t(rows[c] * channels + ch)] +=
+                w * load_element(dtype, values.data, n * channels + ch);
         }
       });
-  for (size_t i = 0; i < acc.size(); ++i) store(dtype, out.data, int64_t(i), acc[i]);
+  for (size_t i = 0; i < acc.size(); ++i) store_element(dtype, out.data, int64_t(i), acc[i]);
 }
 
 }  // namespace tilegrid::grid
