@@ -7,11 +7,19 @@ import torch
 from . import _C
 
 
-def current_stream(tensor: torch.Tensor) -> int:
-    """The raw handle of torch's current CUDA stream on `tensor`'s device (0 on the CPU)."""
-    if tensor.device.type != "cuda":
+def current_stream(where) -> int:
+    """The raw handle of torch's current CUDA stream on the device of `where` (a tensor or a
+    torch.device); 0 on the CPU."""
+    device = where.device if isinstance(where, torch.Tensor) else torch.device(where)
+    if device.type != "cuda":
         return 0
-    return torch.cuda.current_stream(tensor.device).cuda_stream
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def dlpack_pair(jdata: torch.Tensor, joffsets: torch.Tensor):
+    """A jagged tensor's storage as two DLPack capsules for the C++ module. Detached: DLPack
+    refuses tensors that require grad, and autograd is handled around the C++ calls."""
+    return jdata.detach().contiguous().__dlpack__(), joffsets.contiguous().__dlpack__()
 
 
 def _alloc(nbytes: int, device: int, stream: int) -> int:

@@ -18,7 +18,7 @@ import torch
 
 from . import _C
 from . import grid_derived
-from ._torch import current_stream
+from ._torch import current_stream, dlpack_pair
 from .grid_sampling import SampleTrilinear, SplatTrilinear
 from .jagged_tensor import JaggedTensor
 
@@ -51,8 +51,7 @@ def _jagged_arg(op: str, name: str, value) -> JaggedTensor:
 
 
 def _capsules(j: JaggedTensor):
-    # detach: DLPack refuses tensors that require grad (nothing here is differentiable).
-    return j.jdata.detach().contiguous().__dlpack__(), j.joffsets.contiguous().__dlpack__()
+    return dlpack_pair(j.jdata, j.joffsets)
 
 
 def _jagged(capsules) -> JaggedTensor:
@@ -86,24 +85,25 @@ class GridBatch:
     @classmethod
     def from_points(cls, points: JaggedTensor, voxel_sizes, origins: Optional[Sequence] = None) -> "GridBatch":
         """The voxels that contain the points: ijk = round((p - origin) / voxel_size)."""
-        n = _jagged_arg("from_points", "points", points).num_tensors
-        impl = _C.GridBatch.from_points(
-            *_capsules(points), _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins"),
-            current_stream(points.jdata),
-        )
-        return cls(impl)
+        return cls._from_points(_C.GridBatch.from_points, "from_points", points, voxel_sizes, origins)
 
     @classmethod
     def from_nearest_voxels_to_points(
         cls, points: JaggedTensor, voxel_sizes, origins: Optional[Sequence] = None
     ) -> "GridBatch":
         """The 8 voxels around each point (the cell that trilinear sampling reads)."""
-        n = _jagged_arg("from_nearest_voxels_to_points", "points", points).num_tensors
-        impl = _C.GridBatch.from_nearest_voxels_to_points(
+        return cls._from_points(
+            _C.GridBatch.from_nearest_voxels_to_points, "from_nearest_voxels_to_points", points,
+            voxel_sizes, origins,
+        )
+
+    @classmethod
+    def _from_points(cls, build, op: str, points, voxel_sizes, origins) -> "GridBatch":
+        n = _jagged_arg(op, "points", points).num_tensors
+        return cls(build(
             *_capsules(points), _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins"),
             current_stream(points.jdata),
-        )
-        return cls(impl)
+        ))
 
     @classmethod
     def from_mesh(
@@ -140,8 +140,7 @@ class GridBatch:
         device = torch.device(device)
         if device.type == "cuda":
             index = device.index if device.index is not None else torch.cuda.current_device()
-            stream = torch.cuda.current_stream(index).cuda_stream
-            return GridBatch(self._impl.to("cuda", index, stream))
+            return GridBatch(self._impl.to("cuda", index, current_stream(torch.device("cuda", index))))
         if device.type != "cpu":
             raise ValueError(f"GridBatch.to: expected a cpu or cuda device, got {device}")
         return GridBatch(self._impl.to("cpu", 0, 0))
@@ -187,8 +186,7 @@ class GridBatch:
 
     def ijk(self) -> JaggedTensor:
         """Coordinates of the active voxels, in feature-row order (int32)."""
-        stream = torch.cuda.current_stream(self.device).cuda_stream if self.device.type == "cuda" else 0
-        return _jagged(self._impl.ijk(stream))
+        return _jagged(self._impl.ijk(current_stream(self.device)))
 
     def ijk_to_index(self, ijk: JaggedTensor) -> JaggedTensor:
         """Feature row of each coordinate (int64), -1 where the voxel is not active."""

@@ -10,11 +10,7 @@ import torch
 
 from . import _C
 from ._torch import current_stream
-
-
-def _capsules(jdata: torch.Tensor, joffsets: torch.Tensor):
-    # detach: DLPack refuses tensors that require grad; autograd is handled around the call.
-    return jdata.detach().contiguous().__dlpack__(), joffsets.contiguous().__dlpack__()
+from ._torch import dlpack_pair as _capsules
 
 
 class SampleTrilinear(torch.autograd.Function):

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "grid/grid_args.h"
 #include "tilegrid/core/checks.h"
 #include "tilegrid/grid/grid_batch.h"
 #ifdef TILEGRID_WITH_CUDA
@@ -59,32 +60,10 @@ Coord child_origin(Coord origin, uint32_t position, int shift, int log2) {
           origin.k + int32_t((position & m) << shift)};
 }
 
-template <class Node>
-Tensor to_bytes(const std::vector<Node>& nodes) {
-  Tensor t = Tensor::empty({int64_t(nodes.size() * sizeof(Node))}, DType::UInt8, Device::cpu());
-  if (!nodes.empty())
-    std::copy_n(reinterpret_cast<const uint8_t*>(nodes.data()), nodes.size() * sizeof(Node),
-                static_cast<uint8_t*>(t.data()));
-  return t;
-}
-
 Tensor int64_vector(const std::vector<int64_t>& values) {
   Tensor t = Tensor::empty({int64_t(values.size())}, DType::Int64, Device::cpu());
   std::copy(values.begin(), values.end(), static_cast<int64_t*>(t.data()));
   return t;
-}
-
-std::vector<Vec3d> per_grid(const std::vector<Vec3d>& given, int64_t grids, Vec3d fallback,
-                            const char* name, bool positive) {
-  if (given.empty()) return std::vector<Vec3d>(size_t(grids), fallback);
-  TG_CHECK_VALUE(int64_t(given.size()) == grids, kOp, ": ", name, " must have one entry per grid (",
-                 grids, "), got ", int64_t(given.size()));
-  for (const Vec3d& v : given)
-    for (double x : v) {
-      TG_CHECK_VALUE(std::isfinite(x), kOp, ": ", name, " must be finite, got ", x);
-      TG_CHECK_VALUE(!positive || x > 0, kOp, ": ", name, " must be > 0, got ", x);
-    }
-  return given;
 }
 
 }  // namespace
@@ -100,10 +79,9 @@ GridBatch GridBatch::from_ijk(const JaggedTensor& ijk, const std::vector<Vec3d>&
   TG_CHECK_VALUE(grids < (int64_t(1) << 24), kOp, ": at most 2^24 grids a batch, got ", grids);
 
   GridBatch batch;
-  batch.voxel_sizes_ = per_grid(voxel_sizes, grids, {1, 1, 1}, "voxel_sizes", true);
-  batch.origins_ = per_grid(origins, grids, {0, 0, 0}, "origins", false);
-  std::vector<VoxelTransform> transforms;
-  for (int64_t b = 0; b < grids; ++b) transforms.push_back(batch.transform(b));
+  batch.voxel_sizes_ = per_grid(kOp, voxel_sizes, grids, {1, 1, 1}, "voxel_sizes", true);
+  batch.origins_ = per_grid(kOp, origins, grids, {0, 0, 0}, "origins", false);
+  const std::vector<VoxelTransform> transforms = transforms_of(batch.voxel_sizes_, batch.origins_);
 
   if (data.device.is_cuda()) {
 #ifdef TILEGRID_WITH_CUDA

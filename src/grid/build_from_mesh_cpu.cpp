@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "grid/grid_args.h"
 #include "tilegrid/core/checks.h"
 #include "tilegrid/grid/grid_batch.h"
 #include "tilegrid/grid/triangle_box.h"
@@ -45,23 +46,16 @@ GridBatch GridBatch::from_mesh(const JaggedTensor& vertices, const JaggedTensor&
   const int64_t grids = vertices.num_tensors();
   TG_CHECK_VALUE(faces.num_tensors() == grids, kOp, ": vertices hold ", grids,
                  " meshes but faces hold ", faces.num_tensors());
-  TG_CHECK_VALUE(int64_t(voxel_sizes.size()) == grids, kOp,
-                 ": voxel_sizes must have one entry per grid (", grids, "), got ",
-                 int64_t(voxel_sizes.size()));
-  TG_CHECK_VALUE(origins.empty() || int64_t(origins.size()) == grids, kOp,
-                 ": origins must have one entry per grid (", grids, "), got ",
-                 int64_t(origins.size()));
-  for (const Vec3d& s : voxel_sizes)
-    for (double x : s)
-      TG_CHECK_VALUE(std::isfinite(x) && x > 0, kOp, ": voxel_sizes must be > 0, got ", x);
+  const std::vector<VoxelTransform> transforms =
+      transforms_of(required_voxel_sizes(kOp, voxel_sizes, grids),
+                    per_grid(kOp, origins, grids, {0, 0, 0}, "origins", false));
 
   const int64_t* voff = vertices.joffsets().view().data_ptr<const int64_t>();
   const int64_t* foff = faces.joffsets().view().data_ptr<const int64_t>();
   std::vector<int32_t> xyz;
   std::vector<int64_t> offsets{0};
   for (int64_t b = 0; b < grids; ++b) {
-    const Vec3d o = origins.empty() ? Vec3d{0, 0, 0} : origins[size_t(b)];
-    const Vec3d& s = voxel_sizes[size_t(b)];
+    const VoxelTransform& grid_transform = transforms[size_t(b)];
     const int64_t num_vertices = voff[b + 1] - voff[b];
     for (int64_t t = foff[b]; t < foff[b + 1]; ++t) {
       double tri[3][3];  // vertices in continuous voxel coordinates
@@ -72,7 +66,7 @@ GridBatch GridBatch::from_mesh(const JaggedTensor& vertices, const JaggedTensor&
         for (int a = 0; a < 3; ++a) {
           const double w = vertex_coord(v, 3 * (voff[b] + index) + a);
           TG_CHECK_VALUE(std::isfinite(w), kOp, ": vertices must be finite, got ", w);
-          tri[corner][a] = (w - o[a]) / s[a];
+          tri[corner][a] = (w - grid_transform.origin[a]) / grid_transform.voxel_size[a];
         }
       }
       int64_t lo[3], hi[3];

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "grid/grid_args.h"
 #include "tilegrid/core/checks.h"
 #include "tilegrid/grid/grid_batch.h"
 #ifdef TILEGRID_WITH_CUDA
@@ -60,30 +61,14 @@ JaggedTensor coordinates_of_points(const char* op, const JaggedTensor& points,
                                    Stream stream) {
   check_points(op, points.jdata());
   const int64_t grids = points.num_tensors();
-  TG_CHECK_VALUE(int64_t(voxel_sizes.size()) == grids, op,
-                 ": voxel_sizes must have one entry per grid (", grids, "), got ",
-                 int64_t(voxel_sizes.size()));
-  TG_CHECK_VALUE(origins.empty() || int64_t(origins.size()) == grids, op,
-                 ": origins must have one entry per grid (", grids, "), got ",
-                 int64_t(origins.size()));
-  for (const Vec3d& s : voxel_sizes)
-    for (double x : s)
-      TG_CHECK_VALUE(std::isfinite(x) && x > 0, op, ": voxel_sizes must be > 0, got ", x);
+  const std::vector<VoxelTransform> transforms =
+      transforms_of(required_voxel_sizes(op, voxel_sizes, grids),
+                    per_grid(op, origins, grids, {0, 0, 0}, "origins", false));
 
   if (points.device().is_cuda()) {
 #ifdef TILEGRID_WITH_CUDA
     const Device device = points.device();
-    std::vector<VoxelTransform> transforms;
-    for (int64_t b = 0; b < grids; ++b) {
-      const Vec3d o = origins.empty() ? Vec3d{0, 0, 0} : origins[size_t(b)];
-      const Vec3d& s = voxel_sizes[size_t(b)];
-      transforms.push_back({{s[0], s[1], s[2]}, {o[0], o[1], o[2]}});
-    }
-    Tensor host_transforms = Tensor::empty({int64_t(transforms.size() * sizeof(VoxelTransform))},
-                                           DType::UInt8, Device::cpu());
-    std::copy_n(reinterpret_cast<const uint8_t*>(transforms.data()), host_transforms.numel(),
-                static_cast<uint8_t*>(host_transforms.data()));
-    Tensor device_transforms = host_transforms.to(device, stream);
+    Tensor device_transforms = to_bytes(transforms).to(device, stream);
     const TensorView& p = points.jdata();
     Tensor ijk = Tensor::empty({p.size(0) * corners, 3}, DType::Int32, device, stream);
     const cuda::PointsError error = cuda::points_to_ijk(
@@ -107,10 +92,9 @@ JaggedTensor coordinates_of_points(const char* op, const JaggedTensor& points,
   std::vector<int32_t> xyz;
   std::vector<int64_t> out_offsets{0};
   for (int64_t b = 0; b < grids; ++b) {
-    const Vec3d o = origins.empty() ? Vec3d{0, 0, 0} : origins[size_t(b)];
     for (int64_t n = offsets[b]; n < offsets[b + 1]; ++n) {
       double u[3];
-      for (int a = 0; a < 3; ++a) u[a] = (p[size_t(3 * n + a)] - o[a]) / voxel_sizes[size_t(b)][a];
+      transforms[size_t(b)].world_to_voxel(&p[size_t(3 * n)], u);
       emit(u, xyz);
     }
     out_offsets.push_back(int64_t(xyz.size() / 3));
