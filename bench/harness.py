@@ -208,14 +208,16 @@ def optional_import(module: str):
 
 
 def run_each(
-    report: Report, op: str, problem: str, nbytes: int, systems: Sequence[tuple], sets: int,
-    rounds: int = 3,
+    report: Report, op: str, problem: str, nbytes: Optional[int], systems: Sequence[tuple], sets: int,
+    rounds: int = 3, graph: bool = True, iters: int = 100, extra: Optional[Callable[[str, float], dict]] = None,
 ) -> None:
     """Times each (system name, fn(i)) pair in `rounds` interleaved rounds. The reported time
     is the median over rounds of the CUDA-graph replay time (GPU time); `extra` keeps each
     round and the plain launch-by-launch time, which includes the CPU's overhead. A system
     that fails is recorded with its error; one that cannot be captured in a graph is timed
-    launch by launch and says so."""
+    launch by launch and says so. graph=False times everything launch by launch (operations
+    that read results back to the host, such as grid construction, cannot be captured).
+    extra(system, ms) adds derived numbers (e.g. points per second) to each result."""
     graph_times: dict[str, list[float]] = {name: [] for name, _ in systems}
     launch_times: dict[str, list[float]] = {name: [] for name, _ in systems}
     errors: dict[str, str] = {}
@@ -225,11 +227,11 @@ def run_each(
             if name in errors:
                 continue
             try:
-                launch_times[name].append(time_ms(fn, sets))
+                launch_times[name].append(time_ms(fn, sets, warmup=min(10, iters), iters=iters))
             except Exception as e:
                 errors[name] = f"failed: {type(e).__name__}: {str(e)[:200]}"
                 continue
-            if name in no_graph:
+            if name in no_graph or not graph:
                 continue
             try:
                 graph_times[name].append(time_ms_graph(fn, sets))
@@ -240,11 +242,12 @@ def run_each(
         if name in errors:
             report.add(Result(op, problem, name, None, note=errors[name]))
             continue
-        graphed = name not in no_graph
+        graphed = graph and name not in no_graph
         ms = statistics.median(graph_times[name] if graphed else launch_times[name])
         report.add(Result(
             op, problem, name, ms, bytes=nbytes, note=no_graph.get(name, ""),
             extra={"timing": "cuda_graph_replay" if graphed else "launch_by_launch",
                    "round_ms": graph_times[name] if graphed else launch_times[name],
-                   "launch_by_launch_ms": statistics.median(launch_times[name])},
+                   "launch_by_launch_ms": statistics.median(launch_times[name]),
+                   **(extra(name, ms) if extra else {})},
         ))

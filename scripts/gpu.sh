@@ -58,7 +58,10 @@ if command -v compute-sanitizer >/dev/null; then
   note "compute-sanitizer memcheck (grid, python): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
 fi
 
-for bench in bench/bench_*.py; do
+# TILEGRID_BENCH=grid (a list of names, space-separated) runs only bench/bench_grid.py etc.
+benches=bench/bench_*.py
+[ -n "${TILEGRID_BENCH:-}" ] && benches=$(for b in $TILEGRID_BENCH; do echo "bench/bench_$b.py"; done)
+for bench in $benches; do
   name=$(basename "$bench" .py)
   $PY "$bench" --out "$OUT/$name.json" >>"$OUT/bench.log" 2>&1
   note "$name: rc=$?"

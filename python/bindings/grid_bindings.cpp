@@ -58,13 +58,13 @@ void bind_grid(nb::module_& m) {
       .def_static(
           "from_mesh",
           [](nb::capsule vdata, nb::capsule voffsets, nb::capsule fdata, nb::capsule foffsets,
-             std::vector<Vec3d> voxel_sizes, std::vector<Vec3d> origins) {
+             std::vector<Vec3d> voxel_sizes, std::vector<Vec3d> origins, uintptr_t stream) {
             return GridBatch::from_mesh(jagged_from_capsules(vdata, voffsets),
                                         jagged_from_capsules(fdata, foffsets), voxel_sizes,
-                                        origins);
+                                        origins, as_stream(stream));
           },
           nb::arg("vertices"), nb::arg("vertex_offsets"), nb::arg("faces"), nb::arg("face_offsets"),
-          nb::arg("voxel_sizes"), nb::arg("origins"))
+          nb::arg("voxel_sizes"), nb::arg("origins"), nb::arg("stream") = 0)
       .def_static("from_dense", &GridBatch::from_dense, nb::arg("num_grids"), nb::arg("size"),
                   nb::arg("ijk_min"), nb::arg("voxel_sizes"), nb::arg("origins"))
       .def(

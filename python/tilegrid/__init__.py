@@ -13,6 +13,7 @@ from ._torch import install_torch_allocator, uninstall_torch_allocator
 from .flash_attn import flash_attn_func, flash_attn_varlen_func
 from .grid_batch import GridBatch, jcat
 from .jagged_tensor import JaggedTensor
+from .mesh_io import read_mesh, read_off, read_ply
 from .rms_norm import rms_norm
 
 __version__ = "0.1.0"
@@ -31,6 +32,9 @@ __all__ = [
     "install_torch_allocator",
     "jcat",
     "nn",
+    "read_mesh",
+    "read_off",
+    "read_ply",
     "rms_norm",
     "uninstall_torch_allocator",
     "with_cuda",

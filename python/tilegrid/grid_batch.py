@@ -4,10 +4,10 @@ Topology only: a grid maps each active voxel's integer coordinate (ijk) to a row
 feature tensor; grid b's rows are [voxel_offsets[b], voxel_offsets[b+1]). Rows are ordered
 per grid, leaf by leaf (docs in include/tilegrid/grid/index_tree.h).
 
-from_ijk, from_points and from_nearest_voxels_to_points build on the device of their inputs
-(in parallel on a GPU), and so do the derived grids; from_mesh builds on the CPU so far (CUDA
-inputs raise an error that says so). A batch moves between devices with .to() / .cuda() / .cpu(); on a GPU, lookups,
-ijk() and trilinear sampling and splatting run as CUDA kernels.
+from_ijk, from_points, from_nearest_voxels_to_points, from_mesh and from_dense build on the
+device of their inputs (in parallel on a GPU), and so do the derived grids. A batch moves
+between devices with .to() / .cuda() / .cpu(); on a GPU, lookups, ijk() and trilinear
+sampling and splatting run as CUDA kernels.
 """
 
 from __future__ import annotations
@@ -116,6 +116,7 @@ class GridBatch:
         impl = _C.GridBatch.from_mesh(
             *_capsules(vertices), *_capsules(faces),
             _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins"),
+            current_stream(vertices.jdata),
         )
         return cls(impl)
 
@@ -123,13 +124,33 @@ class GridBatch:
     def from_dense(
         cls, num_grids: int, dense_dims: Sequence[int], ijk_min: Sequence[int] = (0, 0, 0),
         voxel_sizes: Optional[Sequence] = None, origins: Optional[Sequence] = None,
+        device="cpu",
     ) -> "GridBatch":
-        """Every voxel of the box [ijk_min, ijk_min + dense_dims) in each of num_grids grids."""
-        impl = _C.GridBatch.from_dense(
-            int(num_grids), [int(d) for d in dense_dims], [int(d) for d in ijk_min],
-            _per_grid(voxel_sizes, num_grids, "voxel_sizes"), _per_grid(origins, num_grids, "origins"),
+        """Every voxel of the box [ijk_min, ijk_min + dense_dims) in each of num_grids grids,
+        built on `device`."""
+        device = torch.device(device)
+        if device.type != "cuda":
+            return cls(_C.GridBatch.from_dense(
+                int(num_grids), [int(d) for d in dense_dims], [int(d) for d in ijk_min],
+                _per_grid(voxel_sizes, num_grids, "voxel_sizes"),
+                _per_grid(origins, num_grids, "origins"),
+            ))
+        # On a GPU the box's coordinates are made there and built like any other ijk set.
+        dims, low = [int(d) for d in dense_dims], [int(d) for d in ijk_min]
+        if int(num_grids) < 1 or len(dims) != 3 or len(low) != 3 or min(dims) < 0:
+            raise ValueError(
+                f"GridBatch.from_dense: expected num_grids >= 1 and three sizes >= 0, got "
+                f"num_grids={num_grids}, dense_dims={list(dense_dims)}"
+            )
+        if any(lo < -(2**31) or lo + d - 1 >= 2**31 for lo, d in zip(low, dims)):
+            raise ValueError("GridBatch.from_dense: the box leaves the int32 range")
+        axes = [torch.arange(d, device=device, dtype=torch.int64) + lo for lo, d in zip(low, dims)]
+        box = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3).to(torch.int32)
+        ijk = JaggedTensor.from_data_and_offsets(
+            box.repeat(int(num_grids), 1),
+            torch.arange(int(num_grids) + 1, device=device, dtype=torch.int64) * box.shape[0],
         )
-        return cls(impl)
+        return cls.from_ijk(ijk, voxel_sizes=voxel_sizes, origins=origins)
 
     @property
     def device(self) -> torch.device:

@@ -30,10 +30,17 @@ def _offsets(extent: torch.Tensor) -> torch.Tensor:
     return torch.tensor(list(itertools.product(*ranges)), dtype=torch.int32).reshape(-1, 3)
 
 
+def _parents(ijk: JaggedTensor, factor: torch.Tensor) -> JaggedTensor:
+    """Coordinates of the coarse voxels (factor per axis) that contain each voxel of ijk."""
+    coarse = torch.div(ijk.jdata.long(), factor.to(ijk.jdata.device), rounding_mode="floor")
+    return ijk.jagged_like(coarse.to(torch.int32))
+
+
 def _expand(ijk: JaggedTensor, offsets: torch.Tensor, scale: torch.Tensor) -> JaggedTensor:
     """Each coordinate c of ijk becomes c * scale + o for every offset o (duplicates merged
     by the construction)."""
-    data = ijk.jdata.long()[:, None, :] * scale + offsets.long()[None, :, :]
+    device = ijk.jdata.device
+    data = ijk.jdata.long()[:, None, :] * scale.to(device) + offsets.long().to(device)[None, :, :]
     counts = torch.diff(ijk.joffsets) * offsets.shape[0]
     joffsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
     return JaggedTensor.from_data_and_offsets(data.reshape(-1, 3).to(torch.int32), joffsets)
@@ -42,7 +49,7 @@ def _expand(ijk: JaggedTensor, offsets: torch.Tensor, scale: torch.Tensor) -> Ja
 def coarsened(grid, factor):
     f = _factor("coarsened_grid", factor)
     ijk = grid.ijk()
-    coarse = ijk.jagged_like(torch.div(ijk.jdata.long(), f, rounding_mode="floor").to(torch.int32))
+    coarse = _parents(ijk, f)
     sizes = grid.voxel_sizes * f
     origins = grid.origins + (f - 1) / 2 * grid.voxel_sizes
     return type(grid).from_ijk(coarse, voxel_sizes=sizes.tolist(), origins=origins.tolist())
@@ -89,7 +96,7 @@ def coarse_index(fine_grid, coarse_grid, factor) -> torch.Tensor:
     """Row in coarse_grid of each fine voxel's parent (-1 if the coarse grid lacks it)."""
     f = _factor("coarse_index", factor)
     ijk = fine_grid.ijk()
-    parents = ijk.jagged_like(torch.div(ijk.jdata.long(), f, rounding_mode="floor").to(torch.int32))
+    parents = _parents(ijk, f)
     return coarse_grid.ijk_to_index(parents).jdata
 
 

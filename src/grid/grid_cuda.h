@@ -28,6 +28,26 @@ PointsError points_to_ijk(const void* xyz, DType dtype, const int64_t* joffsets,
                           int64_t n, const VoxelTransform* transforms, int corners, int32_t* out,
                           int device, Stream stream);
 
+// The voxels that the triangles of a batch of meshes touch (GridBatch.from_mesh on a GPU).
+// Device pointers; faces index their own mesh's vertices. The worst problem met is returned
+// (the call synchronises `stream` once, to read the error and the voxel count).
+enum class MeshError : int { None = 0, BadFace = 1, NotFinite = 2, OutOfRange = 3 };
+struct MeshInput {
+  const void* vertices;  // [num_vertices, 3], float32 or float64 (vertices_dtype)
+  DType vertices_dtype;
+  const int64_t* voff;   // [num_grids + 1]
+  const void* faces;     // [num_faces, 3], int32 or int64 (faces_dtype)
+  DType faces_dtype;
+  const int64_t* foff;   // [num_grids + 1]
+  int64_t num_grids, num_faces;
+  const VoxelTransform* transforms;  // [num_grids], on the device
+};
+struct MeshVoxels {
+  Tensor xyz;      // [n, 3] int32, grid by grid (duplicates kept)
+  Tensor offsets;  // [num_grids + 1] int64
+};
+MeshError mesh_to_ijk(const MeshInput& in, int device, Stream stream, MeshVoxels& out);
+
 // out[n] = row of voxel xyz[n] of its tensor's grid (joffsets: [num_tensors + 1]), or -1.
 void ijk_to_index(const TreeView& tree, const int32_t* xyz, const int64_t* joffsets,
                   int64_t num_tensors, int64_t n, int64_t* out, int device, Stream stream);

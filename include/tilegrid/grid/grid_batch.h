@@ -4,9 +4,9 @@
 // separate [N, ...] tensor (a JaggedTensor whose joffsets are voxel_offsets()), so one grid
 // serves any number of feature tensors.
 //
-// from_ijk, from_points and from_nearest_voxels_to_points build where their inputs live (in
-// parallel on a GPU); from_mesh and from_dense build on the CPU so far. A batch moves with to(); on
-// a GPU, lookups, ijk() and sampling run as CUDA kernels over the same traversal code.
+// from_ijk, from_points, from_nearest_voxels_to_points and from_mesh build where their inputs
+// live (in parallel on a GPU); from_dense builds on the CPU. A batch moves with to(); on a GPU,
+// lookups, ijk() and sampling run as CUDA kernels over the same traversal code.
 #include <array>
 #include <vector>
 
@@ -42,7 +42,7 @@ class GridBatch {
   // vertices), each jagged over the batch.
   static GridBatch from_mesh(const JaggedTensor& vertices, const JaggedTensor& faces,
                              const std::vector<Vec3d>& voxel_sizes,
-                             const std::vector<Vec3d>& origins = {});
+                             const std::vector<Vec3d>& origins = {}, Stream stream = {});
   // Every voxel of the box [ijk_min, ijk_min + size) in each of `num_grids` grids.
   static GridBatch from_dense(int64_t num_grids, const std::array<int32_t, 3>& size,
                               const std::array<int32_t, 3>& ijk_min = {0, 0, 0},

@@ -109,3 +109,41 @@ def test_gpu_derived_grids_match_the_cpu():
 def test_nan_points_on_the_gpu():
     with pytest.raises(ValueError, match="points must be finite"):
         tg.GridBatch.from_points(tg.JaggedTensor([torch.tensor([[0.0, float("nan"), 0.0]], device="cuda")]), voxel_sizes=[1, 1, 1])
+
+
+def random_mesh(num_vertices, num_faces, scale, dtype):
+    """A random triangle soup: vertices spread over a box, faces naming random vertices."""
+    vertices = (torch.rand(num_vertices, 3, dtype=torch.float64) * scale - scale / 3).to(dtype)
+    faces = torch.randint(0, num_vertices, (num_faces, 3), dtype=torch.int64)
+    return vertices, faces
+
+
+@pytest.mark.parametrize("dtype,index_dtype", [(torch.float32, torch.int32), (torch.float64, torch.int64)])
+def test_gpu_construction_from_mesh_matches_the_cpu(dtype, index_dtype):
+    meshes = [random_mesh(50, 200, 6.0, dtype), random_mesh(3, 0, 1.0, dtype), random_mesh(400, 30, 20.0, dtype)]
+    vertices = tg.JaggedTensor([v for v, _ in meshes])
+    faces = tg.JaggedTensor([f.to(index_dtype) for _, f in meshes])
+    args = dict(voxel_sizes=[[0.1, 0.1, 0.1], [1, 1, 1], [0.5, 0.25, 1.0]], origins=[[0.05, 0, 0], [0, 0, 0], [1, 2, 3]])
+    cpu = tg.GridBatch.from_mesh(vertices, faces, **args)
+    gpu = tg.GridBatch.from_mesh(vertices.to("cuda"), faces.to("cuda"), **args)
+    assert gpu.device.type == "cuda" and cpu.total_voxels > 1000
+    assert [gpu.num_voxels(b) for b in range(3)] == [cpu.num_voxels(b) for b in range(3)]
+    assert torch.equal(gpu.ijk().jdata.cpu(), cpu.ijk().jdata)
+
+
+def test_gpu_from_mesh_rejects_bad_faces_and_nan_vertices():
+    v = tg.JaggedTensor([torch.zeros(3, 3, device="cuda")])
+    with pytest.raises(ValueError, match="face names a vertex outside its mesh"):
+        tg.GridBatch.from_mesh(v, tg.JaggedTensor([torch.tensor([[0, 1, 5]], device="cuda")]), voxel_sizes=[1, 1, 1])
+    nan = tg.JaggedTensor([torch.tensor([[0.0, 0, 0], [1, float("nan"), 0], [0, 1, 0]], device="cuda")])
+    with pytest.raises(ValueError, match="vertices must be finite"):
+        tg.GridBatch.from_mesh(nan, tg.JaggedTensor([torch.tensor([[0, 1, 2]], device="cuda")]), voxel_sizes=[1, 1, 1])
+
+
+def test_gpu_from_dense_matches_the_cpu():
+    args = dict(ijk_min=(-3, 5, 0), voxel_sizes=[0.5, 0.5, 0.5], origins=[1.0, 2.0, 3.0])
+    cpu = tg.GridBatch.from_dense(2, (7, 1, 9), **args)
+    gpu = tg.GridBatch.from_dense(2, (7, 1, 9), device="cuda", **args)
+    assert gpu.device.type == "cuda"
+    assert torch.equal(gpu.ijk().jdata.cpu(), cpu.ijk().jdata)
+    assert torch.equal(gpu.voxel_sizes, cpu.voxel_sizes) and torch.equal(gpu.origins, cpu.origins)
