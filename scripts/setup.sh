@@ -9,11 +9,20 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 missing=()
 for cmd in cmake ninja g++; do command -v "$cmd" >/dev/null || missing+=("$cmd"); done
 [ -f /usr/include/gtest/gtest.h ] || missing+=(gtest)
+# Optional: NanoVDB's headers, for the test that NanoVDB reads our .nvdb files (asked for only
+# where the package index knows them, so machines without the package do not retry each run).
+if [ ! -f /usr/include/nanovdb/NanoVDB.h ] && apt-cache show libnanovdb-dev >/dev/null 2>&1; then
+  missing+=(nanovdb)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "setup: installing system packages for: ${missing[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake ninja-build g++ libgtest-dev python3-venv >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libnanovdb-dev >/dev/null ||
+      echo "setup: libnanovdb-dev not available here: the NanoVDB interop test will not be built"
+  elif [ "${missing[*]}" = nanovdb ]; then
+    echo "setup: optional: install libnanovdb-dev to build the NanoVDB interop test"
   else
     echo "setup: please install: ${missing[*]} (Debian: cmake ninja-build g++ libgtest-dev)" >&2
     exit 1

@@ -1,0 +1,44 @@
+#pragma once
+// Saving and loading a GridBatch with its features as a NanoVDB file (.nvdb), readable by
+// NanoVDB's own tools and io::readGrids.
+//
+// Each grid of the batch becomes one NanoVDB index grid (file format 32.4: GridType::Index,
+// GridClass::IndexGrid, leaves that index active voxels only), named "grid_<b>" unless names
+// are given. Its map is the grid's transform (world = origin + voxel_size * ijk), its index and
+// world bounding boxes follow NanoVDB's conventions, and its header checksum is computed the
+// way NanoVDB's default ("partial") mode does.
+//
+// NanoVDB reserves index 0 of an index grid for the background (every inactive voxel reads
+// 0), so the voxel in feature row r of grid b (r counted from the grid's first row) has
+// NanoVDB index r + 1. Each feature tensor becomes one channel array (blind data) of every
+// grid, num_voxels(b) + 1 rows long with a row of zeros first, so that NanoVDB's
+// ChannelAccessor reads a voxel's row at its index. The channel's name records what NanoVDB's
+// blind data has no field for, the dtype and the per-voxel shape: "feature_<k>:float32[3]".
+#include <string>
+#include <vector>
+
+#include "tilegrid/grid/grid_batch.h"
+
+namespace tilegrid::grid {
+
+// Writes `grid` (copied to the CPU first when it lives on a GPU) and `features` (tensors of
+// any tilegrid dtype and shape [total_voxels, ...], on any device) to `path`, replacing the
+// file. `names`: one per grid (each at most 255 bytes), or empty for "grid_0", "grid_1", ...
+void save_nvdb(const std::string& path, const GridBatch& grid,
+               const std::vector<Tensor>& features = {},
+               const std::vector<std::string>& names = {});
+
+struct NvdbContents {
+  GridBatch grid;                  // on the CPU, rows in tilegrid's order
+  std::vector<Tensor> features;    // one per channel, [total_voxels, ...] on the CPU
+  std::vector<std::string> names;  // one per grid
+};
+
+// Reads every grid of a NanoVDB file written by save_nvdb, or by NanoVDB itself for index
+// grids that index active voxels only (NanoVDB 32.4 and older). Channel arrays become features
+// (their rows reordered into tilegrid's row order); other blind data is skipped. Every grid must
+// carry the same channels (dtype and per-voxel shape). Files with active tiles, compression or
+// another NanoVDB major version raise an error that says so.
+NvdbContents load_nvdb(const std::string& path);
+
+}  // namespace tilegrid::grid
