@@ -1,7 +1,11 @@
 // GPU construction of a GridBatch from integer coordinates, parallel end to end; the same
 // tree as the CPU builder (build_from_ijk_cpu.cpp), which the GPU tests compare it with:
-//  1. one 128-bit key per coordinate: (grid, upper-node origin, position in the upper node,
-//     position in the lower node, position in the leaf), whose order is the tree order;
+//  1. one key per coordinate: (grid, upper-node origin, position in the upper node, position
+//     in the lower node, position in the leaf), whose order is the tree order. The full key
+//     has 128 bits; when the batch's grids and upper-node origins fit in 28 bits (measured by
+//     a min/max pass: any batch under 2^28 grids x 4096^3-voxel extents does), a 64-bit key
+//     with origins relative to the minimum is sorted instead, and only over its used bits —
+//     e.g. 5 radix passes instead of 16 for one grid spanning 2 upper nodes an axis;
 //  2. CUB radix sort of the keys and CUB unique: the active voxels, in feature-row order;
 //  3. flags where a new upper node, lower node or leaf starts, exclusive scans of the flags:
 //     every voxel learns the index of its nodes, and nodes come out contiguous per parent;
@@ -13,6 +17,8 @@
 #include <cub/device/device_select.cuh>
 #include <cuda/std/tuple>
 
+#include <climits>
+#include <optional>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -75,6 +81,13 @@ __device__ Coord offset_origin(Coord origin, uint32_t position, int shift, int l
           origin.k + int32_t((position & m) << shift)};
 }
 
+// Position in the upper node (15 bits) | in the lower node (12) | in the leaf (9).
+__device__ uint64_t in_node_position(Coord c) {
+  return (uint64_t(child_position(c, kUpperShift, kUpperLog2)) << 21) |
+         (uint64_t(child_position(c, kLowerShift, kLowerLog2)) << 9) |
+         uint64_t(child_position(c, 0, kLeafLog2));
+}
+
 __global__ void make_keys(const int32_t* __restrict__ xyz, const int64_t* __restrict__ joffsets,
                           int64_t num_grids, int64_t n, TreeKey* __restrict__ keys) {
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
@@ -85,9 +98,82 @@ __global__ void make_keys(const int32_t* __restrict__ xyz, const int64_t* __rest
     const uint64_t rj = uint64_t(int64_t(c.j >> kRootShift) + kRootBias);
     const uint64_t rk = uint64_t(int64_t(c.k >> kRootShift) + kRootBias);
     keys[p].hi = (b << 40) | (ri << 20) | rj;
-    keys[p].lo = (rk << 36) | (uint64_t(child_position(c, kUpperShift, kUpperLog2)) << 21) |
-                 (uint64_t(child_position(c, kLowerShift, kLowerLog2)) << 9) |
-                 uint64_t(child_position(c, 0, kLeafLog2));
+    keys[p].lo = (rk << 36) | in_node_position(c);
+  }
+}
+
+// Bits of a voxel's position inside its upper node: upper (15) + lower (12) + leaf (9).
+constexpr int kInNodeBits = 3 * (kUpperLog2 + kLowerLog2 + kLeafLog2);
+
+// Per-axis minimum and maximum of the upper-node coordinates (c >> 12) of all points:
+// bounds[0..2] minima, bounds[3..5] maxima (initialised to INT_MAX / INT_MIN).
+__global__ void root_bounds(const int32_t* __restrict__ xyz, int64_t n, int* __restrict__ bounds) {
+  int lo[3] = {INT_MAX, INT_MAX, INT_MAX}, hi[3] = {INT_MIN, INT_MIN, INT_MIN};
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
+       p += int64_t(gridDim.x) * blockDim.x)
+    for (int a = 0; a < 3; ++a) {
+      const int r = xyz[3 * p + a] >> kRootShift;
+      lo[a] = min(lo[a], r);
+      hi[a] = max(hi[a], r);
+    }
+  for (int a = 0; a < 3; ++a)
+    for (int offset = 16; offset > 0; offset /= 2) {
+      lo[a] = min(lo[a], __shfl_xor_sync(0xffffffffu, lo[a], offset));
+      hi[a] = max(hi[a], __shfl_xor_sync(0xffffffffu, hi[a], offset));
+    }
+  if (threadIdx.x % 32 == 0)
+    for (int a = 0; a < 3; ++a) {
+      atomicMin(&bounds[a], lo[a]);
+      atomicMax(&bounds[3 + a], hi[a]);
+    }
+}
+
+// The 64-bit key: grid | (root i - min) | (root j - min) | (root k - min) | in-node position,
+// the fields `width` bits wide (grid, i, j, k). Same order as TreeKey, since each field is
+// shifted by a constant.
+struct CompactLayout {
+  int min_root[3];
+  int width[4];  // grid, i, j, k
+  int total_bits() const { return width[0] + width[1] + width[2] + width[3] + kInNodeBits; }
+};
+
+__global__ void make_compact_keys(const int32_t* __restrict__ xyz,
+                                  const int64_t* __restrict__ joffsets, int64_t num_grids,
+                                  int64_t n, CompactLayout layout, uint64_t* __restrict__ keys) {
+  const int shift_k = kInNodeBits, shift_j = shift_k + layout.width[3];
+  const int shift_i = shift_j + layout.width[2], shift_b = shift_i + layout.width[1];
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const Coord c = {xyz[3 * p], xyz[3 * p + 1], xyz[3 * p + 2]};
+    const uint64_t b = uint64_t(tensor_of_row(joffsets, num_grids, p));
+    keys[p] = (layout.width[0] ? b << shift_b : 0) |
+              (uint64_t((c.i >> kRootShift) - layout.min_root[0]) << shift_i) |
+              (uint64_t((c.j >> kRootShift) - layout.min_root[1]) << shift_j) |
+              (uint64_t((c.k >> kRootShift) - layout.min_root[2]) << shift_k) |
+              in_node_position(c);
+  }
+}
+
+// The full TreeKey of each unique compact key, for the node-building passes.
+__global__ void expand_compact_keys(const uint64_t* __restrict__ compact, int64_t n,
+                                    CompactLayout layout, TreeKey* __restrict__ keys) {
+  const int shift_k = kInNodeBits, shift_j = shift_k + layout.width[3];
+  const int shift_i = shift_j + layout.width[2], shift_b = shift_i + layout.width[1];
+  auto field = [](uint64_t key, int shift, int width) {
+    return width == 0 ? uint64_t(0) : (key >> shift) & ((uint64_t(1) << width) - 1);
+  };
+  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < n;
+       v += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t key = compact[v];
+    const uint64_t b = field(key, shift_b, layout.width[0]);
+    const uint64_t ri = uint64_t(int64_t(field(key, shift_i, layout.width[1])) +
+                                 layout.min_root[0] + kRootBias);
+    const uint64_t rj = uint64_t(int64_t(field(key, shift_j, layout.width[2])) +
+                                 layout.min_root[1] + kRootBias);
+    const uint64_t rk = uint64_t(int64_t(field(key, shift_k, layout.width[3])) +
+                                 layout.min_root[2] + kRootBias);
+    keys[v].hi = (b << 40) | (ri << 20) | rj;
+    keys[v].lo = (rk << 36) | (key & ((uint64_t(1) << kInNodeBits) - 1));
   }
 }
 
@@ -160,6 +246,17 @@ __device__ ChildMask<kLeafLog2>& mask_of(LeafNode& node) {
   return node.voxels;
 }
 
+// counts[level] = nodes at that level: the exclusive scan's last value plus the last flag.
+__global__ void count_nodes(const int64_t* f0, const int64_t* f1, const int64_t* f2,
+                            const int64_t* i0, const int64_t* i1, const int64_t* i2, int64_t v,
+                            int64_t* counts) {
+  if (threadIdx.x == 0) {
+    counts[0] = i0[v - 1] + f0[v - 1];
+    counts[1] = i1[v - 1] + f1[v - 1];
+    counts[2] = i2[v - 1] + f2[v - 1];
+  }
+}
+
 // One thread a node: the running popcounts of its child mask.
 template <class Node>
 __global__ void finish_masks(Node* nodes, int64_t count) {
@@ -219,6 +316,78 @@ T to_host(const T* device_value, cudaStream_t s) {
   return value;
 }
 
+// The 64-bit key layout for these points, or nothing when grid and origins need more than 28
+// bits (then the full 128-bit key is sorted). One small reduction and one read-back.
+std::optional<CompactLayout> compact_layout(const int32_t* xyz, int64_t n, int64_t num_grids,
+                                            Scratch& scratch, cudaStream_t s) {
+  int* bounds = scratch.get<int>(6);
+  const int init[6] = {INT_MAX, INT_MAX, INT_MAX, INT_MIN, INT_MIN, INT_MIN};
+  TG_CUDA_CHECK(cudaMemcpyAsync(bounds, init, sizeof(init), cudaMemcpyHostToDevice, s));
+  root_bounds<<<std::min(blocks_for(n), 4u * 132u), kThreads, 0, s>>>(xyz, n, bounds);
+  TG_CUDA_CHECK_LAUNCH();
+  int host[6];
+  TG_CUDA_CHECK(cudaMemcpyAsync(host, bounds, sizeof(host), cudaMemcpyDeviceToHost, s));
+  TG_CUDA_CHECK(cudaStreamSynchronize(s));
+  auto bits_for = [](int64_t span) {  // bits to hold values 0..span
+    int bits = 0;
+    while (bits < 63 && (int64_t(1) << bits) <= span) ++bits;
+    return bits;
+  };
+  CompactLayout layout{};
+  layout.width[0] = bits_for(num_grids - 1);
+  for (int a = 0; a < 3; ++a) {
+    layout.min_root[a] = host[a];
+    layout.width[1 + a] = bits_for(int64_t(host[3 + a]) - host[a]);
+  }
+  if (layout.total_bits() > 64) return std::nullopt;
+  return layout;
+}
+
+// Sorted unique voxels from 64-bit keys, expanded to TreeKeys; returns their count.
+int64_t sort_unique_compact(const int32_t* xyz, const int64_t* joffsets, int64_t num_grids,
+                            int64_t n, const CompactLayout& layout, Scratch& scratch,
+                            TreeKey* voxels, cudaStream_t s) {
+  int64_t* num_voxels_dev = scratch.get<int64_t>(1);
+  uint64_t* keys = scratch.get<uint64_t>(n);
+  uint64_t* sorted = scratch.get<uint64_t>(n);
+  make_compact_keys<<<blocks_for(n), kThreads, 0, s>>>(xyz, joffsets, num_grids, n, layout, keys);
+  TG_CUDA_CHECK_LAUNCH();
+  const int end_bit = std::max(layout.total_bits(), 1);
+  size_t bytes = 0;
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, keys, sorted, n, 0, end_bit, s));
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(scratch.get<uint8_t>(int64_t(bytes)), bytes, keys,
+                                               sorted, n, 0, end_bit, s));
+  uint64_t* unique = keys;  // the unsorted keys are no longer needed
+  bytes = 0;
+  TG_CUDA_CHECK(cub::DeviceSelect::Unique(nullptr, bytes, sorted, unique, num_voxels_dev, n, s));
+  TG_CUDA_CHECK(cub::DeviceSelect::Unique(scratch.get<uint8_t>(int64_t(bytes)), bytes, sorted,
+                                          unique, num_voxels_dev, n, s));
+  const int64_t v = to_host(num_voxels_dev, s);
+  expand_compact_keys<<<blocks_for(v), kThreads, 0, s>>>(unique, v, layout, voxels);
+  TG_CUDA_CHECK_LAUNCH();
+  return v;
+}
+
+// Sorted unique voxels from full 128-bit keys; returns their count.
+int64_t sort_unique_full(const int32_t* xyz, const int64_t* joffsets, int64_t num_grids,
+                         int64_t n, Scratch& scratch, TreeKey* voxels, cudaStream_t s) {
+  int64_t* num_voxels_dev = scratch.get<int64_t>(1);
+  TreeKey* keys = scratch.get<TreeKey>(n);
+  TreeKey* sorted = scratch.get<TreeKey>(n);
+  make_keys<<<blocks_for(n), kThreads, 0, s>>>(xyz, joffsets, num_grids, n, keys);
+  TG_CUDA_CHECK_LAUNCH();
+  size_t bytes = 0;
+  TG_CUDA_CHECK(
+      cub::DeviceRadixSort::SortKeys(nullptr, bytes, keys, sorted, n, TreeKeyDecomposer{}, s));
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(scratch.get<uint8_t>(int64_t(bytes)), bytes, keys,
+                                               sorted, n, TreeKeyDecomposer{}, s));
+  bytes = 0;
+  TG_CUDA_CHECK(cub::DeviceSelect::Unique(nullptr, bytes, sorted, voxels, num_voxels_dev, n, s));
+  TG_CUDA_CHECK(cub::DeviceSelect::Unique(scratch.get<uint8_t>(int64_t(bytes)), bytes, sorted,
+                                          voxels, num_voxels_dev, n, s));
+  return to_host(num_voxels_dev, s);
+}
+
 }  // namespace
 
 BuiltTree build_tree(const int32_t* xyz, const int64_t* joffsets, int64_t num_grids, int64_t n,
@@ -228,26 +397,13 @@ BuiltTree build_tree(const int32_t* xyz, const int64_t* joffsets, int64_t num_gr
   Scratch scratch{{}, device, stream};
   BuiltTree out;
 
-  TreeKey* keys = scratch.get<TreeKey>(n);
-  TreeKey* sorted = scratch.get<TreeKey>(n);
   TreeKey* voxels = scratch.get<TreeKey>(n);
-  int64_t* num_voxels_dev = scratch.get<int64_t>(1);
+  int64_t v = 0;
   if (n > 0) {
-    make_keys<<<blocks_for(n), kThreads, 0, s>>>(xyz, joffsets, num_grids, n, keys);
-    TG_CUDA_CHECK_LAUNCH();
-    size_t bytes = 0;
-    TG_CUDA_CHECK(
-        cub::DeviceRadixSort::SortKeys(nullptr, bytes, keys, sorted, n, TreeKeyDecomposer{}, s));
-    TG_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(scratch.get<uint8_t>(int64_t(bytes)), bytes, keys,
-                                                 sorted, n, TreeKeyDecomposer{}, s));
-    bytes = 0;
-    TG_CUDA_CHECK(cub::DeviceSelect::Unique(nullptr, bytes, sorted, voxels, num_voxels_dev, n, s));
-    TG_CUDA_CHECK(cub::DeviceSelect::Unique(scratch.get<uint8_t>(int64_t(bytes)), bytes, sorted,
-                                            voxels, num_voxels_dev, n, s));
-  } else {
-    TG_CUDA_CHECK(cudaMemsetAsync(num_voxels_dev, 0, sizeof(int64_t), s));
+    const std::optional<CompactLayout> layout = compact_layout(xyz, n, num_grids, scratch, s);
+    v = layout ? sort_unique_compact(xyz, joffsets, num_grids, n, *layout, scratch, voxels, s)
+               : sort_unique_full(xyz, joffsets, num_grids, n, scratch, voxels, s);
   }
-  const int64_t v = to_host(num_voxels_dev, s);
   out.num_voxels = v;
 
   int64_t* flags[3] = {scratch.get<int64_t>(v), scratch.get<int64_t>(v), scratch.get<int64_t>(v)};
@@ -261,8 +417,13 @@ BuiltTree build_tree(const int32_t* xyz, const int64_t* joffsets, int64_t num_gr
       TG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, flags[level], ids[level], v, s));
       TG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scratch.get<uint8_t>(int64_t(bytes)), bytes,
                                                   flags[level], ids[level], v, s));
-      counts[level] = to_host(ids[level] + v - 1, s) + to_host(flags[level] + v - 1, s);
     }
+    int64_t* node_counts = scratch.get<int64_t>(3);
+    count_nodes<<<1, 32, 0, s>>>(flags[0], flags[1], flags[2], ids[0], ids[1], ids[2], v,
+                                 node_counts);
+    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK(cudaMemcpyAsync(counts, node_counts, sizeof(counts), cudaMemcpyDeviceToHost, s));
+    TG_CUDA_CHECK(cudaStreamSynchronize(s));
   }
   out.uppers = Tensor::empty({counts[0] * int64_t(sizeof(UpperNode))}, DType::UInt8,
                              Device::cuda(device), stream);
