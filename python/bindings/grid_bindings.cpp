@@ -7,6 +7,7 @@
 
 #include "convert.h"
 #include "tilegrid/grid/grid_batch.h"
+#include "tilegrid/grid/nvdb_io.h"
 #include "tilegrid/grid/sampling.h"
 
 namespace tilegrid::python {
@@ -127,6 +128,26 @@ void bind_grid(nb::module_& m) {
       },
       nb::arg("grid"), nb::arg("jdata"), nb::arg("joffsets"), nb::arg("values"), nb::arg("out"),
       nb::arg("stream") = 0);
+
+  // .nvdb files: features cross as DLPack capsules, one per tensor.
+  m.def(
+      "save_nvdb",
+      [](const std::string& path, const GridBatch& g, std::vector<nb::capsule> features,
+         std::vector<std::string> names) {
+        std::vector<Tensor> tensors;
+        for (nb::capsule& c : features) tensors.push_back(tensor_from_capsule(c));
+        grid::save_nvdb(path, g, tensors, names);
+      },
+      nb::arg("path"), nb::arg("grid"), nb::arg("features"), nb::arg("names"));
+  m.def(
+      "load_nvdb",
+      [](const std::string& path) {
+        grid::NvdbContents contents = grid::load_nvdb(path);
+        nb::list features;
+        for (const Tensor& t : contents.features) features.append(to_capsule(t));
+        return nb::make_tuple(std::move(contents.grid), features, contents.names);
+      },
+      nb::arg("path"));
 }
 
 }  // namespace tilegrid::python

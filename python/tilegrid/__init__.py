@@ -12,6 +12,7 @@ from . import _C, nn
 from ._torch import install_torch_allocator, uninstall_torch_allocator
 from .flash_attn import flash_attn_func, flash_attn_varlen_func
 from .grid_batch import GridBatch, jcat
+from .grid_io import load, save
 from .jagged_tensor import JaggedTensor
 from .mesh_io import read_mesh, read_off, read_ply
 from .rms_norm import rms_norm
@@ -31,11 +32,13 @@ __all__ = [
     "flash_attn_varlen_func",
     "install_torch_allocator",
     "jcat",
+    "load",
     "nn",
     "read_mesh",
     "read_off",
     "read_ply",
     "rms_norm",
+    "save",
     "uninstall_torch_allocator",
     "with_cuda",
 ]

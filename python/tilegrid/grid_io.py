@@ -1,0 +1,87 @@
+"""Saving and loading grid batches with their features as NanoVDB files (.nvdb), in the
+spirit of fVDB's save/load.
+
+Each grid becomes one NanoVDB index grid (file format 32.4) named "grid_<b>" unless names are
+given, so NanoVDB's tools and readers open the file. NanoVDB reserves index 0 for the
+background: the voxel in row r of grid b's features has NanoVDB index r + 1. Each feature
+tensor is stored as a channel array of every grid (details in include/tilegrid/grid/nvdb_io.h).
+
+    tg.save("scene.nvdb", grid, features=[colors, density], names=["room", "hall"])
+    grid, (colors, density), names = tg.load("scene.nvdb", device="cuda")
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence, Union
+
+import torch
+
+from . import _C
+from .grid_batch import GridBatch
+from .jagged_tensor import JaggedTensor
+
+Features = Union[None, JaggedTensor, torch.Tensor, Sequence[Union[JaggedTensor, torch.Tensor]]]
+
+
+def _feature_capsule(grid: GridBatch, k: int, f) -> object:
+    if isinstance(f, JaggedTensor):
+        if not torch.equal(f.joffsets.cpu(), grid.voxel_offsets.cpu()):
+            raise ValueError(
+                f"save: features[{k}] is jagged as {f.joffsets.tolist()} but the grid's voxels as "
+                f"{grid.voxel_offsets.tolist()}"
+            )
+        f = f.jdata
+    if not isinstance(f, torch.Tensor):
+        raise TypeError(
+            f"save: features[{k}] must be a torch.Tensor or JaggedTensor, got {type(f).__name__}"
+        )
+    # Stream-ordered copy to the host here, so the C++ writer reads finished host memory.
+    return f.detach().cpu().contiguous().__dlpack__()
+
+
+def save(
+    path: Union[str, os.PathLike],
+    grid: GridBatch,
+    features: Features = None,
+    names: Union[None, str, Sequence[str]] = None,
+) -> None:
+    """Write `grid` and its per-voxel features to a .nvdb file, replacing it.
+
+    features: None, a [total_voxels, ...] tensor or JaggedTensor (bool, uint8, int32, int64,
+    float16, bfloat16, float32 or float64), or a list of them; each is saved with its dtype and
+    per-voxel shape. names: one per grid, or one name for every grid; default "grid_<b>".
+    """
+    if not isinstance(grid, GridBatch):
+        raise TypeError(f"save: grid must be a GridBatch, got {type(grid).__name__}")
+    if features is None:
+        features = []
+    elif isinstance(features, (torch.Tensor, JaggedTensor)):
+        features = [features]
+    capsules = [_feature_capsule(grid, k, f) for k, f in enumerate(features)]
+    if names is None:
+        names = []
+    elif isinstance(names, str):
+        names = [names] * grid.num_grids
+    host = grid if grid.device.type == "cpu" else grid.cpu()
+    _C.save_nvdb(os.fspath(path), host._impl, capsules, list(names))
+
+
+def load(
+    path: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu"
+) -> tuple[GridBatch, list[JaggedTensor], list[str]]:
+    """Read a .nvdb file written by save (or NanoVDB index grids of active voxels).
+
+    Returns (grid, features, names): the batch on `device`, one JaggedTensor per stored
+    feature ([total_voxels, ...], jagged like the grid's voxels; an empty list when there are
+    none), and the grid names.
+    """
+    impl, capsules, names = _C.load_nvdb(os.fspath(path))
+    grid = GridBatch(impl)
+    offsets = grid.voxel_offsets
+    features = [JaggedTensor.from_data_and_offsets(torch.from_dlpack(c), offsets) for c in capsules]
+    device = torch.device(device)
+    if device.type != "cpu":
+        grid = grid.to(device)
+        features = [f.to(device) for f in features]
+    return grid, features, list(names)
