@@ -26,8 +26,13 @@ import torch
 
 
 def git_revision() -> str:
-    """The tree's git revision; a tree copied without .git may carry it in .deps/REVISION."""
+    """The revision of the tree being measured: .deps/REVISION when present (written by whoever
+    copies the tree to a GPU machine, where a .git may be missing or belong to another
+    checkout), else git's HEAD (with -dirty for uncommitted changes)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(root, ".deps", "REVISION")
+    if os.path.exists(path):
+        return open(path).read().strip()
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
@@ -35,8 +40,7 @@ def git_revision() -> str:
         dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
         return rev + ("-dirty" if dirty.strip() else "")
     except (OSError, subprocess.CalledProcessError):
-        path = os.path.join(root, ".deps", "REVISION")
-        return open(path).read().strip() if os.path.exists(path) else "unknown"
+        return "unknown"
 
 
 def environment() -> dict:

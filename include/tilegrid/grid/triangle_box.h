@@ -9,7 +9,7 @@
 
 namespace tilegrid::grid {
 
-namespace detail {
+namespace sat {
 TG_HOST_DEVICE double dot3(const double a[3], const double b[3]) {
   return a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
 }
@@ -25,7 +25,7 @@ TG_HOST_DEVICE bool separated_on(const double axis[3], const double* const v[3],
   const double r = half * (::fabs(axis[0]) + ::fabs(axis[1]) + ::fabs(axis[2]));
   return lo > r || hi < -r;
 }
-}  // namespace detail
+}  // namespace sat
 
 // a, b, c: the triangle's vertices minus the cube's centre; half: the cube's half edge.
 TG_HOST_DEVICE bool triangle_overlaps_cube(const double a[3], const double b[3], const double c[3],
@@ -40,14 +40,14 @@ TG_HOST_DEVICE bool triangle_overlaps_cube(const double a[3], const double b[3],
   for (int e = 0; e < 3; ++e)
     for (int d = 0; d < 3; ++d) edges[e][d] = v[(e + 1) % 3][d] - v[e][d];
   double normal[3];
-  detail::cross3(edges[0], edges[1], normal);
-  if (detail::separated_on(normal, v, half)) return false;
+  sat::cross3(edges[0], edges[1], normal);
+  if (sat::separated_on(normal, v, half)) return false;
   for (int e = 0; e < 3; ++e)
     for (int d = 0; d < 3; ++d) {
       const double unit[3] = {d == 0 ? 1.0 : 0.0, d == 1 ? 1.0 : 0.0, d == 2 ? 1.0 : 0.0};
       double axis[3];
-      detail::cross3(unit, edges[e], axis);
-      if (detail::separated_on(axis, v, half)) return false;
+      sat::cross3(unit, edges[e], axis);
+      if (sat::separated_on(axis, v, half)) return false;
     }
   return true;
 }
