@@ -1,6 +1,12 @@
-// Trilinear sampling and splatting as CUDA kernels: one thread a point, over the traversal
-// and the weights that the CPU path runs (TreeView::index_of, TrilinearCell). Sums in float64
-// as on the CPU; splatting accumulates with atomicAdd.
+// Trilinear sampling and splatting as CUDA kernels over the traversal and the weights that the
+// CPU path runs (TreeView::index_of, TrilinearCell). Splatting accumulates with atomicAdd.
+//
+// float32 features with a multiple of 4 channels (the common case) take the grouped kernels:
+// 8 threads a point, thread c looks up corner c of the cell, the rows and weights are shared
+// by warp shuffles, and the threads then read or add 4 channels at a time, so a row of
+// features is touched by consecutive threads (coalesced) instead of by one thread channel by
+// channel. Their sums are in float32 (8 terms). Other cases take one thread a point with
+// float64 sums, as on the CPU.
 #include "core/cuda_check.h"
 #include "grid/grid_cuda.h"
 #include "tilegrid/core/jagged_index.h"
@@ -88,6 +94,89 @@ __global__ void splat_kernel(TreeView tree, const VoxelTransform* transforms, Po
   }
 }
 
+constexpr int kLanes = 8;  // threads a point in the grouped kernels: one per cell corner
+
+// Row and weight of every corner of point p's cell, in all 8 lanes of p's group.
+__device__ void locate_grouped(const TreeView& tree, const VoxelTransform* transforms,
+                               const PointSet& points, int64_t p, int lane, int64_t rows[8],
+                               float weights[8]) {
+  const unsigned group = 0xffu << (threadIdx.x % 32 & ~(kLanes - 1));
+  const int64_t grid = tensor_of_row(points.joffsets, points.num_tensors, p);
+  const float* xyz = static_cast<const float*>(points.xyz);
+  const double world[3] = {double(xyz[3 * p]), double(xyz[3 * p + 1]), double(xyz[3 * p + 2])};
+  double u[3];
+  transforms[grid].world_to_voxel(world, u);
+  const TrilinearCell cell = TrilinearCell::at(u);
+  const int64_t row = tree.index_of(grid, cell.voxel(lane));
+  const float weight = float(cell.weight(lane));
+  for (int c = 0; c < 8; ++c) {
+    rows[c] = __shfl_sync(group, row, c, kLanes);
+    weights[c] = __shfl_sync(group, weight, c, kLanes);
+  }
+}
+
+// features / out: [rows, groups] float4 (groups = channels / 4). All 8 lanes of a group share
+// one point, so whole groups enter and leave the loop together (the shuffles need that).
+__global__ void sample_grouped_kernel(TreeView tree, const VoxelTransform* transforms,
+                                      PointSet points, const float4* __restrict__ features,
+                                      int64_t groups, float4* __restrict__ out) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < points.n * kLanes;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t p = t / kLanes;
+    const int lane = int(t % kLanes);
+    int64_t rows[8];
+    float w[8];
+    locate_grouped(tree, transforms, points, p, lane, rows, w);
+    for (int64_t g = lane; g < groups; g += kLanes) {
+      float4 acc = {0, 0, 0, 0};
+      for (int c = 0; c < 8; ++c) {
+        if (rows[c] < 0) continue;
+        const float4 f = features[rows[c] * groups + g];
+        acc.x += w[c] * f.x;
+        acc.y += w[c] * f.y;
+        acc.z += w[c] * f.z;
+        acc.w += w[c] * f.w;
+      }
+      out[p * groups + g] = acc;
+    }
+  }
+}
+
+__global__ void splat_grouped_kernel(TreeView tree, const VoxelTransform* transforms,
+                                     PointSet points, const float4* __restrict__ values,
+                                     int64_t groups, float4* __restrict__ out) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < points.n * kLanes;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t p = t / kLanes;
+    const int lane = int(t % kLanes);
+    int64_t rows[8];
+    float w[8];
+    locate_grouped(tree, transforms, points, p, lane, rows, w);
+    for (int64_t g = lane; g < groups; g += kLanes) {
+      const float4 v = values[p * groups + g];
+      for (int c = 0; c < 8; ++c) {
+        if (rows[c] < 0) continue;
+        const float4 add = {w[c] * v.x, w[c] * v.y, w[c] * v.z, w[c] * v.w};
+        float4* target = out + rows[c] * groups + g;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        atomicAdd(target, add);  // one 16-byte atomic on Hopper
+#else
+        atomicAdd(&target->x, add.x);
+        atomicAdd(&target->y, add.y);
+        atomicAdd(&target->z, add.z);
+        atomicAdd(&target->w, add.w);
+#endif
+      }
+    }
+  }
+}
+
+// Whether the grouped float4 kernels apply: float32, channels % 4 == 0, 16-byte aligned rows.
+bool grouped(const PointSet& points, int64_t channels, const void* a, const void* b) {
+  return points.dtype == DType::Float32 && channels % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+}
+
 }  // namespace
 
 void sample_trilinear(const TreeView& tree, const VoxelTransform* transforms,
@@ -96,7 +185,11 @@ void sample_trilinear(const TreeView& tree, const VoxelTransform* transforms,
   if (points.n == 0) return;
   CudaDeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream.handle);
-  if (points.dtype == DType::Float32)
+  if (grouped(points, channels, features, out))
+    sample_grouped_kernel<<<blocks_for(points.n * kLanes), kThreads, 0, s>>>(
+        tree, transforms, points, static_cast<const float4*>(features), channels / 4,
+        static_cast<float4*>(out));
+  else if (points.dtype == DType::Float32)
     sample_kernel<float><<<blocks_for(points.n), kThreads, 0, s>>>(
         tree, transforms, points, static_cast<const float*>(features), channels,
         static_cast<float*>(out));
@@ -133,7 +226,11 @@ void splat_trilinear(const TreeView& tree, const VoxelTransform* transforms, con
   const size_t bytes = size_t(total_voxels * channels) * itemsize(points.dtype);
   if (bytes) TG_CUDA_CHECK(cudaMemsetAsync(out, 0, bytes, s));
   if (points.n == 0) return;
-  if (points.dtype == DType::Float32)
+  if (grouped(points, channels, values, out))
+    splat_grouped_kernel<<<blocks_for(points.n * kLanes), kThreads, 0, s>>>(
+        tree, transforms, points, static_cast<const float4*>(values), channels / 4,
+        static_cast<float4*>(out));
+  else if (points.dtype == DType::Float32)
     splat_kernel<float><<<blocks_for(points.n), kThreads, 0, s>>>(
         tree, transforms, points, static_cast<const float*>(values), channels,
         static_cast<float*>(out));

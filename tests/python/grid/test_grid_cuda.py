@@ -34,14 +34,16 @@ def test_ijk_and_lookups_match_the_cpu():
     assert (want >= 0).any() and (want < 0).any()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_sampling_and_splatting_match_the_cpu(dtype):
+@pytest.mark.parametrize("dtype,channels", [(torch.float32, 5), (torch.float64, 5), (torch.float32, 8), (torch.float32, 36)])
+def test_sampling_and_splatting_match_the_cpu(dtype, channels):
+    """5 channels take the one-thread-a-point kernels; float32 with a multiple of 4 channels
+    takes the grouped float4 kernels (36 = 9 groups: more groups than lanes)."""
     grid = tg.GridBatch.from_nearest_voxels_to_points(
         tg.JaggedTensor([torch.rand(400, 3, dtype=torch.float64) * 3 for _ in range(2)]), voxel_sizes=[0.25] * 3
     )
     gpu = grid.cuda()
     pts = tg.JaggedTensor([torch.rand(300, 3, dtype=dtype) * 3 for _ in range(2)])
-    feats = torch.randn(grid.total_voxels, 5, dtype=dtype)
+    feats = torch.randn(grid.total_voxels, channels, dtype=dtype)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
 
     p_cpu = pts.jdata.clone().requires_grad_()
@@ -58,7 +60,7 @@ def test_sampling_and_splatting_match_the_cpu(dtype):
     torch.testing.assert_close(f_gpu.grad.cpu(), f_cpu.grad, **tol)
     torch.testing.assert_close(p_gpu.grad.cpu(), p_cpu.grad, **tol)
 
-    values = torch.randn(600, 2, dtype=dtype)
+    values = torch.randn(600, channels, dtype=dtype)
     splat_cpu = grid.splat_trilinear(pts, values).jdata
     splat_gpu = gpu.splat_trilinear(pts.to("cuda"), values.cuda()).jdata
     torch.testing.assert_close(splat_gpu.cpu(), splat_cpu, **tol)
