@@ -32,6 +32,11 @@ int multiprocessor_count(int device) {
   return device_attribute(cudaDevAttrMultiProcessorCount, device);
 }
 
+int compute_capability(int device) {
+  return device_attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 +
+         device_attribute(cudaDevAttrComputeCapabilityMinor, device);
+}
+
 int max_active_blocks(const void* kernel, int threads, size_t dynamic_smem, int device) {
   static std::map<std::tuple<const void*, int, size_t, int>, int> cache;
   std::lock_guard lock(cache_mutex());

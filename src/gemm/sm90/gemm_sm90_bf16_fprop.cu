@@ -1,0 +1,13 @@
+// sm_90a GEMM kernels for bf16 inputs, y = x * w^T: a and b K-contiguous
+// (four kernels: bf16 and float32 output, cooperative and ping-pong).
+#include "gemm/sm90/epilogue_store.cuh"
+#include "gemm/sm90/gemm_sm90_kernel.cuh"
+
+namespace tilegrid::gemm::sm90 {
+
+void run_bf16_fprop(const Problem& p, Schedule schedule, int device, Stream stream) {
+  run_layout<cutlass::bfloat16_t, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor,
+             StoreAccumulator>(p, schedule, device, stream);
+}
+
+}  // namespace tilegrid::gemm::sm90
