@@ -7,8 +7,9 @@ Conventions as in FlashAttention: GQA/MQA when heads of q are a multiple of head
 causal masks aligned bottom-right when seqlen_q != seqlen_k; window_size=(left, right) in keys
 around that diagonal (-1: unbounded); softcap > 0 applies softcap * tanh(s / softcap) to the
 scaled scores; LSE is float32, (batch, heads, seqlen_q) or (heads, total_q) for varlen.
-Forward only. The CPU reference runs today; CUDA tensors raise an error until the Hopper
-kernel lands.
+Forward only. CPU tensors (float32, float16, bfloat16) run the reference; CUDA tensors
+(float16, bfloat16) run the portable flash kernel (sm_80 and newer). On CUDA, the varlen entry
+point copies cu_seqlens to the host to validate them, which waits for the current stream.
 """
 
 from __future__ import annotations

@@ -1,12 +1,16 @@
 // Attention front end: validates every argument as FlashAttention's users expect, builds the
-// Problem, and dispatches (CPU reference today; see attention.h).
+// Problem, and dispatches to the CPU reference or the CUDA kernels.
 #include "tilegrid/attention/attention.h"
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "attention/attention_problem.h"
 #include "tilegrid/core/checks.h"
+#if defined(TILEGRID_WITH_ATTENTION_CUDA)
+#include "attention/attention_cuda.h"
+#endif
 
 namespace tilegrid::attention {
 namespace {
@@ -77,23 +81,65 @@ void fill_common(Problem& p, const TensorView& q, const TensorView& k, const Ten
   p.window_right = params.causal ? 0 : params.window_right;
 }
 
-void run(const char* op, const Problem& p, Device device) {
-  TG_CHECK(device.is_cpu(), op, ": attention on ", device,
-           " is not implemented yet (the Hopper kernel is being written); only CPU tensors "
-           "run today");
-  forward_cpu(p);
+// The CUDA kernel's extra requirements: 16-bit types and 16-byte row loads (cp.async).
+void check_cuda_problem(const char* op, const TensorView& q, const TensorView& k,
+                        const TensorView& v, const TensorView& out) {
+  TG_CHECK_TYPE(q.dtype == DType::Float16 || q.dtype == DType::BFloat16, op,
+                ": on CUDA, q, k and v must be float16 or bfloat16 (float32 runs on the CPU "
+                "only), got ",
+                q.dtype);
+  for (auto [name, t] :
+       {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v}, std::pair{"out", &out}}) {
+    bool aligned = reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
+    for (int i = 0; i + 1 < t->ndim(); ++i)
+      aligned = aligned && (t->stride(i) % 8 == 0 || t->size(i) == 1);
+    TG_CHECK_VALUE(aligned, op, ": on CUDA, ", name,
+                   " must start 16-byte aligned and have strides that are multiples of 8 "
+                   "elements (16-byte row loads), got strides ",
+                   t->strides);
+  }
+  // Grid: query tiles x heads x sequences; sequence lengths in int.
+  TG_CHECK_VALUE(q.size(-2) <= 65535, op, ": at most 65535 heads of q on CUDA, got ", q.size(-2));
+  TG_CHECK_VALUE(q.size(-3) <= INT32_MAX && k.size(-3) <= INT32_MAX, op,
+                 ": sequences longer than 2^31 - 1 tokens are not supported");
+}
+
+void run(const char* op, const Problem& p, Device device, Stream stream) {
+  if (device.is_cpu()) return forward_cpu(p);
+#if defined(TILEGRID_WITH_ATTENTION_CUDA)
+  TG_CHECK_VALUE(p.batch <= 65535, op, ": at most 65535 sequences on CUDA, got ", p.batch);
+  forward_cuda(p, device.index, stream);
+#else
+  (void)p;
+  (void)stream;
+  throw Error(detail::concat(op, ": attention on ", device,
+                             " needs the CUDA kernels, which this build of tilegrid lacks "
+                             "(built without CUDA, or without the CUTLASS/CuTe headers)"));
+#endif
 }
 
 std::vector<int64_t> host_offsets(const char* op, const char* name, const TensorView& cu,
-                                  int64_t total) {
+                                  int64_t total, const TensorView& q, Stream stream) {
   check_dtype(op, name, cu, {DType::Int32});
   check_ndim(op, name, cu, 1);
   check_contiguous(op, name, cu);
+  check_data(op, name, cu);
+  check_same_device(op, name, cu, "q", q);
   TG_CHECK_VALUE(cu.size(0) >= 1, op, ": ", name, " must have batch+1 >= 1 entries");
-  TG_CHECK(cu.device.is_cpu(), op, ": ", name, " on ", cu.device,
-           " is not supported yet; only CPU tensors run today");
-  const int32_t* c = cu.data_ptr<const int32_t>();
-  std::vector<int64_t> out(c, c + cu.size(0));
+  std::vector<int64_t> out;
+  if (cu.device.is_cpu()) {
+    const int32_t* c = cu.data_ptr<const int32_t>();
+    out.assign(c, c + cu.size(0));
+  } else {
+#if defined(TILEGRID_WITH_ATTENTION_CUDA)
+    // Validated on the host before any kernel runs; this waits for the stream.
+    out = offsets_to_host(cu.data_ptr<const int32_t>(), cu.size(0), cu.device.index, stream);
+#else
+    (void)stream;
+    throw Error(detail::concat(op, ": ", name, " on ", cu.device,
+                               ": this build of tilegrid has no CUDA attention kernels"));
+#endif
+  }
   TG_CHECK_VALUE(out.front() == 0, op, ": ", name, "[0] must be 0, got ", out.front());
   for (size_t b = 1; b < out.size(); ++b)
     TG_CHECK_VALUE(out[b] >= out[b - 1], op, ": ", name, " must be non-decreasing, got ", name, "[",
@@ -106,7 +152,7 @@ std::vector<int64_t> host_offsets(const char* op, const char* name, const Tensor
 }  // namespace
 
 void forward(const TensorView& q, const TensorView& k, const TensorView& v, const Params& params,
-             const TensorView& out, const std::optional<TensorView>& lse, Stream) {
+             const TensorView& out, const std::optional<TensorView>& lse, Stream stream) {
   constexpr const char* kOp = "flash_attn_func";
   check_qkv(kOp, q, k, v, 4);
   TG_CHECK_VALUE(k.size(0) == q.size(0), kOp, ": batch of k (", k.size(0), ") must equal q's (",
@@ -127,25 +173,29 @@ void forward(const TensorView& q, const TensorView& k, const TensorView& v, cons
   p.k_start.assign(size_t(batch), 0);
   p.q_len.assign(size_t(batch), sq);
   p.k_len.assign(size_t(batch), sk);
+  p.max_seqlen_q = sq;
   if (lse) {
     p.lse = lse->data_ptr<float>();
     p.lse_batch_stride = hq * sq;
     p.lse_head_stride = sq;
     p.lse_token_stride = 1;
   }
-  run(kOp, p, q.device);
+  if (!q.device.is_cpu()) check_cuda_problem(kOp, q, k, v, out);
+  run(kOp, p, q.device, stream);
 }
 
 void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
                     int64_t max_seqlen_q, int64_t max_seqlen_k, const Params& params,
-                    const TensorView& out, const std::optional<TensorView>& lse, Stream) {
+                    const TensorView& out, const std::optional<TensorView>& lse, Stream stream) {
   constexpr const char* kOp = "flash_attn_varlen_func";
   check_qkv(kOp, q, k, v, 3);
   check_params(kOp, params);
   check_out(kOp, out, q);
-  const std::vector<int64_t> cq = host_offsets(kOp, "cu_seqlens_q", cu_seqlens_q, q.size(0));
-  const std::vector<int64_t> ck = host_offsets(kOp, "cu_seqlens_k", cu_seqlens_k, k.size(0));
+  const std::vector<int64_t> cq =
+      host_offsets(kOp, "cu_seqlens_q", cu_seqlens_q, q.size(0), q, stream);
+  const std::vector<int64_t> ck =
+      host_offsets(kOp, "cu_seqlens_k", cu_seqlens_k, k.size(0), q, stream);
   TG_CHECK_VALUE(cq.size() == ck.size(), kOp,
                  ": cu_seqlens_q and cu_seqlens_k must describe "
                  "the same number of sequences, got ",
@@ -169,12 +219,18 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
                    ": sequence ", b, " has ", p.q_len.back(), " queries and ", p.k_len.back(),
                    " keys, over max_seqlen_q = ", max_seqlen_q, " / max_seqlen_k = ", max_seqlen_k);
   }
+  p.max_seqlen_q = max_seqlen_q;
+  if (!q.device.is_cpu()) {
+    p.cu_seqlens_q_device = cu_seqlens_q.data_ptr<const int32_t>();
+    p.cu_seqlens_k_device = cu_seqlens_k.data_ptr<const int32_t>();
+  }
   if (lse) {
     p.lse = lse->data_ptr<float>();
     p.lse_head_stride = q.size(0);
     p.lse_token_stride = 1;
   }
-  run(kOp, p, q.device);
+  if (!q.device.is_cpu()) check_cuda_problem(kOp, q, k, v, out);
+  run(kOp, p, q.device, stream);
 }
 
 }  // namespace tilegrid::attention

@@ -23,6 +23,11 @@ struct Problem {
   int64_t lse_head_stride = 0, lse_token_stride = 0, lse_batch_stride = 0;
   float scale = 0, softcap = 0;
   int64_t window_left = -1, window_right = -1;
+  int64_t max_seqlen_q = 0;  // longest sequence of queries
+  // Variable-length batches on a GPU: the offsets in device memory, which the kernel reads
+  // (the vectors above hold the host copy they were validated from).
+  const int32_t* cu_seqlens_q_device = nullptr;
+  const int32_t* cu_seqlens_k_device = nullptr;
 };
 
 void forward_cpu(const Problem& p);

@@ -7,8 +7,11 @@
 // softcap applies softcap * tanh(s / softcap) to the scaled scores. A query that sees no key
 // gets output 0 and log-sum-exp -inf.
 //
-// Today: the CPU reference (float32 math, float64 sums). The Hopper kernel is the attention
-// issue's work; on CUDA tensors these entry points raise an error that says so.
+// CPU tensors run the reference (float32 math, float64 sums). CUDA tensors (float16 and
+// bfloat16 only; data 16-byte aligned, strides multiples of 8 elements) run a portable
+// FlashAttention-2-style kernel on sm_80 and newer; the Hopper (TMA + wgmma) kernel is next.
+// On CUDA, forward_varlen copies cu_seqlens (on q's device) to the host to validate them,
+// which waits for `stream`.
 #include <cstdint>
 #include <optional>
 
@@ -30,8 +33,8 @@ struct Params {
 void forward(const TensorView& q, const TensorView& k, const TensorView& v, const Params& params,
              const TensorView& out, const std::optional<TensorView>& lse, Stream stream = {});
 
-// q [total_q, hq, d], k and v [total_k, hk, d]; cu_seqlens_q / cu_seqlens_k int32 [b+1]
-// (from 0, non-decreasing, ending at total_q / total_k; zero-length sequences allowed);
+// q [total_q, hq, d], k and v [total_k, hk, d]; cu_seqlens_q / cu_seqlens_k int32 [b+1] on
+// q's device (from 0, non-decreasing, ending at total_q / total_k; zero-length sequences allowed);
 // max_seqlen_q / max_seqlen_k at least the longest sequence. lse: float32 [hq, total_q].
 void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,

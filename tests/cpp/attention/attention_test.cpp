@@ -49,12 +49,80 @@ TEST(Attention, BadInputsGetClearErrors) {
   Params negative;
   negative.softcap = -1;
   EXPECT_THROW(forward(q, q, q, negative, out, std::nullopt), ValueError);
-  TensorView on_gpu(q.data(), DType::BFloat16, Device::cuda(0), {1, 4, 2, 64});
-  TensorView out_gpu(out.data(), DType::BFloat16, Device::cuda(0), {1, 4, 2, 64});
+  // CUDA-only requirements are checked before any kernel runs (the views below point at host
+  // memory and are never read).
+  TensorView f32_gpu(out.data(), DType::Float32, Device::cuda(0), {1, 2, 2, 64});
   EXPECT_NE(message_of([&] {
-              forward(on_gpu, on_gpu, on_gpu, {}, out_gpu, std::nullopt);
-            }).find("not implemented yet"),
+              forward(f32_gpu, f32_gpu, f32_gpu, {}, f32_gpu, std::nullopt);
+            }).find("must be float16 or bfloat16"),
             std::string::npos);
+  TensorView odd_stride(q.data(), DType::BFloat16, Device::cuda(0), {1, 2, 2, 64},
+                        {260, 130, 65, 1});
+  TensorView out_gpu(out.data(), DType::BFloat16, Device::cuda(0), {1, 2, 2, 64});
+  EXPECT_NE(message_of([&] {
+              forward(odd_stride, odd_stride, odd_stride, {}, out_gpu, std::nullopt);
+            }).find("multiples of 8 elements"),
+            std::string::npos);
+}
+
+// The CUDA kernel against the CPU reference (same bf16/fp16 inputs): causal with
+// seqlen_q > seqlen_k (fully masked rows), a sliding window with GQA, and softcap, at every
+// head dimension. Outputs are poisoned first. Tolerances: P is rounded to the input type
+// before P V (relative 2^-9 for bf16, 2^-12 for fp16) and O once more when stored.
+struct GpuCase {
+  int64_t sq, sk, hq, hk;
+  bool causal;
+  int64_t window_left, window_right;
+  double softcap;
+};
+
+void expect_gpu_matches_reference(DType dtype, int64_t d, const GpuCase& c) {
+  Tensor q = testing::random_tensor({2, c.sq, c.hq, d}, dtype);
+  Tensor k = testing::random_tensor({2, c.sk, c.hk, d}, dtype);
+  Tensor v = testing::random_tensor({2, c.sk, c.hk, d}, dtype);
+  Params p;
+  p.causal = c.causal;
+  p.window_left = c.window_left;
+  p.window_right = c.window_right;
+  p.softcap = c.softcap;
+  Tensor ref_out = Tensor::empty(q.shape(), dtype, Device::cpu());
+  Tensor ref_lse = Tensor::empty({2, c.hq, c.sq}, DType::Float32, Device::cpu());
+  forward(q, k, v, p, ref_out, ref_lse.view());
+
+  const Device gpu = Device::cuda(0);
+  Tensor out = Tensor::empty(q.shape(), dtype, gpu);
+  Tensor lse = Tensor::empty({2, c.hq, c.sq}, DType::Float32, gpu);
+  testing::poison(out);
+  testing::poison(lse);
+  forward(testing::to_device(q, gpu), testing::to_device(k, gpu), testing::to_device(v, gpu), p,
+          out, lse.view());
+#ifdef TILEGRID_WITH_CUDA
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+#endif
+  const double atol = dtype == DType::BFloat16 ? 2e-2 : 3e-3;
+  const std::vector<double> o = testing::to_doubles(out), ro = testing::to_doubles(ref_out);
+  for (size_t i = 0; i < o.size(); ++i)
+    ASSERT_NEAR(o[i], ro[i], atol) << "out element " << i << ", head dim " << d;
+  const std::vector<double> l = testing::to_doubles(lse), rl = testing::to_doubles(ref_lse);
+  for (size_t i = 0; i < l.size(); ++i) {
+    if (std::isinf(rl[i])) {
+      ASSERT_TRUE(std::isinf(l[i]) && l[i] < 0) << "lse element " << i << " = " << l[i];
+    } else {
+      ASSERT_NEAR(l[i], rl[i], 2e-4) << "lse element " << i << ", head dim " << d;
+    }
+  }
+}
+
+TEST(AttentionGpu, MatchesReferenceAtEveryHeadDim) {
+  TG_SKIP_WITHOUT_GPU();
+  const GpuCase cases[] = {
+      {77, 30, 2, 2, true, -1, -1, 0},     // causal, sq > sk: the first 47 rows see no key
+      {130, 200, 4, 2, false, 33, 5, 0},   // window with GQA, tails in both tiles
+      {65, 65, 2, 1, false, -1, -1, 7.5},  // softcap, MQA
+  };
+  for (DType dtype : {DType::BFloat16, DType::Float16})
+    for (int64_t d : {64, 96, 128, 192, 256})
+      for (const GpuCase& c : cases) expect_gpu_matches_reference(dtype, d, c);
 }
 
 }  // namespace

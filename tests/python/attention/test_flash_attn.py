@@ -5,6 +5,9 @@ import torch
 import torch.nn.functional as F
 
 import tilegrid as tg
+from tilegrid import _C
+
+from conftest import poison_, requires_cuda
 
 HEAD_DIMS = [64, 96, 128, 192, 256]
 # Output tolerance (max abs error, unit-scale inputs): the output rounded once to its type.
@@ -177,3 +180,194 @@ class TestBadInputs:
         q = torch.randn(1, 4, 2, 64)
         with pytest.raises(ValueError, match="window_size must be a pair"):
             tg.flash_attn_func(q, q, q, window_size=3)
+
+
+# ----------------------------------------------------------------------------------------------
+# CUDA kernel. Inputs are drawn in float32, rounded to bf16/fp16, and the float64 reference runs
+# on the rounded values. Output tolerances (max abs error, unit-normal inputs): the kernel rounds
+# P to the input type before P V (relative 2^-9 for bf16, 2^-12 for fp16) and O once more when
+# it stores it (half an ulp: 2^-9 / 2^-12 near 1), so bf16 2e-2 and fp16 3e-3. LSE comes from
+# fp32 scores and fp32 exp2/log2: 2e-4.
+
+GPU_DTYPES = [torch.bfloat16, torch.float16]
+GPU_ATOL = {torch.bfloat16: 2e-2, torch.float16: 3e-3}
+GPU_LSE_ATOL = 2e-4
+
+
+def gpu_test(f):
+    """Marks a CUDA test: reported as skipped, never passed, on a machine without a GPU."""
+    return pytest.mark.gpu(requires_cuda(f))
+
+
+def gpu_inputs(shape_q, shape_k, dtype, scale=1.0):
+    q = (torch.randn(shape_q) * scale).to(dtype).cuda()
+    k = (torch.randn(shape_k) * scale).to(dtype).cuda()
+    v = torch.randn(shape_k).to(dtype).cuda()
+    return q, k, v
+
+
+def run_poisoned(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0):
+    """The kernel through the bindings, into outputs poisoned with NaN."""
+    out = poison_(torch.empty(q.shape, dtype=q.dtype, device=q.device))  # contiguous
+    lse = poison_(torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device))
+    _C.flash_attn_forward(q, k, v, float(scale or 0.0), causal, window[0], window[1], softcap,
+                          out, lse, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    return out, lse
+
+
+def run_varlen_poisoned(q, k, v, cu_q, cu_k, max_q, max_k, causal=False, window=(-1, -1)):
+    out = poison_(torch.empty_like(q))
+    lse = poison_(torch.empty(q.shape[1], q.shape[0], device=q.device))
+    _C.flash_attn_varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, causal, window[0],
+                                 window[1], 0.0, out, lse, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    return out, lse
+
+
+def check_gpu(out, lse, q, k, v, dtype, **kw):
+    """Every sequence of a dense batch against the float64 reference."""
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    assert not out.isnan().any() and not lse.isnan().any()
+    for b in range(q.shape[0]):
+        ro, rl = reference(q[b].cpu(), k[b].cpu(), v[b].cpu(), **kw)
+        err = (out[b].cpu().double() - ro).abs().max().item()
+        assert err <= GPU_ATOL[dtype], f"max |out - ref| = {err}"
+        finite = torch.isfinite(rl)
+        assert torch.equal(torch.isfinite(lse[b].cpu()), finite)
+        assert torch.isneginf(lse[b].cpu()[~finite]).all()
+        assert torch.equal(out[b].cpu().transpose(0, 1)[~finite], torch.zeros_like(out[b].cpu().transpose(0, 1)[~finite]))
+        if finite.any():
+            lse_err = (lse[b].cpu().double()[finite] - rl[finite]).abs().max().item()
+            assert lse_err <= GPU_LSE_ATOL, f"max |lse - ref| = {lse_err}"
+
+
+@pytest.mark.parametrize("seqlen", [1, 17, 113, 128, 1000, 2049])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@gpu_test
+def test_gpu_matches_reference_on_odd_seqlens(seqlen, causal, dtype, head_dim):
+    batch = 2 if seqlen <= 1000 else 1
+    q, k, v = gpu_inputs((batch, seqlen, 2, head_dim), (batch, seqlen, 2, head_dim), dtype)
+    out, lse = run_poisoned(q, k, v, causal=causal)
+    check_gpu(out, lse, q, k, v, dtype, causal=causal)
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("sq,sk", [(113, 1000), (1000, 113), (128, 128), (17, 2049)])
+@pytest.mark.parametrize("causal", [False, True])
+@gpu_test
+def test_gpu_every_head_dim_and_seqlen_pair(head_dim, dtype, sq, sk, causal):
+    q, k, v = gpu_inputs((1, sq, 2, head_dim), (1, sk, 2, head_dim), dtype)
+    out, lse = run_poisoned(q, k, v, causal=causal)
+    check_gpu(out, lse, q, k, v, dtype, causal=causal)
+
+
+@pytest.mark.parametrize("sq,sk", [(17, 113), (113, 17), (128, 128), (1000, 1000), (300, 2049)])
+@pytest.mark.parametrize("window", [(8, 0), (4, 4), (0, 0), (-1, 3), (100, -1), (200, 50)])
+@pytest.mark.parametrize("head_dim", [64, 256])
+@gpu_test
+def test_gpu_windows_align_bottom_right(sq, sk, window, head_dim):
+    dtype = torch.bfloat16
+    q, k, v = gpu_inputs((1, sq, 2, head_dim), (1, sk, 2, head_dim), dtype)
+    for causal in (False, True):
+        out, lse = run_poisoned(q, k, v, causal=causal, window=window)
+        check_gpu(out, lse, q, k, v, dtype, causal=causal, window=window)
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@gpu_test
+def test_gpu_fully_masked_rows_give_zero_and_minus_infinity(dtype):
+    # sq > sk with causal: the first sq - sk queries see no key; a window (0, 0) past the
+    # keys leaves rows empty inside a tile that also holds visible rows.
+    q, k, v = gpu_inputs((1, 300, 2, 128), (1, 40, 2, 128), dtype)
+    out, lse = run_poisoned(q, k, v, causal=True)
+    assert torch.equal(out[0, :260].cpu(), torch.zeros(260, 2, 128, dtype=dtype))
+    assert torch.isneginf(lse[0, :, :260]).all() and torch.isfinite(lse[0, :, 260:]).all()
+    check_gpu(out, lse, q, k, v, dtype, causal=True)
+    out, lse = run_poisoned(q, k, v, window=(0, 0))
+    check_gpu(out, lse, q, k, v, dtype, window=(0, 0))
+
+
+@pytest.mark.parametrize("hq,hk", [(8, 2), (6, 1), (4, 4)])
+@pytest.mark.parametrize("head_dim", [96, 192])
+@gpu_test
+def test_gpu_gqa_and_mqa(hq, hk, head_dim):
+    dtype = torch.float16
+    q, k, v = gpu_inputs((2, 200, hq, head_dim), (2, 333, hk, head_dim), dtype)
+    for causal in (False, True):
+        out, lse = run_poisoned(q, k, v, causal=causal)
+        check_gpu(out, lse, q, k, v, dtype, causal=causal)
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@gpu_test
+def test_gpu_softcap_and_custom_scale(head_dim, dtype):
+    q, k, v = gpu_inputs((1, 130, 2, head_dim), (1, 257, 2, head_dim), dtype, scale=3.0)
+    for causal in (False, True):
+        out, lse = run_poisoned(q, k, v, scale=0.3, causal=causal, softcap=5.0)
+        check_gpu(out, lse, q, k, v, dtype, scale=0.3, causal=causal, softcap=5.0)
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@gpu_test
+def test_gpu_varlen_with_mixed_and_zero_lengths(dtype, head_dim):
+    lens_q, lens_k = [5, 0, 17, 1, 0, 1000, 129, 64], [9, 3, 17, 0, 0, 1000, 300, 2]
+    cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32)
+    cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32)
+    q, k, v = gpu_inputs((sum(lens_q), 4, head_dim), (sum(lens_k), 2, head_dim), dtype)
+    for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (16, 16))):
+        out, lse = run_varlen_poisoned(q, k, v, cu_q.cuda(), cu_k.cuda(), max(lens_q) + 3,
+                                       max(lens_k), causal=causal, window=window)
+        assert not out.isnan().any() and not lse.isnan().any()
+        for b in range(len(lens_q)):
+            qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+            if lens_q[b] == 0:
+                continue
+            check_gpu(out[qs][None], lse[:, qs][None], q[qs][None], k[ks][None], v[ks][None],
+                      dtype, causal=causal, window=window)
+
+
+@gpu_test
+def test_gpu_strided_inputs():
+    # q from a (b, h, s, d) tensor, k and v slices of one packed (b, s, 2, h, d) tensor.
+    dtype = torch.bfloat16
+    q = torch.randn(2, 4, 150, 128).to(dtype).cuda().transpose(1, 2)
+    kv = torch.randn(2, 170, 2, 4, 128).to(dtype).cuda()
+    k, v = kv[:, :, 0], kv[:, :, 1]
+    assert not q.is_contiguous() and not k.is_contiguous()
+    out, lse = run_poisoned(q, k, v, causal=True)
+    check_gpu(out, lse, q, k, v, dtype, causal=True)
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES)
+@gpu_test
+def test_gpu_public_api_matches_torch_sdpa(dtype):
+    q, k, v = gpu_inputs((2, 4, 777, 128), (2, 4, 777, 128), dtype)  # SDPA layout (b, h, s, d)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    out, lse = tg.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                  causal=True, return_lse=True)
+    assert out.is_cuda and lse.shape == (2, 4, 777)
+    assert (out.transpose(1, 2).float() - ref).abs().max().item() <= GPU_ATOL[dtype]
+
+
+@gpu_test
+def test_gpu_bad_inputs_get_clear_errors():
+    q = torch.randn(1, 8, 2, 64, device="cuda")
+    with pytest.raises(TypeError, match="on CUDA, q, k and v must be float16 or bfloat16"):
+        tg.flash_attn_func(q, q, q)
+    qb = torch.randn(1, 8, 2, 65, device="cuda", dtype=torch.bfloat16)[..., :64]
+    with pytest.raises(ValueError, match="multiples of 8 elements"):
+        tg.flash_attn_func(qb, qb, qb)
+    qv = torch.randn(6, 2, 64, device="cuda", dtype=torch.bfloat16)
+    cu = torch.tensor([0, 4, 6], dtype=torch.int32)
+    with pytest.raises(ValueError, match="cu_seqlens_q"):
+        tg.flash_attn_varlen_func(qv, qv, qv, cu, cu.cuda(), 4, 4)
+    bad = torch.tensor([0, 4, 2, 6], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="cu_seqlens_q must be non-decreasing"):
+        tg.flash_attn_varlen_func(qv, qv, qv, bad, bad, 6, 6)

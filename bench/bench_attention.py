@@ -1,0 +1,146 @@
+"""Flash attention forward on the GPU: tilegrid vs torch SDPA's cuDNN and flash backends, in
+FlashAttention-3's setup: 16k tokens per batch (batch = 16384 / seqlen), hidden 2048
+(heads = 2048 / head_dim), head dims 64/128/256, seqlen 512..16k, causal and not, bf16.
+
+    python bench/bench_attention.py --out results.json [--head-dims 64 128] [--seqlens 512 1024]
+
+FLOPs counted as FlashAttention does: 4 * batch * heads * seqlen^2 * head_dim (two matrix
+products), halved for causal. Each result's extra holds its TFLOP/s. Every system's output is
+compared with the others' in the same run (max abs difference to the first system that ran),
+and with a float32 SDPA math reference on the smallest problem of each head dim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+import tilegrid as tg  # noqa: E402
+
+TOKENS = 16384
+HIDDEN = 2048
+HEAD_DIMS = [64, 128, 256]
+SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
+
+
+def sdpa(backend):
+    """SDPA on (b, s, h, d) tensors through one backend (transposed views, no copies)."""
+
+    def run(q, k, v, causal):
+        with sdpa_kernel(backend):
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal
+            )
+        return out.transpose(1, 2)
+
+    return run
+
+
+SYSTEMS = [
+    ("tilegrid", lambda q, k, v, causal: tg.flash_attn_func(q, k, v, causal=causal)),
+    ("torch SDPA cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
+    ("torch SDPA flash", sdpa(SDPBackend.FLASH_ATTENTION)),
+]
+
+
+def flops(batch, heads, seqlen, head_dim, causal):
+    f = 4 * batch * heads * seqlen * seqlen * head_dim
+    return f // 2 if causal else f
+
+
+def cross_check(report, problem, q, k, v, causal):
+    """Max abs difference of each system's output to the first one that runs."""
+    first_name, first = None, None
+    for name, fn in SYSTEMS:
+        try:
+            out = fn(q, k, v, causal).float()
+        except Exception as e:  # recorded, not fatal
+            report.checks[f"{problem} {name}"] = f"failed: {type(e).__name__}: {str(e)[:200]}"
+            continue
+        if first is None:
+            first_name, first = name, out
+            report.checks[f"{problem} {name} has NaN"] = bool(out.isnan().any().item())
+            continue
+        diff = (out - first).abs().max().item()
+        report.checks[f"{problem} {name} max_abs_diff vs {first_name}"] = diff
+
+
+def reference_check(report, head_dim, dtype):
+    """Each system against float32 SDPA math on a small problem."""
+    q, k, v = (torch.randn(2, 1000, 4, head_dim, device="cuda", dtype=dtype) for _ in range(3))
+    for causal in (False, True):
+        with sdpa_kernel(SDPBackend.MATH):
+            ref = F.scaled_dot_product_attention(
+                q.float().transpose(1, 2), k.float().transpose(1, 2), v.float().transpose(1, 2),
+                is_causal=causal,
+            ).transpose(1, 2)
+        for name, fn in SYSTEMS:
+            key = f"d{head_dim} s1000 {'causal' if causal else 'full'} {name} max_abs_err vs fp32 math"
+            try:
+                report.checks[key] = (fn(q, k, v, causal).float() - ref).abs().max().item()
+            except Exception as e:
+                report.checks[key] = f"failed: {type(e).__name__}: {str(e)[:200]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--head-dims", type=int, nargs="*", default=HEAD_DIMS)
+    parser.add_argument("--seqlens", type=int, nargs="*", default=SEQLENS)
+    args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+
+    report = harness.Report("attention")
+    report.measure_ceilings()
+    for head_dim in args.head_dims:
+        reference_check(report, head_dim, dtype)
+        heads = HIDDEN // head_dim
+        for seqlen in args.seqlens:
+            batch = max(1, TOKENS // seqlen)
+            shape = (batch, seqlen, heads, head_dim)
+            # q, k, v and out: 4 tensors of TOKENS x HIDDEN bf16 each (64 MB); rotated past L2.
+            nbytes = 4 * batch * seqlen * heads * head_dim * dtype.itemsize
+            sets = harness.rotation_count(nbytes)
+            qs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(sets)]
+            ks = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(sets)]
+            vs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(sets)]
+            for causal in (False, True):
+                problem = f"d{head_dim} s{seqlen} b{batch} h{heads} {'causal' if causal else 'full'}"
+                cross_check(report, problem, qs[0], ks[0], vs[0], causal)
+                f = flops(batch, heads, seqlen, head_dim, causal)
+                with torch.no_grad():
+                    harness.run_each(
+                        report, "forward", problem, nbytes,
+                        [(name, (lambda fn: lambda i: fn(qs[i], ks[i], vs[i], causal))(fn))
+                         for name, fn in SYSTEMS],
+                        sets,
+                        extra=lambda name, ms, f=f: {"flops": f, "tflops": f / (ms * 1e-3) / 1e12},
+                    )
+                for r in report.results[-len(SYSTEMS):]:
+                    r.flops = f
+            del qs, ks, vs
+            torch.cuda.empty_cache()
+
+    report.write(args.out)
+    print(report.table())
+    print(f"{'problem':36} " + " ".join(f"{name:>18}" for name, _ in SYSTEMS) + "   TFLOP/s")
+    by_problem: dict[str, dict[str, float]] = {}
+    for r in report.results:
+        tf = r.extra.get("tflops")
+        by_problem.setdefault(r.problem, {})[r.system] = tf
+    for problem, row in by_problem.items():
+        cells = " ".join(f"{row[n]:>18.1f}" if row.get(n) else f"{'-':>18}" for n, _ in SYSTEMS)
+        print(f"{problem:36} {cells}")
+
+
+if __name__ == "__main__":
+    main()

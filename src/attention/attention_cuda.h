@@ -1,0 +1,27 @@
+#pragma once
+// CUDA back end of attention (internal).
+#include <cstdint>
+#include <vector>
+
+#include "attention/attention_problem.h"
+#include "attention/cuda/flash_fwd_params.h"
+#include "tilegrid/core/device.h"
+#include "tilegrid/core/dtype.h"
+
+namespace tilegrid::attention {
+
+// Runs a validated problem (float16 or bfloat16) on the current device's `stream`.
+void forward_cuda(const Problem& p, int device, Stream stream);
+
+// Copies int32 offsets from device memory to the host for validation; waits on `stream`.
+std::vector<int64_t> offsets_to_host(const int32_t* device_offsets, int64_t count, int device,
+                                     Stream stream);
+
+// One per head dimension, each in its own translation unit (cuda/flash_fwd_hdim<d>.cu).
+void forward_cuda_hdim64(const FlashFwdParams& p, DType dtype, Stream stream);
+void forward_cuda_hdim96(const FlashFwdParams& p, DType dtype, Stream stream);
+void forward_cuda_hdim128(const FlashFwdParams& p, DType dtype, Stream stream);
+void forward_cuda_hdim192(const FlashFwdParams& p, DType dtype, Stream stream);
+void forward_cuda_hdim256(const FlashFwdParams& p, DType dtype, Stream stream);
+
+}  // namespace tilegrid::attention
