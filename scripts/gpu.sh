@@ -34,6 +34,7 @@ start=$(date +%s)
 $PY -m pip install --no-build-isolation --no-deps -v \
   -C build-dir=build/gpu \
   -C cmake.define.TILEGRID_BUILD_TESTS=ON \
+  -C cmake.define.TILEGRID_SM90_COMPILE_JOBS=${TILEGRID_SM90_COMPILE_JOBS:-6} \
   ${TILEGRID_CUTLASS_INCLUDE_DIR:+-C cmake.define.TILEGRID_CUTLASS_INCLUDE_DIR=$TILEGRID_CUTLASS_INCLUDE_DIR} \
   . >"$OUT/build.log" 2>&1
 build_rc=$?
@@ -46,7 +47,8 @@ $PY -m pytest -q -rs tests/python >>"$OUT/tests.log" 2>&1
 note "pytest: rc=$? $(tail -1 "$OUT/tests.log")"
 
 # Memory errors and shared-memory races in every CUDA test (the *cuda* gtest cases).
-if command -v compute-sanitizer >/dev/null; then
+# TILEGRID_SANITIZER=0 skips this part (quicker runs while iterating on one kernel).
+if [ "${TILEGRID_SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 build/gpu/tests/cpp/tilegrid_tests \
       --gtest_filter='*cuda*:*Cuda*' >>"$OUT/sanitizer.log" 2>&1
@@ -58,7 +60,8 @@ if command -v compute-sanitizer >/dev/null; then
   note "compute-sanitizer memcheck (grid, python): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
 fi
 
-# TILEGRID_BENCH=grid (a list of names, space-separated) runs only bench/bench_grid.py etc.
+# TILEGRID_BENCH=grid (a list of names, space-separated) runs only bench/bench_grid.py etc.;
+# TILEGRID_BENCH=" " runs none.
 benches=bench/bench_*.py
 [ -n "${TILEGRID_BENCH:-}" ] && benches=$(for b in $TILEGRID_BENCH; do echo "bench/bench_$b.py"; done)
 for bench in $benches; do
