@@ -1,6 +1,6 @@
 // Turns a validated attention problem into the flash kernel's parameters and routes it to the
 // translation unit of its head dimension.
-#include <cmath>
+#include <algorithm>
 #include <limits>
 
 #include "attention/attention_cuda.h"
@@ -51,8 +51,10 @@ FlashFwdParams kernel_params(const Problem& p) {
   } else {
     k.score_scale_log2 = float(double(p.scale) * kLog2e);
   }
-  k.window_left = p.window_left;
-  k.window_right = p.window_right;
+  // A window wider than any sequence is no window; the clamp keeps the kernel's int64 bound
+  // arithmetic (query index plus or minus the window) from overflowing.
+  k.window_left = std::min<int64_t>(p.window_left, std::numeric_limits<int>::max());
+  k.window_right = std::min<int64_t>(p.window_right, std::numeric_limits<int>::max());
   return k;
 }
 
