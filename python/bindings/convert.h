@@ -29,6 +29,7 @@ nb::object to_capsule(const Tensor& tensor);
 void bind_core(nb::module_& m);
 void bind_attention(nb::module_& m);
 void bind_fusion(nb::module_& m);
+void bind_gemm(nb::module_& m);
 void bind_grid(nb::module_& m);
 
 }  // namespace tilegrid::python

@@ -28,5 +28,6 @@ NB_MODULE(_C, m) {
   tilegrid::python::bind_core(m);
   tilegrid::python::bind_attention(m);
   tilegrid::python::bind_fusion(m);
+  tilegrid::python::bind_gemm(m);
   tilegrid::python::bind_grid(m);
 }

@@ -11,6 +11,7 @@ import torch  # noqa: F401  (tensors cross into the C++ module through DLPack)
 from . import _C, nn
 from ._torch import install_torch_allocator, uninstall_torch_allocator
 from .flash_attn import flash_attn_func, flash_attn_varlen_func
+from .gemm import describe_matmul, linear, matmul
 from .grid_batch import GridBatch, jcat
 from .grid_io import load, save
 from .jagged_tensor import JaggedTensor
@@ -28,10 +29,13 @@ if with_cuda:
 __all__ = [
     "GridBatch",
     "JaggedTensor",
+    "describe_matmul",
     "flash_attn_func",
     "flash_attn_varlen_func",
     "install_torch_allocator",
     "jcat",
+    "linear",
+    "matmul",
     "load",
     "nn",
     "read_mesh",
