@@ -102,16 +102,13 @@ void require_cuda_build(const char* op) {
 #endif
 }
 
-gemm::Problem make_problem(const Names& n, const TensorView& a, const TensorView& b,
-                           const TensorView& out, MatmulKernel kernel) {
+// a and b: dtypes, shapes, devices and which dimension of each is contiguous.
+gemm::Problem check_inputs(const Names& n, const TensorView& a, const TensorView& b) {
   check_dtype(n.op, n.a, a, {DType::BFloat16, DType::Float16});
   check_dtype(n.op, n.b, b, {a.dtype});
-  check_dtype(n.op, n.out, out, {a.dtype, DType::Float32});
   check_ndim(n.op, n.a, a, 2);
   check_ndim(n.op, n.b, b, 2);
-  check_ndim(n.op, n.out, out, 2);
   check_same_device(n.op, n.b, b, n.a, a);
-  check_same_device(n.op, n.out, out, n.a, a);
 
   gemm::Problem p;
   p.m = a.shape[0];
@@ -119,7 +116,6 @@ gemm::Problem make_problem(const Names& n, const TensorView& a, const TensorView
   p.n = b.shape[1];
   TG_CHECK_VALUE(b.shape[0] == p.k, n.op, ": ", n.b, " must have ", p.k, " rows to match ", n.a,
                  " of shape ", a.shape, " ([M, K]), got shape ", b.shape);
-  check_shape(n.op, n.out, out, {p.m, p.n});
   constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();
   TG_CHECK_VALUE(p.m <= kMaxDim && p.n <= kMaxDim && p.k <= kMaxDim, n.op,
                  ": M, N and K must each be below 2^31, got M=", p.m, " N=", p.n, " K=", p.k);
@@ -137,18 +133,28 @@ gemm::Problem make_problem(const Names& n, const TensorView& a, const TensorView
                    a.strides, " and ", b.strides);
   }
   const Operand ob = check_operand(n, n.b, b, "K", "N", 1, a_k);
-  const Operand oo = check_operand(n, n.out, out, "M", "N", 1, false);
 
   p.layout = !a_k                     ? gemm::Layout::Wgrad
              : ob.contiguous_dim == 1 ? gemm::Layout::Dgrad
                                       : gemm::Layout::Fprop;
   p.dtype = a.dtype;
-  p.out_dtype = out.dtype;
   p.a = a.data;
   p.b = b.data;
-  p.out = out.data;
   p.lda = oa.ld;
   p.ldb = ob.ld;
+  return p;
+}
+
+gemm::Problem make_problem(const Names& n, const TensorView& a, const TensorView& b,
+                           const TensorView& out, MatmulKernel kernel) {
+  gemm::Problem p = check_inputs(n, a, b);
+  check_dtype(n.op, n.out, out, {a.dtype, DType::Float32});
+  check_ndim(n.op, n.out, out, 2);
+  check_same_device(n.op, n.out, out, n.a, a);
+  check_shape(n.op, n.out, out, {p.m, p.n});
+  const Operand oo = check_operand(n, n.out, out, "M", "N", 1, false);
+  p.out_dtype = out.dtype;
+  p.out = out.data;
   p.ldo = oo.ld;
 
   if (a.device.is_cpu())
@@ -187,6 +193,14 @@ void check_linear_operands(const char* op, const char* arg0, const TensorView& t
 }
 
 }  // namespace
+
+namespace gemm {
+
+Problem check_product(const char* op, const TensorView& a, const TensorView& b) {
+  return check_inputs({op, "a", "b", "out"}, a, b);
+}
+
+}  // namespace gemm
 
 void matmul(const TensorView& a, const TensorView& b, const TensorView& out, Stream stream,
             MatmulKernel kernel) {

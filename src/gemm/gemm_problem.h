@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "tilegrid/core/dtype.h"
+#include "tilegrid/core/tensor_view.h"
 
 namespace tilegrid::gemm {
 
@@ -43,5 +44,9 @@ struct Problem {
 };
 
 void matmul_cpu(const Problem& p);
+
+// Checks a and b as matmul does (messages name `op`) and describes their product; out,
+// out_dtype and ldo are left to the caller.
+Problem check_product(const char* op, const TensorView& a, const TensorView& b);
 
 }  // namespace tilegrid::gemm

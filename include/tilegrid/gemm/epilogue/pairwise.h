@@ -1,0 +1,34 @@
+#pragma once
+// Epilogue primitive: transforms of adjacent column pairs (2j, 2j + 1) of an interleaved
+// layout, which one thread holds together in a wgmma accumulator fragment.
+//   Glu:      [g0, u0, g1, u1, ...] -> act(g_j) * u_j; the width halves (SwiGLU with Silu,
+//             GeGLU with GeluTanh). Gate and up projections are fused by interleaving the
+//             rows of their weights.
+//   GluGrad:  v = d(out) [M, W] and `input` the saved [M, 2W] pre-activation (g, u) pairs ->
+//             interleaved (dg_j, du_j) = (v_j * u_j * act'(g_j), v_j * act(g_j)); the width
+//             doubles.
+//   Rope:     (x0, x1) -> (x0 cos t - x1 sin t, x0 sin t + x1 cos t) with
+//             t = positions[i] * frequencies[j] for pair j; `inverse` rotates by -t (the
+//             backward). A pair with frequency 0 is left as it is, so one frequency vector
+//             can rotate the q and k columns of a fused QKV output and leave v alone.
+#include "tilegrid/core/tensor_view.h"
+#include "tilegrid/gemm/epilogue/elementwise.h"
+
+namespace tilegrid::epilogue {
+
+struct Glu {
+  Activation act = Activation::Silu;
+};
+
+struct GluGrad {
+  Activation act = Activation::Silu;
+  TensorView input;  // [M, 2W], row-major
+};
+
+struct Rope {
+  TensorView positions;    // [M]: int32, int64 or float32
+  TensorView frequencies;  // [W / 2]: float32
+  bool inverse = false;
+};
+
+}  // namespace tilegrid::epilogue
