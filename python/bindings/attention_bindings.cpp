@@ -1,5 +1,8 @@
 // Attention-pillar bindings. Outputs (out, lse) are allocated by the caller (torch).
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <string>
 
 #include "convert.h"
 #include "tilegrid/attention/attention.h"
@@ -49,6 +52,24 @@ void bind_attention(nb::module_& m) {
       nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("softmax_scale"), nb::arg("causal"),
       nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("out"),
       nb::arg("lse").none(), nb::arg("stream") = 0);
+
+  // Private hooks for tests and benchmarks: which CUDA kernel runs (auto | sm90 | portable,
+  // overriding TILEGRID_ATTENTION_KERNEL; sm90_switches as in attention.h) and which one ran
+  // the latest call of this thread.
+  m.def(
+      "_attention_set_kernel",
+      [](const std::string& kernel, int sm90_switches) {
+        attention::CudaKernel k = attention::CudaKernel::Auto;
+        if (kernel == "sm90")
+          k = attention::CudaKernel::Sm90;
+        else if (kernel == "portable")
+          k = attention::CudaKernel::Portable;
+        else if (kernel != "auto")
+          throw nb::value_error("kernel must be auto, sm90 or portable");
+        attention::set_cuda_kernel(k, sm90_switches);
+      },
+      nb::arg("kernel"), nb::arg("sm90_switches") = -1);
+  m.def("_attention_last_kernel", [] { return std::string(attention::last_cuda_kernel()); });
 }
 
 }  // namespace tilegrid::python

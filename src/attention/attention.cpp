@@ -2,8 +2,10 @@
 // Problem, and dispatches to the CPU reference or the CUDA kernels.
 #include "tilegrid/attention/attention.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "attention/attention_problem.h"
@@ -149,7 +151,52 @@ std::vector<int64_t> host_offsets(const char* op, const char* name, const Tensor
   return out;
 }
 
+// The kernel selection: the environment variable once, then set_cuda_kernel's overrides.
+struct KernelSetting {
+  std::atomic<int> kernel{int(CudaKernel::Auto)};
+  std::atomic<int> sm90_switches{-1};
+};
+
+KernelSetting& kernel_setting() {
+  static KernelSetting* setting = [] {
+    auto* s = new KernelSetting;
+    const char* env = std::getenv("TILEGRID_ATTENTION_KERNEL");
+    const std::string value = env == nullptr ? "" : env;
+    if (value == "sm90")
+      s->kernel = int(CudaKernel::Sm90);
+    else if (value == "portable")
+      s->kernel = int(CudaKernel::Portable);
+    else
+      TG_CHECK_VALUE(value.empty() || value == "auto",
+                     "TILEGRID_ATTENTION_KERNEL must be auto, sm90 or portable, got '", value,
+                     "'");
+    return s;
+  }();
+  return *setting;
+}
+
+thread_local const char* last_kernel = "";
+
 }  // namespace
+
+KernelChoice kernel_choice() {
+  KernelSetting& s = kernel_setting();
+  return {s.kernel.load(), s.sm90_switches.load()};
+}
+
+void set_last_cuda_kernel(const char* name) {
+  last_kernel = name;
+}
+
+void set_cuda_kernel(CudaKernel kernel, int sm90_switches) {
+  KernelSetting& s = kernel_setting();
+  s.kernel = int(kernel);
+  s.sm90_switches = sm90_switches;
+}
+
+const char* last_cuda_kernel() {
+  return last_kernel;
+}
 
 void forward(const TensorView& q, const TensorView& k, const TensorView& v, const Params& params,
              const TensorView& out, const std::optional<TensorView>& lse, Stream stream) {

@@ -32,4 +32,12 @@ struct Problem {
 
 void forward_cpu(const Problem& p);
 
+// The CUDA kernel selection (set_cuda_kernel, else TILEGRID_ATTENTION_KERNEL, read once).
+struct KernelChoice {
+  int kernel = 0;  // a CudaKernel
+  int sm90_switches = -1;
+};
+KernelChoice kernel_choice();
+void set_last_cuda_kernel(const char* name);
+
 }  // namespace tilegrid::attention

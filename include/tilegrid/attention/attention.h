@@ -9,7 +9,8 @@
 //
 // CPU tensors run the reference (float32 math, float64 sums). CUDA tensors (float16 and
 // bfloat16 only; data 16-byte aligned, strides multiples of 8 elements) run a portable
-// FlashAttention-2-style kernel on sm_80 and newer; the Hopper (TMA + wgmma) kernel is next.
+// FlashAttention-2-style kernel on sm_80 and newer, or on compute capability 9.0 the Hopper
+// kernel (TMA + wgmma; head dimensions 64, 128 and 256) where it is selected (see CudaKernel).
 // On CUDA, forward_varlen copies cu_seqlens (on q's device) to the host to validate them,
 // which waits for `stream`.
 #include <cstdint>
@@ -26,6 +27,26 @@ struct Params {
   int64_t window_right = -1;  // keys allowed after the diagonal; -1: all
   double softcap = 0;         // 0: off
 };
+
+// Which CUDA kernel runs. The environment variable TILEGRID_ATTENTION_KERNEL, read once at the
+// first CUDA call, sets it: `auto` (or unset), `sm90` or `portable`; any other value is an
+// error at that call.
+//  - auto: the best kernel validated for the device and problem (the portable kernel until the
+//    Hopper kernel has been validated on Hopper hardware);
+//  - sm90: the Hopper kernel on compute capability 9.0 for the problems it supports (16-bit
+//    types, head dimension 64, 128 or 256, strides multiples of 8 elements), the portable
+//    kernel for everything else - never an error;
+//  - portable: always the portable kernel.
+enum class CudaKernel { Auto, Sm90, Portable };
+
+// Overrides the environment variable for this process (tests, benchmarks). sm90_switches picks
+// the FlashAttention-4 switches of the Hopper kernel (bit 0: conditional rescaling, bit 1:
+// software exp2; -1: the default, both on); bfloat16 has every combination, float16 the
+// default only.
+void set_cuda_kernel(CudaKernel kernel, int sm90_switches = -1);
+
+// The kernel that ran the latest CUDA call of this thread: "sm90", "portable" or "" (none yet).
+const char* last_cuda_kernel();
 
 // q [b, sq, hq, d], k and v [b, sk, hk, d] (float16, bfloat16 or float32; one dtype), last
 // dimension contiguous; d in {64, 96, 128, 192, 256}. out: like q, contiguous. lse (optional):

@@ -1,10 +1,15 @@
 // Turns a validated attention problem into the flash kernel's parameters and routes it to the
 // translation unit of its head dimension.
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 #include "attention/attention_cuda.h"
 #include "core/cuda_check.h"
+#include "tilegrid/attention/attention.h"
+#if defined(TILEGRID_WITH_SM90_ATTENTION)
+#include "attention/sm90/flash_fwd_sm90.h"
+#endif
 
 namespace tilegrid::attention {
 namespace {
@@ -44,6 +49,11 @@ FlashFwdParams kernel_params(const Problem& p) {
   k.batch = as_int(p.batch);
   k.heads_q = as_int(p.heads_q);
   k.group = as_int(p.heads_q / p.heads_kv);
+  k.heads_kv = as_int(p.heads_kv);
+  if (p.batch > 0) {
+    k.rows_q = p.q_start.back() + p.q_len.back();
+    k.rows_k = p.k_start.back() + p.k_len.back();
+  }
   constexpr double kLog2e = 1.4426950408889634;
   if (p.softcap > 0) {
     k.softcap_scale = p.scale / p.softcap;
@@ -58,11 +68,45 @@ FlashFwdParams kernel_params(const Problem& p) {
   return k;
 }
 
+#if defined(TILEGRID_WITH_SM90_ATTENTION)
+// VALIDATION SWITCH: whether `auto` picks the Hopper kernel. It stays false until the GPU
+// tests have passed on an H200 with TILEGRID_ATTENTION_KERNEL=sm90; then set it to true.
+constexpr bool kSm90ValidatedOnHardware = false;
+
+bool is_sm90_device(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no
+  if (device >= 0 && device < kMaxDevices && cached[device] != 0) return cached[device] == 1;
+  int major = 0, minor = 0;
+  TG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const bool yes = major == 9 && minor == 0;  // sm_90a code runs on exactly 9.0
+  if (device >= 0 && device < kMaxDevices) cached[device] = yes ? 1 : 2;
+  return yes;
+}
+
+// The Hopper kernel's switches for this call, or -1 to run the portable kernel.
+int sm90_switches(const Problem& p, const FlashFwdParams& k, int device) {
+  const KernelChoice choice = kernel_choice();
+  if (choice.kernel == int(CudaKernel::Portable)) return -1;
+  if (choice.kernel == int(CudaKernel::Auto) && !kSm90ValidatedOnHardware) return -1;
+  if (!sm90::supported(k, p.dtype, int(p.head_dim)) || !is_sm90_device(device)) return -1;
+  return choice.sm90_switches < 0 ? sm90::kDefaultSwitches : choice.sm90_switches;
+}
+#endif
+
 }  // namespace
 
 void forward_cuda(const Problem& p, int device, Stream stream) {
   CudaDeviceGuard guard(device);
   const FlashFwdParams k = kernel_params(p);
+#if defined(TILEGRID_WITH_SM90_ATTENTION)
+  if (const int switches = sm90_switches(p, k, device); switches >= 0) {
+    set_last_cuda_kernel("sm90");
+    return sm90::forward(k, p.dtype, int(p.head_dim), switches, stream);
+  }
+#endif
+  set_last_cuda_kernel("portable");
   switch (p.head_dim) {
     case 64:
       return forward_cuda_hdim64(k, p.dtype, stream);

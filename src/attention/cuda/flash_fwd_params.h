@@ -23,6 +23,11 @@ struct FlashFwdParams {
   int seqlen_q = 0, seqlen_k = 0;         // dense batches
   int max_seqlen_q = 0;                   // sizes the grid
   int batch = 0, heads_q = 0, group = 1;  // group: heads of q per head of k/v
+  // Extents of the token dimension of q and of k/v: seqlen_q / seqlen_k for dense batches,
+  // the total token counts for variable-length ones (the Hopper kernel's TMA descriptors need
+  // them; rows past them read as zeros).
+  int64_t rows_q = 0, rows_k = 0;
+  int heads_kv = 0;
   // Scores in log2 units: without softcap, s * score_scale_log2 with s = q.k; with softcap,
   // tanh(s * softcap_scale) * score_scale_log2, where softcap_scale = scale / softcap and
   // score_scale_log2 = softcap * log2(e).

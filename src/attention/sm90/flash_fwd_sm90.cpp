@@ -1,0 +1,30 @@
+// Routing of the Hopper kernel: what it supports and which head-dimension unit runs a call.
+#include "attention/sm90/flash_fwd_sm90.h"
+
+namespace tilegrid::attention::sm90 {
+
+bool supported(const FlashFwdParams& p, DType dtype, int head_dim) {
+  if (dtype != DType::Float16 && dtype != DType::BFloat16) return false;
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
+  // TMA descriptors need every global stride to be a multiple of 16 bytes; the front end
+  // allows any stride on a dimension of extent 1, which then runs the portable kernel.
+  for (int64_t s : {p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.k_row_stride,
+                    p.k_head_stride, p.k_batch_stride, p.v_row_stride, p.v_head_stride,
+                    p.v_batch_stride})
+    if (s % 8 != 0) return false;
+  // TMA extents are 32-bit.
+  return p.rows_q < (int64_t(1) << 31) && p.rows_k < (int64_t(1) << 31);
+}
+
+void forward(const FlashFwdParams& p, DType dtype, int head_dim, int switches, Stream stream) {
+  switch (head_dim) {
+    case 64:
+      return forward_hdim64(p, dtype, switches, stream);
+    case 128:
+      return forward_hdim128(p, dtype, switches, stream);
+    default:
+      return forward_hdim256(p, dtype, switches, stream);
+  }
+}
+
+}  // namespace tilegrid::attention::sm90

@@ -1,0 +1,37 @@
+#pragma once
+// The Hopper flash attention forward (internal, sm_90a only; see flash_fwd_sm90_kernel.cuh).
+// The dispatcher asks `supported` first and runs the portable kernel for everything else.
+#include "attention/cuda/flash_fwd_params.h"
+#include "tilegrid/core/device.h"
+#include "tilegrid/core/dtype.h"
+
+namespace tilegrid::attention::sm90 {
+
+// The FlashAttention-4 switches, as bits of a kernel variant (compile-time in the kernel).
+//  kConditionalRescale: keep a stale row maximum and rescale O and the row sum only when the
+//    maximum grew by more than 8 in log2 units (exact: numerator and denominator share the
+//    stale base; the largest term is then at most 2^8);
+//  kSoftwareExp2: one exponential in four on the FMA units (exp2_poly.h) so that the
+//    special-function unit, 16 exp2 a clock per SM, is not the bottleneck at small head dims.
+enum Switches : int {
+  kNoSwitches = 0,
+  kConditionalRescale = 1,
+  kSoftwareExp2 = 2,
+  kDefaultSwitches = kConditionalRescale | kSoftwareExp2,
+};
+
+// True when the Hopper kernel handles this problem: float16 / bfloat16, head dimension 64,
+// 128 or 256, and every stride of q, k, v a multiple of 8 elements (TMA needs 16-byte global
+// strides). The caller checks the device (compute capability 9.0).
+bool supported(const FlashFwdParams& p, DType dtype, int head_dim);
+
+// Runs the kernel with the given switches; bfloat16 has all four combinations compiled (the
+// benchmark compares them), float16 only kDefaultSwitches (other values run that one).
+void forward(const FlashFwdParams& p, DType dtype, int head_dim, int switches, Stream stream);
+
+// One per head dimension, each in its own translation unit (flash_fwd_sm90_hdim<d>.cu).
+void forward_hdim64(const FlashFwdParams& p, DType dtype, int switches, Stream stream);
+void forward_hdim128(const FlashFwdParams& p, DType dtype, int switches, Stream stream);
+void forward_hdim256(const FlashFwdParams& p, DType dtype, int switches, Stream stream);
+
+}  // namespace tilegrid::attention::sm90

@@ -1,0 +1,466 @@
+#pragma once
+// Hopper flash attention forward (sm_90a): one CTA per (128-row query tile, head, sequence),
+// three warpgroups of 128 threads.
+//  - Warpgroup 0 is the producer: it lowers its register budget to 24 (setmaxnreg) and one
+//    thread issues TMA loads: the Q tile once, then K and V tiles into a kStages-deep shared
+//    memory ring, each stage guarded by a "full" mbarrier (TMA transaction bytes) and an
+//    "empty" one (the 256 consumer threads' arrivals), CUTLASS's PipelineTmaAsync.
+//  - Warpgroups 1 and 2 are consumers (64 query rows each) at 240 registers. Per key tile:
+//    S = Q K^T with wgmma from shared memory (fp32 accumulators), softcap, mask, online softmax
+//    in fp32 in log2 units, then O += P V with wgmma taking P from registers (the RS form) and
+//    V from shared memory read MN-major (the K-major tile TMA wrote, coordinates swapped).
+//  - Intra-warpgroup overlap: the QK^T of tile j+1 is issued before the softmax of tile j
+//    runs and the PV of tile j is issued right after it, so that the tensor cores work while
+//    the exponentials of the next tile are computed (FlashAttention-3's two-stage pipeline).
+//
+// Registers: 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536. Shared memory (kStages K and
+// V stages plus Q, 128-byte-swizzled tiles): d = 64: 128 x 128 tiles, 3 stages, 112 KB;
+// d = 128: 128 x 128, 2 stages, 160 KB; d = 256: 128 x 64, 2 stages, 192 KB (of 227 KB).
+//
+// Key tiles run from the last to the first as in the portable kernel: the tiles that need a
+// mask (sequence tail, causal diagonal) come first. Rows past a sequence's end: TMA reads
+// zeros past the tensor's extent; in a variable-length batch it reads the next sequence's
+// (finite) tokens, which the mask hides from S, and P = 0 hides from O.
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/pipeline.hpp>
+#include <cute/tensor.hpp>
+
+#include <cmath>
+#include <cstdint>
+
+#include "attention/cuda/flash_fwd_params.h"
+#include "tilegrid/attention/exp2_poly.h"
+
+namespace tilegrid::attention::sm90 {
+
+using namespace cute;
+
+template <int kHeadDim>
+struct TileShape;
+template <>
+struct TileShape<64> {
+  static constexpr int kBlockN = 128, kStages = 3;
+};
+template <>
+struct TileShape<128> {
+  static constexpr int kBlockN = 128, kStages = 2;
+};
+template <>
+struct TileShape<256> {
+  static constexpr int kBlockN = 64, kStages = 2;
+};
+
+template <class Element_, int kHeadDim_, bool kConditionalRescale_, bool kSoftwareExp2_>
+struct Sm90Traits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kConditionalRescale = kConditionalRescale_;
+  static constexpr bool kSoftwareExp2 = kSoftwareExp2_;
+  static constexpr int kBlockM = 128;  // two consumer warpgroups of 64 rows
+  static constexpr int kBlockN = TileShape<kHeadDim>::kBlockN;
+  static constexpr int kStages = TileShape<kHeadDim>::kStages;
+  static constexpr int kConsumerThreads = 256;
+  static constexpr int kThreads = 384;
+  using BlockM = Int<kBlockM>;
+  using BlockN = Int<kBlockN>;
+  using HeadDim = Int<kHeadDim>;
+
+  // Both products on two warpgroups stacked along M (each takes 64 rows of the 128).
+  using TiledMmaS = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, BlockN, HeadDim>>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  using TiledMmaO = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockN>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_2, _1, _1>>{}));
+
+  // 128-byte swizzle: rows of 64 elements, the layout TMA writes and wgmma reads without bank
+  // conflicts. Every head dimension here is a multiple of 64.
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<BlockM, HeadDim>{}));
+  using SmemLayoutK =
+      decltype(tile_to_shape(SmemAtom{}, Shape<BlockN, HeadDim, Int<kStages>>{}));
+  using SmemLayoutV = SmemLayoutK;
+  // V as the (head_dim x keys) B operand of P V: same bytes, (d, n, stage) coordinates.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutV{}, make_ordered_layout(Shape<HeadDim, BlockN, Int<kStages>>{}, Step<_2, _1, _3>{})));
+
+  // Global tensors as TMA sees them: (tokens, head_dim, heads, batch).
+  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*>(nullptr)),
+                                          GmemShape{}, GmemStride{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
+                                      Shape<BlockM, HeadDim>{}, _1{}));
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{},
+                                       take<0, 2>(SmemLayoutK{}), Shape<BlockN, HeadDim>{}, _1{}));
+  static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+
+  struct SharedStorage {
+    // 1024-byte alignment: the period of the 128-byte swizzle (8 rows of 128 bytes).
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutV>> v;
+    typename Pipeline::SharedStorage pipeline_k;
+    typename Pipeline::SharedStorage pipeline_v;
+    alignas(8) cutlass::arch::ClusterTransactionBarrier::ValueType barrier_q;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+};
+
+template <class Traits>
+struct KernelParams {
+  FlashFwdParams p;
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+  typename Traits::GmemShape shape_q, shape_k;  // (rows, head_dim, heads, batch)
+};
+
+// Keys [lo, hi) that query `row` sees, clamped to [0, seqlen_k] (as the portable kernel).
+struct KeyRange {
+  int lo, hi;
+};
+
+__device__ __forceinline__ KeyRange key_range(const FlashFwdParams& p, int64_t row, int seqlen_q,
+                                              int seqlen_k) {
+  const int64_t diag = row + seqlen_k - seqlen_q;
+  int64_t lo = 0, hi = seqlen_k;
+  if (p.window_left >= 0) lo = diag - p.window_left;
+  if (p.window_right >= 0) hi = diag + p.window_right + 1;
+  lo = lo < 0 ? 0 : (lo > seqlen_k ? seqlen_k : lo);
+  hi = hi < 0 ? 0 : (hi > seqlen_k ? seqlen_k : hi);
+  return {int(lo), int(hi)};
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+// 2^x on the special-function unit; ex2.approx(-inf) = +0, which masked scores rely on.
+__device__ __forceinline__ float exp2_mufu(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Issues one warpgroup product C (+)= A B over every k-block; the caller commits and waits.
+template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
+__device__ __forceinline__ void wgmma(TiledMma& mma, const TA& a, const TB& b, TC& c) {
+  warpgroup_fence_operand(c);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(c);
+}
+
+// The wgmma accumulator of a 64 x N tile, ((2, 2, N/8), M, 1) per thread (columns 2t, 2t+1 +
+// 8j of rows g and g+8), holds exactly the A-register fragment of the k16 blocks of the next
+// product, ((2, 2, 2), M, N/16): regroup the N/8 mode in pairs.
+template <class Layout>
+__device__ __forceinline__ auto acc_as_a_operand(Layout acc) {
+  auto v = logical_divide(get<0>(acc), Shape<Underscore, Underscore, _2>{});  // (2,2,(2,N/16))
+  return make_layout(make_layout(get<0>(v), get<1>(v), get<2, 0>(v)), get<1>(acc), get<2, 1>(v));
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash_fwd_sm90_kernel(const __grid_constant__ KernelParams<Traits> kp) {
+  using Element = typename Traits::Element;
+  using BlockM = typename Traits::BlockM;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  using Barrier = cutlass::arch::ClusterTransactionBarrier;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr float kNegInf = -INFINITY;
+  const FlashFwdParams& p = kp.p;
+
+  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest (causal) tiles first
+  const int head = blockIdx.y, batch = blockIdx.z;
+  int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+  int q_token0 = 0, k_token0 = 0;
+  if (p.cu_seqlens_q != nullptr) {
+    q_token0 = p.cu_seqlens_q[batch];
+    k_token0 = p.cu_seqlens_k[batch];
+    seqlen_q = p.cu_seqlens_q[batch + 1] - q_token0;
+    seqlen_k = p.cu_seqlens_k[batch + 1] - k_token0;
+  }
+  const int row0 = m_block * kBlockM;
+  if (row0 >= seqlen_q) return;  // the whole CTA, before any barrier exists
+  const int rows = min(kBlockM, seqlen_q - row0);
+  const int head_kv = head / p.group;
+
+  // Key tiles this query tile needs; producer and consumers derive the same range.
+  const KeyRange first = key_range(p, row0, seqlen_q, seqlen_k);
+  const KeyRange last = key_range(p, row0 + rows - 1, seqlen_q, seqlen_k);
+  const int n_min = first.lo / kBlockN;
+  const int n_max = last.hi > first.lo ? (last.hi + kBlockN - 1) / kBlockN : n_min;
+  const int n_count = n_max - n_min;
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
+
+  const int warpgroup = int(threadIdx.x) / 128;
+  const bool producer = warpgroup == 0;
+  typename Pipeline::Params pipe_params;
+  pipe_params.role = producer ? Pipeline::ThreadCategory::Producer
+                              : Pipeline::ThreadCategory::Consumer;
+  pipe_params.is_leader = threadIdx.x == 0;
+  pipe_params.num_consumers = Traits::kConsumerThreads;
+  pipe_params.transaction_bytes = Traits::kTmaBytesKV;
+  Pipeline pipeline_k(smem.pipeline_k, pipe_params, Shape<_1, _1, _1>{});
+  Pipeline pipeline_v(smem.pipeline_v, pipe_params, Shape<_1, _1, _1>{});
+  if (threadIdx.x == 0) {
+    Barrier::init(&smem.barrier_q, 1);
+    prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+    prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
+    prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+  }
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+
+  if (producer) {
+    cutlass::arch::warpgroup_reg_dealloc<24>();
+    if (threadIdx.x != 0 || n_count == 0) return;
+    // Coordinates of this (head, sequence) in the TMA tensors; a variable-length sequence is a
+    // window of the one (total tokens) batch.
+    const int b = p.cu_seqlens_q != nullptr ? 0 : batch;
+    Tensor mQ = domain_offset(make_coord(q_token0, _0{}),
+                              kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, head, b));
+    Tensor mK = domain_offset(make_coord(k_token0, _0{}),
+                              kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, head_kv, b));
+    Tensor mV = domain_offset(make_coord(k_token0, _0{}),
+                              kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, head_kv, b));
+    Tensor gQ = local_tile(mQ, Shape<BlockM, HeadDim>{}, make_coord(m_block, _0{}));
+    Tensor gK = local_tile(mK, Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (N, D, n)
+    Tensor gV = local_tile(mV, Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
+    auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                      group_modes<0, 2>(gQ));
+    auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+
+    Barrier::arrive_and_expect_tx(&smem.barrier_q, Traits::kTmaBytesQ);
+    copy(kp.tma_q.with(smem.barrier_q), tQgQ, tQsQ);
+    PipelineState state = cutlass::make_producer_start_state<Pipeline>();
+    for (int n = n_max - 1; n >= n_min; --n) {
+      pipeline_k.producer_acquire(state);
+      copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(state)), tKgK(_, n),
+           tKsK(_, state.index()));
+      pipeline_v.producer_acquire(state);
+      copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(state)), tVgV(_, n),
+           tVsV(_, state.index()));
+      ++state;
+    }
+    return;
+  }
+
+  // Consumers.
+  cutlass::arch::warpgroup_reg_alloc<240>();
+  const int tid = int(threadIdx.x) - 128;
+  typename Traits::TiledMmaS mma_s;
+  typename Traits::TiledMmaO mma_o;
+  auto thr_s = mma_s.get_thread_slice(tid);
+  auto thr_o = mma_o.get_thread_slice(tid);
+  Tensor tSrQ = thr_s.partition_fragment_A(sQ);   // (MMA, 1, D/16) descriptors
+  Tensor tSrK = thr_s.partition_fragment_B(sK);   // (MMA, 1, D/16, stages)
+  Tensor tOrV = thr_o.partition_fragment_B(sVt);  // (MMA, 1, N/16, stages)
+  Tensor acc_o = partition_fragment_C(mma_o, Shape<BlockM, HeadDim>{});
+  clear(acc_o);
+
+  // Tile coordinates of this thread's S elements: value i sits on row half (i / 2) % 2.
+  Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{}));
+  int thread_row[2];
+  KeyRange thread_keys[2];
+  CUTE_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    thread_row[r] = get<0>(tScS(2 * r));
+    thread_keys[r] = key_range(p, int64_t(row0) + thread_row[r], seqlen_q, seqlen_k);
+  }
+  // Row maxima of raw scores (the base of the exponentials; with conditional rescaling possibly
+  // stale, by at most 8 in log2 units) and this thread's partial row sums.
+  float row_max[2] = {kNegInf, kNegInf};
+  float row_sum[2] = {0.f, 0.f};
+  const float scale_log2 = p.score_scale_log2;
+  const float softcap_scale = p.softcap_scale;
+
+  // Softmax of one S tile, in place: softcap, mask, online softmax; S becomes the unnormalised
+  // probabilities. Leaves O alone (a P V product may still be reading and writing it) and
+  // returns in `o_scale` the factor O's rows need once that product has completed.
+  auto softmax = [&](auto& acc_s, int n, float (&o_scale)[2]) {
+    if (softcap_scale > 0.f) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) acc_s(i) = tanhf(acc_s(i) * softcap_scale);
+    }
+    const int col0 = n * kBlockN;
+    if (col0 < last.lo || col0 + kBlockN > first.hi) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) {
+        const KeyRange& keys = thread_keys[(i / 2) % 2];
+        const int col = col0 + get<1>(tScS(i));
+        if (col < keys.lo || col >= keys.hi) acc_s(i) = kNegInf;
+      }
+    }
+    constexpr int kChunks = decltype(size<0, 2>(acc_s))::value;  // N / 8
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      float tile_max = row_max[r];
+      CUTE_UNROLL
+      for (int j = 0; j < kChunks; ++j) {
+        tile_max = fmaxf(tile_max, acc_s(make_coord(0, r, j), 0, 0));
+        tile_max = fmaxf(tile_max, acc_s(make_coord(1, r, j), 0, 0));
+      }
+      tile_max = quad_max(tile_max);
+      // Move the base only when it must: always without conditional rescaling; with it, when
+      // the maximum grew by more than 8 in log2 units (or the row saw its first key).
+      bool move = tile_max > row_max[r];
+      if constexpr (Traits::kConditionalRescale)
+        move = move && (row_max[r] == kNegInf || (tile_max - row_max[r]) * scale_log2 > 8.f);
+      o_scale[r] = 1.f;
+      if (move) {
+        o_scale[r] =
+            row_max[r] == kNegInf ? 0.f : exp2_mufu((row_max[r] - tile_max) * scale_log2);
+        row_max[r] = tile_max;
+        row_sum[r] *= o_scale[r];
+      }
+      // A row with no visible key so far keeps max = -inf; base 0 makes exp2(-inf) = 0.
+      const float base = row_max[r] == kNegInf ? 0.f : row_max[r] * scale_log2;
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int j = 0; j < kChunks; ++j) {
+        CUTE_UNROLL
+        for (int c = 0; c < 2; ++c) {
+          float& s = acc_s(make_coord(c, r, j), 0, 0);
+          const float x = fmaf(s, scale_log2, -base);
+          if constexpr (Traits::kSoftwareExp2) {
+            // One 8-column chunk in four on the FMA pipe: per score the special-function unit
+            // needs (1 - f) / 16 of a clock and the FMA pipe (4 + 10 f) / 128 (scale, max, sum,
+            // convert; ten for the polynomial), balanced near f = 0.22. exp2_poly clamps at
+            // -126, so a masked score (-inf) is made an exact zero here.
+            s = (j % 4 == 3) ? (s == kNegInf ? 0.f : exp2_poly(x)) : exp2_mufu(x);
+          } else {
+            s = exp2_mufu(x);
+          }
+          sum += s;
+        }
+      }
+      row_sum[r] += sum;
+    }
+  };
+  auto rescale_o = [&](const float (&o_scale)[2]) {
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      if (o_scale[r] == 1.f) continue;  // conditional rescaling skips most tiles
+      CUTE_UNROLL
+      for (int j = 0; j < size<0, 2>(acc_o); ++j) {
+        acc_o(make_coord(0, r, j), 0, 0) *= o_scale[r];
+        acc_o(make_coord(1, r, j), 0, 0) *= o_scale[r];
+      }
+    }
+  };
+
+  if (n_count > 0) {
+    Tensor acc_s = partition_fragment_C(mma_s, Shape<BlockM, BlockN>{});
+    // P in the input type, as the A operand of P V: its own registers, which an in-flight
+    // P V reads, so the next tile's softmax works on acc_s and converts only afterwards.
+    Tensor rP = make_tensor<Element>(acc_s.layout());
+    Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+    auto convert_p = [&] {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) rP(i) = Element(acc_s(i));
+    };
+    float o_scale[2];
+
+    Barrier::wait(&smem.barrier_q, 0);
+    PipelineState read;  // consumer start: stage 0, phase 0
+    // First tile: S and softmax; its P V is issued together with the next tile's S.
+    pipeline_k.consumer_wait(read);
+    wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, read.index()), acc_s);
+    warpgroup_wait<0>();
+    pipeline_k.consumer_release(read);
+    softmax(acc_s, n_max - 1, o_scale);  // O is still zero: no rescale
+    convert_p();
+
+    for (int it = 1; it < n_count; ++it) {
+      PipelineState next = read;
+      ++next;
+      // S(n) = Q K(n)^T, then O += P(n+1) V(n+1): both in flight while the softmax of S(n)
+      // runs on the exponential and FMA units; O is rescaled after the second completes.
+      pipeline_k.consumer_wait(next);
+      wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, next.index()), acc_s);
+      pipeline_v.consumer_wait(read);
+      warpgroup_fence_operand(rP);
+      wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
+      warpgroup_wait<1>();  // S(n) is complete
+      pipeline_k.consumer_release(next);
+      softmax(acc_s, n_max - 1 - it, o_scale);
+      warpgroup_wait<0>();  // P V is complete: P's registers and O are free again
+      warpgroup_fence_operand(acc_o);
+      warpgroup_fence_operand(rP);
+      pipeline_v.consumer_release(read);
+      rescale_o(o_scale);
+      convert_p();
+      read = next;
+    }
+    pipeline_v.consumer_wait(read);
+    warpgroup_fence_operand(rP);
+    wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_o);
+    pipeline_v.consumer_release(read);
+  }
+
+  // Epilogue: O / sum to the output type, LSE = (max * scale + log2(sum)) * ln 2.
+  auto* o_ptr = static_cast<Element*>(p.out) + batch * p.out_batch_stride +
+                int64_t(q_token0) * p.out_row_stride + head * p.out_head_stride;
+  Tensor tOcO = thr_o.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));
+  float* lse_ptr = p.lse == nullptr ? nullptr
+                                    : p.lse + batch * p.lse_batch_stride +
+                                          head * p.lse_head_stride + q_token0 + row0;
+  CUTE_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_sum(row_sum[r]);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const int row = thread_row[r];
+    if (row < rows) {
+      CUTE_UNROLL
+      for (int j = 0; j < size<0, 2>(acc_o); ++j) {
+        cutlass::AlignedArray<Element, 2> pair;
+        pair[0] = Element(acc_o(make_coord(0, r, j), 0, 0) * inv);
+        pair[1] = Element(acc_o(make_coord(1, r, j), 0, 0) * inv);
+        const int col = get<1>(tOcO(make_coord(0, r, j), 0, 0));
+        *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(
+            o_ptr + (int64_t(row0) + row) * p.out_row_stride + col) = pair;
+      }
+      if (lse_ptr != nullptr && tid % 4 == 0)
+        lse_ptr[row] = sum > 0.f ? (row_max[r] * scale_log2 + log2f(sum)) * float(M_LN2) : kNegInf;
+    }
+  }
+}
+
+}  // namespace tilegrid::attention::sm90

@@ -1,0 +1,84 @@
+#pragma once
+// Builds the TMA descriptors of one call on the host and launches the Hopper kernel for one
+// (dtype, head dim, switches) (internal); included once per head dimension by
+// flash_fwd_sm90_hdim<d>.cu.
+#include <cuda_runtime.h>
+
+#include "attention/sm90/flash_fwd_sm90.h"
+#include "attention/sm90/flash_fwd_sm90_kernel.cuh"
+#include "core/cuda_check.h"
+
+namespace tilegrid::attention::sm90 {
+
+template <class Traits>
+void launch(const FlashFwdParams& p, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  constexpr int kSmem = Traits::kSmemBytes;
+  if (p.max_seqlen_q <= 0 || p.heads_q == 0 || p.batch == 0) return;
+  int device = 0;
+  TG_CUDA_CHECK(cudaGetDevice(&device));
+  // Opt in to more than 48 KB of shared memory, once per kernel and device, outside any
+  // stream capture that may follow.
+  constexpr int kMaxDevices = 64;
+  static bool configured[kMaxDevices] = {};
+  if (device >= kMaxDevices || !configured[device]) {
+    TG_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_sm90_kernel<Traits>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    if (device < kMaxDevices) configured[device] = true;
+  }
+
+  // Global tensors as (tokens, head_dim, heads, batch); a variable-length batch is one batch
+  // of all tokens (its batch strides are zero).
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int32_t batches = varlen ? 1 : p.batch;
+  const typename Traits::GmemShape shape_q(int32_t(p.rows_q), Traits::kHeadDim, p.heads_q,
+                                           batches);
+  const typename Traits::GmemShape shape_k(int32_t(p.rows_k), Traits::kHeadDim, p.heads_kv,
+                                           batches);
+  auto gmem = [](const void* ptr, const typename Traits::GmemShape& shape, int64_t row_stride,
+                 int64_t head_stride, int64_t batch_stride) {
+    return make_tensor(make_gmem_ptr(static_cast<const Element*>(ptr)), shape,
+                       make_stride(row_stride, _1{}, head_stride, batch_stride));
+  };
+  KernelParams<Traits> kp{
+      p,
+      make_tma_copy(SM90_TMA_LOAD{},
+                    gmem(p.q, shape_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
+                    typename Traits::SmemLayoutQ{},
+                    Shape<typename Traits::BlockM, typename Traits::HeadDim>{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{},
+                    gmem(p.k, shape_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
+                    take<0, 2>(typename Traits::SmemLayoutK{}),
+                    Shape<typename Traits::BlockN, typename Traits::HeadDim>{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{},
+                    gmem(p.v, shape_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
+                    take<0, 2>(typename Traits::SmemLayoutV{}),
+                    Shape<typename Traits::BlockN, typename Traits::HeadDim>{}, _1{}),
+      shape_q,
+      shape_k};
+  const dim3 grid((p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch);
+  flash_fwd_sm90_kernel<Traits><<<grid, Traits::kThreads, kSmem, stream>>>(kp);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+// bfloat16: every combination of the two switches (the benchmark's table); float16: the
+// default only, to keep the number of kernels (and the compile time) down.
+template <int kHeadDim>
+void launch(const FlashFwdParams& p, DType dtype, int switches, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  using bf16 = cutlass::bfloat16_t;
+  if (dtype == DType::Float16)
+    return launch<Sm90Traits<cutlass::half_t, kHeadDim, true, true>>(p, s);
+  switch (switches & kDefaultSwitches) {
+    case kNoSwitches:
+      return launch<Sm90Traits<bf16, kHeadDim, false, false>>(p, s);
+    case kConditionalRescale:
+      return launch<Sm90Traits<bf16, kHeadDim, true, false>>(p, s);
+    case kSoftwareExp2:
+      return launch<Sm90Traits<bf16, kHeadDim, false, true>>(p, s);
+    default:
+      return launch<Sm90Traits<bf16, kHeadDim, true, true>>(p, s);
+  }
+}
+
+}  // namespace tilegrid::attention::sm90
