@@ -1,0 +1,97 @@
+"""Epilogue programs on torch tensors: a small handle to build a program and run it after a
+matrix product (see include/tilegrid/gemm/epilogue/program.h for the semantics).
+
+    prog = tg.epilogue.Program().per_row(rstd).store(pre).glu("silu").store(h)
+    tg.epilogue.matmul(x, w.t(), prog)          # writes pre and h
+
+Outputs are tensors the caller allocates: stores take [M, W] tensors (float32, float16 or
+bfloat16), row partials float32 [M, ceil(W / tile_n)], column sums float32 [W], where W is
+the width of the value tile at that step (a glu halves it, a glu_grad doubles it). Programs
+run on CPU tensors (the unfused float64 reference); fused GPU kernels come next.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import _C
+from ._torch import current_stream
+
+
+class Program:
+    """An ordered list of epilogue steps; every method appends one and returns the program."""
+
+    def __init__(self):
+        self.steps: list[tuple] = []
+
+    def _add(self, kind, name="", t0=None, t1=None, number=0.0, count=0, flag=False):
+        self.steps.append((kind, name, t0, t1, float(number), int(count), bool(flag)))
+        return self
+
+    def per_row(self, values: torch.Tensor, combine: str = "multiply") -> "Program":
+        """v(i, j) = v(i, j) (+ or *) values[i]; values [M]."""
+        return self._add("per_row", combine, values)
+
+    def per_column(self, values: torch.Tensor, combine: str = "add") -> "Program":
+        """v(i, j) = v(i, j) (+ or *) values[j]; values [W]."""
+        return self._add("per_column", combine, values)
+
+    def scalar(self, value: float, combine: str = "multiply") -> "Program":
+        return self._add("scalar", combine, number=value)
+
+    def tile(self, values: torch.Tensor, combine: str = "add") -> "Program":
+        """v = v (+ or *) values; values [M, W] (e.g. a residual)."""
+        return self._add("tile", combine, values)
+
+    def elementwise(self, fn: str) -> "Program":
+        """v = fn(v); fn: identity, relu, sigmoid, silu, gelu_tanh."""
+        return self._add("elementwise", fn)
+
+    def elementwise_grad(self, fn: str, input: torch.Tensor) -> "Program":
+        """v = v * fn'(input); input [M, W], the saved pre-activation."""
+        return self._add("elementwise_grad", fn, input)
+
+    def glu(self, act: str = "silu") -> "Program":
+        """Interleaved [g0, u0, g1, u1, ...] -> act(g) * u; the width halves."""
+        return self._add("glu", act)
+
+    def glu_grad(self, input: torch.Tensor, act: str = "silu") -> "Program":
+        """v = d(glu output), input the saved [M, 2W] pairs -> interleaved (dg, du)."""
+        return self._add("glu_grad", act, input)
+
+    def rope(self, positions: torch.Tensor, frequencies: torch.Tensor,
+             inverse: bool = False) -> "Program":
+        """Rotates pair j of row i by positions[i] * frequencies[j] (-that when inverse)."""
+        return self._add("rope", "", positions, frequencies, flag=inverse)
+
+    def row_partials(self, op: str, partials: torch.Tensor, tile_n: int = 256) -> "Program":
+        """partials(i, t) = op over columns [t * tile_n, (t + 1) * tile_n) of row i; op: sum,
+        sum_squares, max, logsumexp. finish_row_partials combines them."""
+        return self._add("row_partials", op, partials, count=tile_n)
+
+    def column_sum(self, out: torch.Tensor) -> "Program":
+        """out[j] = sum over rows of v(i, j); out float32 [W]."""
+        return self._add("column_sum", "", out)
+
+    def store(self, out: torch.Tensor) -> "Program":
+        """Writes v into out [M, W], rounded to out's dtype."""
+        return self._add("store", "", out)
+
+    def signature(self) -> str:
+        return _C.epilogue_signature(self.steps)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, program: Program) -> None:
+    """Runs `program` on a @ b (a, b as for tg.matmul); writes the program's outputs."""
+    _C.matmul_epilogue(a.detach(), b.detach(), program.steps, current_stream(a))
+
+
+def finish_row_partials(op: str, partials: torch.Tensor,
+                        out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The full rows' reduction from row partials: float32 [M]."""
+    if out is None:
+        out = torch.empty(partials.shape[0], dtype=torch.float32, device=partials.device)
+    _C.finish_row_partials(op, partials, out, current_stream(partials))
+    return out
