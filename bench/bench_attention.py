@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 import tilegrid as tg  # noqa: E402
+from tilegrid import _C  # noqa: E402
 
 TOKENS = 16384
 HIDDEN = 2048
@@ -44,10 +45,31 @@ def sdpa(backend):
     return run
 
 
+def tilegrid_kernel(kernel, sm90_switches=-1):
+    """tg.flash_attn_func with the CUDA kernel chosen through the private selector hook (an
+    atomic store per call, microseconds against the kernel's time)."""
+
+    def run(q, k, v, causal):
+        _C._attention_set_kernel(kernel, sm90_switches)
+        return tg.flash_attn_func(q, k, v, causal=causal)
+
+    return run
+
+
+# "tilegrid" is the automatic choice (TILEGRID_ATTENTION_KERNEL, else auto). On compute
+# capability 9.0 the Hopper kernel runs as its own system with its default FlashAttention-4
+# switches, and - bfloat16, the only dtype with every combination compiled - once per other
+# combination, so the table shows what conditional rescaling and software exp2 are worth.
 SYSTEMS = [
-    ("tilegrid", lambda q, k, v, causal: tg.flash_attn_func(q, k, v, causal=causal)),
+    ("tilegrid", tilegrid_kernel(os.environ.get("TILEGRID_ATTENTION_KERNEL", "auto"))),
     ("torch SDPA cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
     ("torch SDPA flash", sdpa(SDPBackend.FLASH_ATTENTION)),
+]
+SM90_SYSTEMS = [("tilegrid sm90", tilegrid_kernel("sm90"))]
+SM90_SWITCH_SYSTEMS = [
+    ("tilegrid sm90 no-FA4", tilegrid_kernel("sm90", 0)),
+    ("tilegrid sm90 rescale-only", tilegrid_kernel("sm90", 1)),
+    ("tilegrid sm90 soft-exp2-only", tilegrid_kernel("sm90", 2)),
 ]
 
 
@@ -98,6 +120,8 @@ def main() -> None:
     parser.add_argument("--seqlens", type=int, nargs="*", default=SEQLENS)
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
+    if torch.cuda.get_device_capability() == (9, 0):
+        SYSTEMS[1:1] = SM90_SYSTEMS + (SM90_SWITCH_SYSTEMS if dtype == torch.bfloat16 else [])
 
     report = harness.Report("attention")
     report.measure_ceilings()

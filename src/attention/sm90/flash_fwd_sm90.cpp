@@ -12,8 +12,9 @@ bool supported(const FlashFwdParams& p, DType dtype, int head_dim) {
                     p.k_head_stride, p.k_batch_stride, p.v_row_stride, p.v_head_stride,
                     p.v_batch_stride})
     if (s % 8 != 0) return false;
-  // TMA extents are 32-bit.
-  return p.rows_q < (int64_t(1) << 31) && p.rows_k < (int64_t(1) << 31);
+  // TMA extents are 32-bit and positive (no keys at all: the portable kernel writes the zeros).
+  return p.rows_q > 0 && p.rows_k > 0 && p.rows_q < (int64_t(1) << 31) &&
+         p.rows_k < (int64_t(1) << 31);
 }
 
 void forward(const FlashFwdParams& p, DType dtype, int head_dim, int switches, Stream stream) {

@@ -1,0 +1,107 @@
+"""The Hopper attention kernel, forced through the private selector hook, against the float64
+reference: every supported head dimension, both dtypes, each FlashAttention-4 switch
+combination (bfloat16), GQA, windows, softcap and variable-length batches. Runs only on a GPU
+of compute capability 9.0; TILEGRID_ATTENTION_KERNEL=sm90 additionally sends the rest of the
+attention tests through the kernel."""
+import os
+
+import pytest
+import torch
+
+from tilegrid import _C
+
+from test_flash_attn import (GPU_DTYPES, check_gpu, gpu_inputs, gpu_test, run_poisoned,
+                             run_varlen_poisoned)
+
+SM90_HEAD_DIMS = [64, 128, 256]
+SWITCHES = {"plain": 0, "rescale": 1, "soft_exp2": 2, "default": -1}
+
+
+def hopper():
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.fixture(params=list(SWITCHES))
+def sm90(request):
+    """Forces the Hopper kernel with one switch combination; restores the environment's choice."""
+    if not hopper():
+        pytest.skip("needs a GPU of compute capability 9.0")
+    _C._attention_set_kernel("sm90", SWITCHES[request.param])
+    yield request.param
+    _C._attention_set_kernel(os.environ.get("TILEGRID_ATTENTION_KERNEL", "auto"), -1)
+
+
+def dtypes_for(switches):
+    # float16 has only the default switches compiled; the others would run that kernel again.
+    return GPU_DTYPES if switches == "default" else [torch.bfloat16]
+
+
+def assert_ran_sm90():
+    assert _C._attention_last_kernel() == "sm90"
+
+
+@pytest.mark.parametrize("head_dim", SM90_HEAD_DIMS)
+@gpu_test
+def test_sm90_seqlens_causal_and_windows(sm90, head_dim):
+    for dtype in dtypes_for(sm90):
+        for sq, sk in ((1, 1), (17, 113), (113, 17), (128, 128), (1000, 1000), (300, 2049)):
+            q, k, v = gpu_inputs((2, sq, 2, head_dim), (2, sk, 2, head_dim), dtype)
+            for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (100, 50)),
+                                   (True, (8, -1)), (False, (0, 0))):
+                out, lse = run_poisoned(q, k, v, causal=causal, window=window)
+                assert_ran_sm90()
+                check_gpu(out, lse, q, k, v, dtype, causal=causal, window=window)
+
+
+@pytest.mark.parametrize("head_dim", SM90_HEAD_DIMS)
+@pytest.mark.parametrize("hq,hk", [(8, 2), (6, 1)])
+@gpu_test
+def test_sm90_gqa_softcap_and_large_scores(sm90, head_dim, hq, hk):
+    for dtype in dtypes_for(sm90):
+        # Scores spread over many units: the row maximum grows across tiles, which exercises
+        # the (conditional) rescaling of O.
+        q, k, v = gpu_inputs((2, 257, hq, head_dim), (2, 700, hk, head_dim), dtype, scale=3.0)
+        for causal in (False, True):
+            out, lse = run_poisoned(q, k, v, causal=causal)
+            assert_ran_sm90()
+            check_gpu(out, lse, q, k, v, dtype, causal=causal)
+            out, lse = run_poisoned(q, k, v, scale=0.3, causal=causal, softcap=5.0)
+            check_gpu(out, lse, q, k, v, dtype, scale=0.3, causal=causal, softcap=5.0)
+
+
+@pytest.mark.parametrize("head_dim", SM90_HEAD_DIMS)
+@gpu_test
+def test_sm90_varlen_with_mixed_and_zero_lengths(sm90, head_dim):
+    lens_q, lens_k = [5, 0, 17, 1, 0, 1000, 129, 64], [9, 3, 17, 0, 0, 1000, 300, 2]
+    cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32)
+    cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32)
+    for dtype in dtypes_for(sm90):
+        q, k, v = gpu_inputs((sum(lens_q), 4, head_dim), (sum(lens_k), 2, head_dim), dtype)
+        for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (16, 16))):
+            out, lse = run_varlen_poisoned(q, k, v, cu_q.cuda(), cu_k.cuda(), max(lens_q) + 3,
+                                           max(lens_k), causal=causal, window=window)
+            assert_ran_sm90()
+            assert not out.isnan().any() and not lse.isnan().any()
+            for b in range(len(lens_q)):
+                if lens_q[b] == 0:
+                    continue
+                qs = slice(int(cu_q[b]), int(cu_q[b + 1]))
+                ks = slice(int(cu_k[b]), int(cu_k[b + 1]))
+                check_gpu(out[qs][None], lse[:, qs][None], q[qs][None], k[ks][None],
+                          v[ks][None], dtype, causal=causal, window=window)
+
+
+@gpu_test
+def test_sm90_strided_inputs_and_fallback(sm90):
+    dtype = torch.bfloat16
+    q = torch.randn(2, 4, 150, 128).to(dtype).cuda().transpose(1, 2)
+    kv = torch.randn(2, 170, 2, 4, 128).to(dtype).cuda()
+    k, v = kv[:, :, 0], kv[:, :, 1]
+    out, lse = run_poisoned(q, k, v, causal=True)
+    assert_ran_sm90()
+    check_gpu(out, lse, q, k, v, dtype, causal=True)
+    # Head dimension 96 is not the Hopper kernel's: the portable kernel runs, no error.
+    q, k, v = gpu_inputs((1, 100, 2, 96), (1, 100, 2, 96), dtype)
+    out, lse = run_poisoned(q, k, v)
+    assert _C._attention_last_kernel() == "portable"
+    check_gpu(out, lse, q, k, v, dtype)
