@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "core/cuda_convert.cuh"
 #include "fusion/rms_norm_params.h"
 
 namespace tilegrid::rms_norm::kernels {
@@ -23,35 +24,8 @@ constexpr int kMaxRowsPerBlock = 8;
 // thread up to 128 registers; the streaming kernels run up to 1024.
 constexpr int kMaxRegisterThreads = 512;
 
-template <class T>
-__device__ __forceinline__ float to_float(T v);
-template <>
-__device__ __forceinline__ float to_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ float to_float<__half>(__half v) {
-  return __half2float(v);
-}
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+using cuda_convert::from_float;
+using cuda_convert::to_float;
 
 // VEC consecutive elements moved as one aligned access (16 bytes for the fast path).
 template <class T, int VEC>

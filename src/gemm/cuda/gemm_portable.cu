@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "core/cuda_check.h"
+#include "core/cuda_convert.cuh"
 #include "gemm/gemm_cuda.h"
 
 namespace tilegrid::gemm {
@@ -28,26 +29,8 @@ struct PortableParams {
   int64_t a_stride_m, a_stride_k, b_stride_k, b_stride_n, ldo;
 };
 
-__device__ __forceinline__ float to_float(__half v) {
-  return __half2float(v);
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+using cuda_convert::from_float;
+using cuda_convert::to_float;
 
 // Blocks tile M along x (up to 2^31 - 1 of them) and loop over N tiles along y.
 template <class T, class TOut>

@@ -1,0 +1,34 @@
+#pragma once
+// float <-> storage type conversions in device code, shared by the CUDA kernels (internal).
+// Rounding to half and bfloat16 is to nearest even, as torch's casts do.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace tilegrid::cuda_convert {
+
+__device__ __forceinline__ float to_float(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_float(__half v) {
+  return __half2float(v);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+}  // namespace tilegrid::cuda_convert
