@@ -1,5 +1,6 @@
 // Epilogue programs: validation of every step against the product and its operands, the
-// program signature, and dispatch (the CPU evaluator; fused CUDA kernels come next).
+// program signature, and dispatch (the CPU evaluator, or a fused sm_90a kernel found by the
+// program's signature).
 #include "tilegrid/gemm/epilogue/program.h"
 
 #include <string>
@@ -9,6 +10,10 @@
 #include "tilegrid/core/checks.h"
 #ifdef TILEGRID_WITH_CUDA
 #include "gemm/epilogue/epilogue_cuda.h"
+#endif
+#ifdef TILEGRID_WITH_SM90_GEMM
+#include "core/cuda_launch.h"
+#include "gemm/sm90/epilogue_programs.h"
 #endif
 
 namespace tilegrid::epilogue {
@@ -231,9 +236,23 @@ void matmul_epilogue(const TensorView& a, const TensorView& b, const epilogue::P
                  "step), got ",
                  epilogue::signature(program));
   if (a.device.is_cpu()) return epilogue::evaluate_cpu(p, program);
+#ifdef TILEGRID_WITH_SM90_GEMM
+  // Fused programs exist only as sm_90a kernels; on other GPUs the program would have to run
+  // unfused, which is what the fusion is for avoiding, so that is an error, not a fallback.
+  const int device = a.device.index;
+  const int cc = cuda::compute_capability(device);
+  TG_CHECK_VALUE(cc == 90, epilogue::kOp,
+                 ": fused epilogue programs run on compute capability 9.0 GPUs (H100/H200) only, "
+                 "cuda:",
+                 device, " has ", cc / 10, ".", cc % 10, "; run the program on CPU tensors");
+  gemm::sm90::run_fused_program(p, program, device, stream);
+#else
+  (void)stream;
   throw Error(detail::concat(epilogue::kOp, ": no fused CUDA kernel for the program ",
                              epilogue::signature(program),
-                             " yet (the fused sm_90a programs come next); run it on CPU tensors"));
+                             ": this build of tilegrid has no sm90 kernels (built without CUDA or "
+                             "without the CUTLASS headers); run it on CPU tensors"));
+#endif
 }
 
 }  // namespace tilegrid

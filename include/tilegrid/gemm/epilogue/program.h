@@ -11,9 +11,10 @@
 // matmul_epilogue validates a program against a, b and its operands (shapes, dtypes,
 // devices), naming the step that is wrong, then runs it. On the CPU it runs unfused: the
 // plain product in float64, then each step in float64 - the reference that the fused GPU
-// kernels are tested against. The fused sm_90a kernels compose the same steps as a CUTLASS
-// epilogue visitor tree over the Hopper GEMM; until a program has one, CUDA tensors get an
-// error that says so.
+// kernels are tested against. On CUDA tensors a program runs fused - its steps composed as a
+// CUTLASS epilogue visitor tree over the Hopper GEMM (compute capability 9.0, bfloat16, forward
+// layout) - when its signature is one of the small compiled set; any other program, or
+// another GPU, is an error that says which programs exist (never an unfused fallback).
 #include <string>
 #include <variant>
 #include <vector>

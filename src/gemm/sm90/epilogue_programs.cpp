@@ -1,0 +1,106 @@
+// The registry of fused epilogue programs: signature -> launcher, and the checks that the
+// sm_90a kernels need beyond matmul_epilogue's validation (TMA's 16-byte rows and pointers).
+#include "gemm/sm90/epilogue_programs.h"
+
+#include <cstdint>
+#include <variant>
+
+#include "tilegrid/core/error.h"
+
+namespace tilegrid::gemm::sm90 {
+namespace {
+
+constexpr const char* kOp = "matmul_epilogue";
+
+using Launcher = void (*)(const Problem&, const epilogue::Program&, int, Stream);
+
+struct FusedProgram {
+  const char* signature;
+  Launcher launch;
+};
+
+// In the order of the fusion issue's priorities; the signatures are those that
+// epilogue::signature() prints.
+constexpr FusedProgram kPrograms[] = {
+    {"per_column(add, bfloat16) > store(bfloat16) > elementwise(gelu_tanh) > store(bfloat16)",
+     run_bias_gelu_aux},
+    {"per_row(multiply, float32) > store(bfloat16)", run_row_scale},
+    {"tile(add, bfloat16) > store(bfloat16) > row_partials(sum_squares, 256)",
+     run_residual_sum_squares},
+};
+
+std::string available() {
+  std::string s;
+  for (const FusedProgram& f : kPrograms) s += detail::concat("\n  ", f.signature);
+  return s;
+}
+
+// TMA moves 16-byte units: matrices need rows of a multiple of 8 bf16 elements and 16-byte
+// aligned bases; vectors are read in 16-byte pieces too.
+constexpr int64_t kAlignElements = 8;
+constexpr uintptr_t kAlignBytes = 16;
+
+void check_aligned(int index, const char* arg, const TensorView& t) {
+  TG_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data) % kAlignBytes == 0, kOp, ": step ", index,
+                 ": the fused kernels need ", arg,
+                 "'s data pointer 16-byte aligned (a view at an offset? call .contiguous())");
+}
+
+void check_matrix(int index, const char* arg, const TensorView& t) {
+  check_aligned(index, arg, t);
+  TG_CHECK_VALUE(t.shape[0] <= 1 || t.strides[0] % kAlignElements == 0, kOp, ": step ", index,
+                 ": the fused kernels need ", arg, "'s row stride to be a multiple of ",
+                 kAlignElements, " elements (16-byte TMA rows), got ", t.strides[0]);
+}
+
+void check_operands(const epilogue::Program& program) {
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const int index = static_cast<int>(i);
+    std::visit(
+        [&](const auto& s) {
+          using S = std::decay_t<decltype(s)>;
+          if constexpr (std::is_same_v<S, epilogue::Store>) check_matrix(index, "out", s.out);
+          if constexpr (std::is_same_v<S, epilogue::Tile>) check_matrix(index, "values", s.values);
+          if constexpr (std::is_same_v<S, epilogue::PerRow> ||
+                        std::is_same_v<S, epilogue::PerColumn>)
+            check_aligned(index, "values", s.values);
+        },
+        program.steps[i]);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> fused_program_signatures() {
+  std::vector<std::string> out;
+  for (const FusedProgram& f : kPrograms) out.emplace_back(f.signature);
+  return out;
+}
+
+void run_fused_program(const Problem& p, const epilogue::Program& program, int device,
+                       Stream stream) {
+  const std::string sig = epilogue::signature(program);
+  Launcher launch = nullptr;
+  for (const FusedProgram& f : kPrograms)
+    if (sig == f.signature) launch = f.launch;
+  TG_CHECK_VALUE(launch != nullptr, kOp, ": no fused CUDA kernel for the program ", sig,
+                 "; the sm90 kernels compiled in this build are:", available(),
+                 "\n(on CPU tensors every program runs, unfused)");
+  TG_CHECK_VALUE(p.dtype == DType::BFloat16 && p.layout == Layout::Fprop, kOp,
+                 ": the fused kernels are compiled for bfloat16 a and b in the forward layout "
+                 "(a [M, K] row-major, b = w.t() of a row-major w [N, K]), got ",
+                 p.dtype, " a and b in the ",
+                 p.layout == Layout::Fprop   ? "forward"
+                 : p.layout == Layout::Dgrad ? "data-gradient (b row-major [K, N])"
+                                             : "weight-gradient (a transposed)",
+                 " layout");
+  TG_CHECK_VALUE(
+      p.n % kAlignElements == 0, kOp,
+      ": the fused kernels need N to be a multiple of 8 (16-byte output rows), got N=", p.n);
+  TG_CHECK_VALUE(p.k > 0, kOp, ": the fused kernels need K > 0, got K=0");
+  check_operands(program);
+  if (p.m == 0 || p.n == 0) return;
+  launch(p, program, device, stream);
+}
+
+}  // namespace tilegrid::gemm::sm90

@@ -1,0 +1,135 @@
+#pragma once
+// Fused epilogue programs on the sm_90a GEMM (internal, sm_90a only): each program of the
+// compiled set (epilogue_programs.h) as a CUTLASS epilogue visitor tree over the float32
+// accumulator tile, composed from CUTLASS's nodes (broadcasts, TMA aux loads and stores, the
+// column reduction) and Sm90Compute nodes whose functors evaluate the formulas of the
+// primitive headers (include/tilegrid/gemm/epilogue/*.h), so that the CPU evaluator and the
+// kernels compute the same expressions.
+//
+// All programs run the bf16 forward product (a [M, K] row-major, b = w^T) with the
+// cooperative 128x256x64 configuration: the programs of a transformer block's forward sit on
+// the large token-count GEMMs, where that configuration is the fastest (docs/PERFORMANCE.md).
+#include "gemm/sm90/gemm_sm90_kernel.cuh"  // first: it includes CUTLASS's collective builders
+//
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
+#include "cutlass/epilogue/thread/activation.h"
+#include "cutlass/functional.h"
+#include "gemm/sm90/epilogue_programs.h"
+#include "tilegrid/gemm/epilogue/elementwise.h"
+
+namespace tilegrid::gemm::sm90::programs {
+
+namespace fusion = cutlass::epilogue::fusion;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+// Sm90Compute calls ComputeFn<Array<float, N>> on the fragment a thread holds (N = 16: the
+// 128x32 epilogue sub-tile's 4096 elements over the cooperative kernel's 256 consumer
+// threads).
+template <epilogue::Activation Fn>
+struct ActivationOp {
+  template <class Fragment>
+  struct Op {
+    CUTLASS_DEVICE Fragment operator()(const Fragment& v) const {
+      Fragment out;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < Fragment::kElements; ++i) out[i] = epilogue::activate(Fn, v[i]);
+      return out;
+    }
+  };
+};
+
+// The register stage of the row partials of Reduce::SumSquares: acc + x^2 per element; the
+// shuffle and shared-memory stages then add the per-thread sums (cutlass::plus).
+template <class T>
+struct SumSquaresOp {
+  CUTLASS_HOST_DEVICE T operator()(const T& acc, const T& x) const { return acc + x * x; }
+};
+
+// Strides of CUTLASS's nodes: an [M, N] row-major matrix (row stride ld), a length-N vector
+// (per column) and a length-M vector (per row), one batch.
+using MatrixStride = cutlass::detail::TagToStrideC_t<cutlass::layout::RowMajor>;
+using ColumnVectorStride = cute::Stride<cute::_0, cute::_1, int64_t>;  // values[j]
+using RowVectorStride = cute::Stride<cute::_1, cute::_0, int64_t>;     // values[i]
+
+inline MatrixStride matrix_stride(int64_t ld) {
+  MatrixStride s{};
+  cute::get<0>(s) = ld;
+  return s;
+}
+
+// The tile shape of every fused program (Cooperative128x256).
+using Config = Cooperative128x256;
+constexpr int kTileM = 128;
+constexpr int kTileN = 256;
+static_assert(kTileN == kFusedTileN, "epilogue_programs.h states the fused tile width");
+
+template <class Program>
+using FusedGemm = Sm90Gemm<Config, cutlass::bfloat16_t, cutlass::layout::RowMajor,
+                           cutlass::layout::ColumnMajor, cutlass::bfloat16_t, Program>;
+
+// 1. per_column(add, bfloat16) > store(bfloat16) > elementwise(Fn) > store(bfloat16):
+//    a linear layer's bias and activation, with the pre-activation saved for the backward.
+//    D = Fn(aux), aux = acc + bias[j] (rounded to bf16 only where stored).
+template <epilogue::Activation Fn>
+struct BiasActivationAux {
+  template <class ElementD, class Descriptor>
+  using Callbacks = fusion::Sm90EVT<
+      fusion::Sm90Compute<ActivationOp<Fn>::template Op, ElementD, float, kRound>,
+      fusion::Sm90EVT<
+          fusion::Sm90AuxStore<
+              Descriptor::StagesD, typename Descriptor::EpilogueTile, cutlass::bfloat16_t, kRound,
+              MatrixStride,
+              typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
+                  Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::SmemLayoutAtom,
+              typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
+                  Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::CopyOpR2S>,
+          fusion::Sm90EVT<
+              fusion::Sm90Compute<cutlass::plus, float, float, kRound>, fusion::Sm90AccFetch,
+              fusion::Sm90RowBroadcast<0, typename Descriptor::TileShape, cutlass::bfloat16_t,
+                                       float, ColumnVectorStride>>>>;
+};
+
+// 2. per_row(multiply, float32) > store(bfloat16): D = acc * scale[i] (e.g. an RMSNorm's
+//    1/rms folded in after the product).
+struct RowScale {
+  template <class ElementD, class Descriptor>
+  using Callbacks = fusion::Sm90EVT<
+      fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, fusion::Sm90AccFetch,
+      fusion::Sm90ColBroadcast<0, typename Descriptor::TileShape, float, float, RowVectorStride>>;
+};
+
+// 3. tile(add, bfloat16) > store(bfloat16) > row_partials(sum_squares, 256): the residual
+//    stream h = acc + residual (TMA-loaded) and its per-tile row sums of squares, the RMSNorm
+//    statistic of the next norm. The column reduction node (non-final) writes one float32
+//    per (row, N tile) into an M-major [ceil(N / 256), round_up(M, 128)] buffer, which
+//    transpose_partials turns into the program's [M, ceil(N / 256)] layout.
+struct ResidualSumSquares {
+  template <class ElementD, class Descriptor>
+  // The reduction sees the float32 sum and the rounding to bf16 comes last (the root's
+  // output is what the collective stores, in D's type).
+  using Callbacks = fusion::Sm90EVT<
+      fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>,
+      fusion::Sm90EVT<
+          fusion::Sm90ColReduction<SumSquaresOp, cutlass::plus, cutlass::plus, 0,
+                                   typename Descriptor::TileShape, float, float, kRound,
+                                   RowVectorStride, 4, true, /*FinalReduction=*/false>,
+          fusion::Sm90EVT<
+              fusion::Sm90Compute<cutlass::plus, float, float, kRound>, fusion::Sm90AccFetch,
+              fusion::Sm90AuxLoad<
+                  Descriptor::StagesC, typename Descriptor::EpilogueTile, cutlass::bfloat16_t,
+                  MatrixStride,
+                  typename cutlass::epilogue::collective::detail::AuxLoadDescriptor<
+                      Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::SmemLayoutAtom,
+                  typename cutlass::epilogue::collective::detail::AuxLoadDescriptor<
+                      Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::CopyOpS2R>>>>;
+};
+
+// The product of `p` with D = the program's final store (out, ldo).
+inline Problem with_output(Problem p, const TensorView& out) {
+  p.out = out.data;
+  p.out_dtype = out.dtype;
+  p.ldo = out.strides[0];
+  return p;
+}
+
+}  // namespace tilegrid::gemm::sm90::programs

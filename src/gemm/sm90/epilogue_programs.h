@@ -1,0 +1,37 @@
+#pragma once
+// The fused epilogue programs compiled for the sm_90a GEMM (internal; host code may include
+// this without CUTLASS). A program runs fused when its signature() is one of
+// fused_program_signatures(); anything else is an error that lists them (no unfused
+// fallback on the GPU: a program that silently ran as several kernels would hide the cost
+// the fusion exists to remove). Every fused program is compiled for bfloat16 a and b in the
+// forward layout (a [M, K] row-major, b = w^T of a row-major w [N, K]) with the cooperative
+// 128x256x64 kernel; each is one translation unit epilogue_<name>.cu of about 45 s of compile.
+#include <string>
+#include <vector>
+
+#include "gemm/gemm_problem.h"
+#include "tilegrid/core/device.h"
+#include "tilegrid/gemm/epilogue/program.h"
+
+namespace tilegrid::gemm::sm90 {
+
+// The N tile of the fused kernels: RowPartials steps must use it as their tile_n.
+constexpr int64_t kFusedTileN = 256;
+
+// Runs `program` (validated by matmul_epilogue) on the product p on `device`, a compute
+// capability 9.0 GPU; raises a ValueError naming the compiled programs when it has no kernel,
+// and one naming the constraint when the kernels cannot take p or an operand.
+void run_fused_program(const Problem& p, const epilogue::Program& program, int device,
+                       Stream stream);
+
+std::vector<std::string> fused_program_signatures();
+
+// The launchers, one per translation unit; the operands are those of `program`, whose
+// signature matched.
+void run_bias_gelu_aux(const Problem& p, const epilogue::Program& program, int device,
+                       Stream stream);
+void run_row_scale(const Problem& p, const epilogue::Program& program, int device, Stream stream);
+void run_residual_sum_squares(const Problem& p, const epilogue::Program& program, int device,
+                              Stream stream);
+
+}  // namespace tilegrid::gemm::sm90
