@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import tilegrid as tg
-from conftest import poison_, requires_cuda
+from conftest import HAS_CUDA, poison_, requires_cuda
 
 # Float32 outputs of float64 math: one rounding.
 F32 = dict(rtol=1e-6, atol=1e-6)
@@ -113,11 +113,14 @@ class TestBadPrograms:
 
     @requires_cuda
     @pytest.mark.gpu
-    def test_cuda_tensors_say_fused_kernels_are_missing(self):
+    def test_cuda_tensors_without_a_fused_kernel(self):
+        """A program outside the compiled set is an error (no unfused fallback); on a Hopper
+        GPU it lists the compiled programs, elsewhere it names the compute capability."""
         a = torch.randn(4, 8, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(8, 8, device="cuda", dtype=torch.bfloat16)
         out = torch.empty(4, 8, device="cuda")
-        with pytest.raises(RuntimeError, match="no fused CUDA kernel for the program"):
+        with pytest.raises((RuntimeError, ValueError),
+                           match="no fused CUDA kernel for the program|compute capability 9.0"):
             tg.epilogue.matmul(a, b, tg.epilogue.Program().store(out))
 
 
@@ -129,3 +132,138 @@ def test_finish_row_partials_on_the_gpu():
         torch.testing.assert_close(tg.epilogue.finish_row_partials(op, partials.cuda()).cpu(),
                                    tg.epilogue.finish_row_partials(op, partials), rtol=1e-6,
                                    atol=1e-6)
+
+
+# Fused sm_90a programs against the CPU evaluator (the same program on CPU copies). bf16
+# outputs: both sides round once to bf16, from float32 (GPU, its own summation order) and
+# float64 (CPU), so they differ by at most about one bf16 ulp: rtol 2^-7, plus an atol for
+# values near 0 of 1e-2 (products of K >= 64 unit normals are O(10)). Float32 partial sums of
+# squares: float32 accumulation over K and 256 columns, rtol 1e-4.
+HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
+requires_hopper = pytest.mark.skipif(not HOPPER, reason="needs a compute capability 9.0 GPU")
+BF16 = dict(rtol=2**-7, atol=1e-2)
+SHAPES = [(200, 512, 64), (1000, 776, 136), (37, 264, 72), (1, 256, 8), (1100, 512, 256)]
+
+
+def cuda_product(m, n, k):
+    x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+    return x, w.t()
+
+
+def run_both(a, b, build, outputs):
+    """Runs build(*outputs) on the GPU and build(*cpu copies) on the CPU evaluator, all outputs
+    poisoned first; returns (gpu outputs, cpu outputs)."""
+    gpu = [poison_(o) for o in outputs]
+    cpu = [poison_(o.cpu()) for o in outputs]
+    tg.epilogue.matmul(a, b, build(*gpu))
+    torch.cuda.synchronize()
+    ops = [(t.cpu() if isinstance(t, torch.Tensor) else t) for t in build.operands]
+    tg.epilogue.matmul(a.cpu(), b.cpu(), build(*cpu, cpu_operands=ops))
+    return [o.cpu() for o in gpu], cpu
+
+
+class Builder:
+    """A program as a function of its outputs, with its input operands kept so that the CPU
+    run reads copies of the same values."""
+
+    def __init__(self, fn, *operands):
+        self.fn, self.operands = fn, operands
+
+    def __call__(self, *outs, cpu_operands=None):
+        return self.fn(*(cpu_operands or self.operands), *outs)
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_fused_bias_gelu_aux(m, n, k):
+    a, b = cuda_product(m, n, k)
+    bias = torch.randn(n, dtype=torch.bfloat16, device="cuda")
+    build = Builder(lambda bias, pre, out: tg.epilogue.Program().per_column(bias).store(pre)
+                    .elementwise("gelu_tanh").store(out), bias)
+    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+    assert build(*outs).signature() == ("per_column(add, bfloat16) > store(bfloat16) > "
+                                        "elementwise(gelu_tanh) > store(bfloat16)")
+    gpu, cpu = run_both(a, b, build, outs)
+    for g, c in zip(gpu, cpu):
+        torch.testing.assert_close(g.float(), c.float(), **BF16)
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_fused_row_scale(m, n, k):
+    a, b = cuda_product(m, n, k)
+    scale = torch.rand(m, device="cuda") + 0.5
+    build = Builder(lambda scale, out: tg.epilogue.Program().per_row(scale).store(out), scale)
+    gpu, cpu = run_both(a, b, build, [torch.empty(m, n, dtype=torch.bfloat16, device="cuda")])
+    torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_fused_residual_sum_squares(m, n, k):
+    a, b = cuda_product(m, n, k)
+    residual = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
+    count = math.ceil(n / 256)
+    build = Builder(lambda r, out, partials: tg.epilogue.Program().tile(r).store(out)
+                    .row_partials("sum_squares", partials, 256), residual)
+    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda"),
+            torch.empty(m, count, device="cuda")]
+    gpu, cpu = run_both(a, b, build, outs)
+    torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
+    torch.testing.assert_close(gpu[1], cpu[1], rtol=1e-4, atol=1e-3)
+    total = tg.epilogue.finish_row_partials("sum_squares", outs[1])
+    torch.testing.assert_close(total.cpu(), cpu[1].double().sum(1).float(), rtol=1e-4, atol=1e-3)
+
+
+@requires_hopper
+@pytest.mark.gpu
+def test_fused_residual_with_strided_output():
+    """Outputs and the residual may have a row stride above N (a multiple of 8)."""
+    m, n, k = 300, 512, 64
+    a, b = cuda_product(m, n, k)
+    residual = torch.randn(m, n + 64, dtype=torch.bfloat16, device="cuda")[:, :n]
+    out_wide = torch.empty(m, n + 128, dtype=torch.bfloat16, device="cuda")
+    build = Builder(lambda r, out, partials: tg.epilogue.Program().tile(r).store(out)
+                    .row_partials("sum_squares", partials, 256), residual)
+    gpu, cpu = run_both(a, b, build, [out_wide[:, :n], torch.empty(m, 2, device="cuda")])
+    torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
+    torch.testing.assert_close(gpu[1], cpu[1], rtol=1e-4, atol=1e-3)
+
+
+@requires_hopper
+@pytest.mark.gpu
+class TestFusedConstraints:
+    def test_unknown_program_lists_the_compiled_ones(self):
+        a, b = cuda_product(64, 64, 64)
+        out = torch.empty(64, 64, dtype=torch.bfloat16, device="cuda")
+        with pytest.raises(ValueError, match=r"(?s)no fused CUDA kernel.*per_row\(multiply, "
+                                             r"float32\) > store\(bfloat16\)"):
+            tg.epilogue.matmul(a, b, tg.epilogue.Program().elementwise("relu").store(out))
+
+    def test_data_gradient_layout(self):
+        a = torch.randn(64, 64, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(64, 64, dtype=torch.bfloat16, device="cuda")  # row-major [K, N]
+        out = torch.empty(64, 64, dtype=torch.bfloat16, device="cuda")
+        prog = tg.epilogue.Program().per_row(torch.ones(64, device="cuda")).store(out)
+        with pytest.raises(ValueError, match="forward layout"):
+            tg.epilogue.matmul(a, b, prog)
+
+    def test_n_multiple_of_8(self):
+        a, b = cuda_product(64, 36, 64)
+        out = torch.empty(64, 36, dtype=torch.bfloat16, device="cuda")
+        prog = tg.epilogue.Program().per_row(torch.ones(64, device="cuda")).store(out)
+        with pytest.raises(ValueError, match="N to be a multiple of 8"):
+            tg.epilogue.matmul(a, b, prog)
+
+    def test_row_partials_tile_must_be_the_kernel_tile(self):
+        a, b = cuda_product(64, 512, 64)
+        r = torch.randn(64, 512, dtype=torch.bfloat16, device="cuda")
+        out = torch.empty(64, 512, dtype=torch.bfloat16, device="cuda")
+        prog = (tg.epilogue.Program().tile(r).store(out)
+                .row_partials("sum_squares", torch.empty(64, 4, device="cuda"), 128))
+        with pytest.raises(ValueError, match="no fused CUDA kernel"):
+            tg.epilogue.matmul(a, b, prog)

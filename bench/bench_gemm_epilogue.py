@@ -1,0 +1,168 @@
+"""Fused epilogue programs on the Hopper GEMM: for each program compiled for sm_90a, the GEMM
+with the program fused vs the plain tilegrid GEMM (same cooperative 128x256 kernel; the
+issue's target is at most 5% extra time) and vs the unfused torch sequence, eager and under
+torch.compile, on Llama-3-8B shapes with 8192 tokens (bfloat16, forward layout y = x w^T).
+
+    python bench/bench_gemm_epilogue.py --out results.json
+
+Programs and shapes:
+  bias_gelu_aux      gate_up 4096 -> 28672: y = x w^T + bias, pre = y saved, out = gelu_tanh(y)
+  row_scale          qkv 4096 -> 6144:      out = (x w^T) * scale[token]
+  residual_sum_sq    o 4096 -> 4096:        h = x w^T + residual, partial row sums of h^2
+                                            (the next RMSNorm's statistic), finished on the GPU
+Times are CUDA-graph replays where the system can be captured (see harness.run_each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+import tilegrid as tg  # noqa: E402
+from tilegrid import _C  # noqa: E402
+from tilegrid._torch import current_stream  # noqa: E402
+
+TOKENS = 8192
+BF16 = torch.bfloat16
+
+
+def randn(*shape):
+    return torch.randn(*shape, device="cuda", dtype=BF16)
+
+
+class Case:
+    """One program on one shape: operands and outputs for `sets` rotating input sets, the
+    fused program, and the torch reference sequence."""
+
+    def __init__(self, name, layer, m, k, n):
+        self.name, self.layer, self.m, self.k, self.n = name, layer, m, k, n
+
+    def make(self, i):
+        """(a, b, plain_out, program, torch_fn) for input set i."""
+        m, k, n = self.m, self.k, self.n
+        x, w = randn(m, k), randn(n, k)
+        plain = torch.empty(m, n, device="cuda", dtype=BF16)
+        if self.name == "bias_gelu_aux":
+            bias = randn(n)
+            pre, out = torch.empty_like(plain), torch.empty_like(plain)
+            prog = tg.epilogue.Program().per_column(bias).store(pre).elementwise("gelu_tanh") \
+                .store(out)
+
+            def torch_fn(x=x, w=w, bias=bias):
+                y = x @ w.t() + bias
+                return y, F.gelu(y, approximate="tanh")
+        elif self.name == "row_scale":
+            scale = torch.rand(m, device="cuda") + 0.5
+            out = torch.empty_like(plain)
+            prog = tg.epilogue.Program().per_row(scale).store(out)
+
+            def torch_fn(x=x, w=w, scale=scale):
+                return ((x @ w.t()).float() * scale[:, None]).to(BF16)
+        else:
+            residual = randn(m, n)
+            out = torch.empty_like(plain)
+            partials = torch.empty(m, math.ceil(n / 256), device="cuda")
+            total = torch.empty(m, device="cuda")
+            prog = tg.epilogue.Program().tile(residual).store(out) \
+                .row_partials("sum_squares", partials, 256)
+            prog.finish = (partials, total)
+
+            def torch_fn(x=x, w=w, residual=residual):
+                h = x @ w.t() + residual
+                return h, h.float().square().sum(1)
+        return x, w.t(), plain, prog, torch_fn
+
+
+def run_program(a, b, prog):
+    tg.epilogue.matmul(a, b, prog)
+    finish = getattr(prog, "finish", None)
+    if finish is not None:  # the statistic a norm needs: finish the partials as part of it
+        tg.epilogue.finish_row_partials("sum_squares", finish[0], finish[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--tokens", type=int, default=TOKENS)
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    args = parser.parse_args()
+    t = args.tokens
+    report = harness.Report("gemm_epilogue")
+    report.measure_ceilings()
+    if torch.cuda.get_device_capability() != (9, 0):
+        report.checks["fused"] = "not measured: the fused programs need a compute capability 9.0 GPU"
+        report.write(args.out)
+        return
+
+    cases = [Case("bias_gelu_aux", "gate_up", t, 4096, 28672),
+             Case("row_scale", "qkv", t, 4096, 6144),
+             Case("residual_sum_sq", "o", t, 4096, 4096)]
+    for case in cases:
+        m, n, k = case.m, case.n, case.k
+        problem = f"{case.name} {case.layer} M{m} N{n} K{k} bfloat16"
+        nbytes = (m * k + k * n + m * n) * 2
+        sets = harness.rotation_count(nbytes)
+        data = [case.make(i) for i in range(sets)]
+        report.checks[f"{problem} signature"] = data[0][3].signature()
+
+        # Same run, same inputs: the fused program's main output against the torch sequence.
+        a0, b0, _, prog0, torch0 = data[0]
+        try:
+            run_program(a0, b0, prog0)
+            ref = torch0()
+            ref = ref[-1] if case.name == "bias_gelu_aux" else (ref[0] if isinstance(ref, tuple)
+                                                                  else ref)
+            got = [s for s in prog0.steps if s[0] == "store"][-1][2]
+            report.checks[f"{problem} rel_err vs torch"] = (
+                (got.float() - ref.float()).norm() / ref.float().norm()).item()
+        except Exception as e:  # recorded, not fatal
+            report.checks[f"{problem} rel_err vs torch"] = f"failed: {type(e).__name__}: {e}"
+
+        compiled = [torch.compile(d[4]) for d in data] if not args.no_compile else []
+        systems = [
+            ("tilegrid gemm (plain, cooperative)",
+             lambda i: _C.matmul(data[i][0], data[i][1], data[i][2], current_stream(data[i][2]),
+                                 "sm90_cooperative")),
+            ("tilegrid gemm + fused program", lambda i: run_program(*data[i][0:2], data[i][3])),
+            ("torch eager (unfused)", lambda i: data[i][4]()),
+        ]
+        if compiled:
+            systems.append(("torch.compile (unfused graph)", lambda i: compiled[i]()))
+        first = len(report.results)
+        harness.run_each(report, case.name, problem, nbytes, systems, sets)
+        rows = report.results[first:]
+        plain = rows[0].median_ms
+        for r in rows:
+            r.flops = 2 * m * n * k
+            if r.median_ms:
+                r.extra["tflops"] = r.flops / (r.median_ms * 1e-3) / 1e12
+                if plain:
+                    r.extra["vs_plain_gemm"] = r.median_ms / plain
+        del data, compiled
+        torch.cuda.empty_cache()
+
+    report.write(args.out)
+    print(report.table())
+    print(summary(report))
+
+
+def summary(report: harness.Report) -> str:
+    """Time of each system relative to the plain GEMM (target for the fused one: <= 1.05)."""
+    lines = [f"{'problem':52} {'system':36} {'ms':>8} {'vs plain':>8}"]
+    for r in report.results:
+        ms = f"{r.median_ms:8.3f}" if r.median_ms else f"{'-':>8}"
+        ratio = r.extra.get("vs_plain_gemm") if r.median_ms else None
+        lines.append(f"{r.problem:52} {r.system:36} {ms} {ratio if ratio is None else f'{ratio:8.3f}'}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
