@@ -115,12 +115,11 @@ __device__ void locate_grouped(const TreeView& tree, const VoxelTransform* trans
   }
 }
 
-// Runs body(p, lane, rows, weights) in the 8 lanes of each point p's group. All 8 lanes of a
-// group share one point, so whole groups enter and leave the loop together (the shuffles in
-// locate_grouped need that).
-template <class Body>
-__device__ void for_each_grouped_point(const TreeView& tree, const VoxelTransform* transforms,
-                                       const PointSet& points, Body body) {
+// features / out: [rows, groups] float4 (groups = channels / 4). All 8 lanes of a group share
+// one point, so whole groups enter and leave the loop together (the shuffles need that).
+__global__ void sample_grouped_kernel(TreeView tree, const VoxelTransform* transforms,
+                                      PointSet points, const float4* __restrict__ features,
+                                      int64_t groups, float4* __restrict__ out) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < points.n * kLanes;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t p = t / kLanes;
@@ -128,16 +127,6 @@ __device__ void for_each_grouped_point(const TreeView& tree, const VoxelTransfor
     int64_t rows[8];
     float w[8];
     locate_grouped(tree, transforms, points, p, lane, rows, w);
-    body(p, lane, rows, w);
-  }
-}
-
-// features / out: [rows, groups] float4 (groups = channels / 4).
-__global__ void sample_grouped_kernel(TreeView tree, const VoxelTransform* transforms,
-                                      PointSet points, const float4* __restrict__ features,
-                                      int64_t groups, float4* __restrict__ out) {
-  for_each_grouped_point(tree, transforms, points,
-                         [&](int64_t p, int lane, const int64_t rows[8], const float w[8]) {
     for (int64_t g = lane; g < groups; g += kLanes) {
       float4 acc = {0, 0, 0, 0};
       for (int c = 0; c < 8; ++c) {
@@ -150,14 +139,19 @@ __global__ void sample_grouped_kernel(TreeView tree, const VoxelTransform* trans
       }
       out[p * groups + g] = acc;
     }
-  });
+  }
 }
 
 __global__ void splat_grouped_kernel(TreeView tree, const VoxelTransform* transforms,
                                      PointSet points, const float4* __restrict__ values,
                                      int64_t groups, float4* __restrict__ out) {
-  for_each_grouped_point(tree, transforms, points,
-                         [&](int64_t p, int lane, const int64_t rows[8], const float w[8]) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < points.n * kLanes;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t p = t / kLanes;
+    const int lane = int(t % kLanes);
+    int64_t rows[8];
+    float w[8];
+    locate_grouped(tree, transforms, points, p, lane, rows, w);
     for (int64_t g = lane; g < groups; g += kLanes) {
       const float4 v = values[p * groups + g];
       for (int c = 0; c < 8; ++c) {
@@ -174,7 +168,7 @@ __global__ void splat_grouped_kernel(TreeView tree, const VoxelTransform* transf
 #endif
       }
     }
-  });
+  }
 }
 
 // Whether the grouped float4 kernels apply: float32, channels % 4 == 0, 16-byte aligned rows.
