@@ -59,11 +59,11 @@ def test_sm90_seqlens_causal_and_windows(sm90, head_dim):
 def test_sm90_gqa_softcap_and_large_scores(sm90, head_dim, hq, hk, request):
     if sm90 in ("rescale", "default") and head_dim >= 128:
         # Measured on an H200: with conditional rescaling on, the largest output error on these
-        # wide-score inputs reached 0.0230 (head dims 128 and 256, 6 query heads a key head)
+        # wide-score inputs was 0.0202-0.0230 (head dims 128 and 256, 6 query heads a key head)
         # against the bfloat16 tolerance of 0.02; without it the same inputs pass. Not yet
         # explained (precision of the stale-maximum path or a defect); marked, not hidden.
         request.applymarker(pytest.mark.xfail(
-            reason="conditional rescaling: max error 0.023 > 0.02 on an H200, under investigation",
+            reason="conditional rescaling: max error 0.020-0.023 > 0.02 on an H200, under investigation",
             strict=False))
     for dtype in dtypes_for(sm90):
         # Scores spread over many units: the row maximum grows across tiles, which exercises
