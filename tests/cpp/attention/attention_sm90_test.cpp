@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "attention/attention_gpu_check.h"
 #include "test_util.h"
 #include "tilegrid/attention/attention.h"
 #ifdef TILEGRID_WITH_CUDA
@@ -33,51 +34,10 @@ struct ForceSm90 {
   ~ForceSm90() { set_cuda_kernel(CudaKernel::Auto); }
 };
 
-struct Case {
-  int64_t sq, sk, hq, hk;
-  bool causal;
-  int64_t window_left, window_right;
-  double softcap;
-};
+using Case = test::GpuCase;
 
-// Same tolerances as the portable kernel's test: P is rounded to the input type before P V,
-// O once more when stored; LSE in fp32.
 void expect_sm90_matches_reference(DType dtype, int64_t d, const Case& c) {
-  Tensor q = testing::random_tensor({2, c.sq, c.hq, d}, dtype);
-  Tensor k = testing::random_tensor({2, c.sk, c.hk, d}, dtype);
-  Tensor v = testing::random_tensor({2, c.sk, c.hk, d}, dtype);
-  Params p;
-  p.causal = c.causal;
-  p.window_left = c.window_left;
-  p.window_right = c.window_right;
-  p.softcap = c.softcap;
-  Tensor ref_out = Tensor::empty(q.shape(), dtype, Device::cpu());
-  Tensor ref_lse = Tensor::empty({2, c.hq, c.sq}, DType::Float32, Device::cpu());
-  forward(q, k, v, p, ref_out, ref_lse.view());
-
-  const Device gpu = Device::cuda(0);
-  Tensor out = Tensor::empty(q.shape(), dtype, gpu);
-  Tensor lse = Tensor::empty({2, c.hq, c.sq}, DType::Float32, gpu);
-  testing::poison(out);
-  testing::poison(lse);
-  forward(testing::to_device(q, gpu), testing::to_device(k, gpu), testing::to_device(v, gpu), p,
-          out, lse.view());
-  ASSERT_EQ(std::string(last_cuda_kernel()), "sm90") << "head dim " << d;
-#ifdef TILEGRID_WITH_CUDA
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-#endif
-  const double atol = dtype == DType::BFloat16 ? 2e-2 : 3e-3;
-  const std::vector<double> o = testing::to_doubles(out), ro = testing::to_doubles(ref_out);
-  for (size_t i = 0; i < o.size(); ++i)
-    ASSERT_NEAR(o[i], ro[i], atol) << "out element " << i << ", head dim " << d;
-  const std::vector<double> l = testing::to_doubles(lse), rl = testing::to_doubles(ref_lse);
-  for (size_t i = 0; i < l.size(); ++i) {
-    if (std::isinf(rl[i])) {
-      ASSERT_TRUE(std::isinf(l[i]) && l[i] < 0) << "lse element " << i << " = " << l[i];
-    } else {
-      ASSERT_NEAR(l[i], rl[i], 2e-4) << "lse element " << i << ", head dim " << d;
-    }
-  }
+  test::expect_gpu_matches_reference(dtype, d, c, "sm90");
 }
 
 const Case kCases[] = {
