@@ -19,7 +19,7 @@ void run_bias_gelu_aux(const Problem& p, const epilogue::Program& program, int d
         {},                                                                        // acc
         {bias.data_ptr<const cutlass::bfloat16_t>(), cutlass::bfloat16_t(0), {}},  // bias[j]
         {}},
-       {pre.data_ptr<cutlass::bfloat16_t>(), matrix_stride(pre.strides[0])}},
+       {pre.data_ptr<cutlass::bfloat16_t>(), matrix_stride(tma_row_stride(pre))}},
       {}};  // gelu
   CudaDeviceGuard guard(device);
   launch<Gemm>(with_output(p, out), args, device, static_cast<cudaStream_t>(stream.handle));

@@ -128,7 +128,7 @@ struct ResidualSumSquares {
 inline Problem with_output(Problem p, const TensorView& out) {
   p.out = out.data;
   p.out_dtype = out.dtype;
-  p.ldo = out.strides[0];
+  p.ldo = tma_row_stride(out);
   return p;
 }
 

@@ -11,12 +11,20 @@
 
 #include "gemm/gemm_problem.h"
 #include "tilegrid/core/device.h"
+#include "tilegrid/core/tensor_view.h"
 #include "tilegrid/gemm/epilogue/program.h"
 
 namespace tilegrid::gemm::sm90 {
 
 // The N tile of the fused kernels: RowPartials steps must use it as their tile_n.
 constexpr int64_t kFusedTileN = 256;
+
+// The row stride TMA is given for an [M, N] matrix operand: its own, except when it has at
+// most one row, where torch may report any stride (e.g. 1) and the stride is never used to
+// step; N rounded up to 8 then keeps the descriptor's 16-byte stride rule.
+inline int64_t tma_row_stride(const TensorView& t) {
+  return t.shape[0] <= 1 ? (t.shape[1] + 7) / 8 * 8 : t.strides[0];
+}
 
 // Runs `program` (validated by matmul_epilogue) on the product p on `device`, a compute
 // capability 9.0 GPU; raises a ValueError naming the compiled programs when it has no kernel,

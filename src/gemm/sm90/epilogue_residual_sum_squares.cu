@@ -39,7 +39,7 @@ void run_residual_sum_squares(const Problem& p, const epilogue::Program& program
        {     // acc + residual
         {},  // acc
         {residual.data_ptr<const cutlass::bfloat16_t>(), cutlass::bfloat16_t(0),
-         matrix_stride(residual.strides[0])},  // residual(i, j)
+         matrix_stride(tma_row_stride(residual))},  // residual(i, j)
         {}},
        {buffer.data(), 0.0f, {}}},
       {}};  // round to D's type
