@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "tilegrid/core/error.h"
 #include "tilegrid/core/half_convert.h"
 #include "tilegrid/core/tensor.h"
 #ifdef TILEGRID_WITH_CUDA
@@ -21,6 +24,16 @@ inline bool cuda_available() {
 #else
   return false;
 #endif
+}
+
+// The message of the tilegrid::Error (or subclass) that `call` throws, or "no error".
+inline std::string error_message(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 #define TG_SKIP_WITHOUT_GPU() \

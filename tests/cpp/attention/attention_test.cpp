@@ -12,15 +12,6 @@
 namespace tilegrid::attention {
 namespace {
 
-std::string message_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 TEST(Attention, QueriesThatSeeNoKeyGetZeroAndMinusInfinity) {
   // Causal with 6 queries and 2 keys, bottom-right aligned: queries 0..3 see no key.
   Tensor q = testing::random_tensor({1, 6, 1, 64}, DType::Float32);
@@ -45,7 +36,7 @@ TEST(Attention, BadInputsGetClearErrors) {
   Tensor q = testing::random_tensor({1, 4, 2, 64}, DType::BFloat16);
   Tensor k3 = testing::random_tensor({1, 4, 3, 64}, DType::BFloat16);
   Tensor out = Tensor::empty({1, 4, 2, 64}, DType::BFloat16, Device::cpu());
-  EXPECT_EQ(message_of([&] { forward(q, k3, k3, {}, out, std::nullopt); }),
+  EXPECT_EQ(testing::error_message([&] { forward(q, k3, k3, {}, out, std::nullopt); }),
             "flash_attn_func: heads of q (2) must be a multiple of heads of k and v (3)");
   Params negative;
   negative.softcap = -1;
@@ -53,14 +44,14 @@ TEST(Attention, BadInputsGetClearErrors) {
   // CUDA-only requirements are checked before any kernel runs (the views below point at host
   // memory and are never read).
   TensorView f32_gpu(out.data(), DType::Float32, Device::cuda(0), {1, 2, 2, 64});
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(testing::error_message([&] {
               forward(f32_gpu, f32_gpu, f32_gpu, {}, f32_gpu, std::nullopt);
             }).find("must be float16 or bfloat16"),
             std::string::npos);
   TensorView odd_stride(q.data(), DType::BFloat16, Device::cuda(0), {1, 2, 2, 64},
                         {260, 130, 65, 1});
   TensorView out_gpu(out.data(), DType::BFloat16, Device::cuda(0), {1, 2, 2, 64});
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(testing::error_message([&] {
               forward(odd_stride, odd_stride, odd_stride, {}, out_gpu, std::nullopt);
             }).find("multiples of 8 elements"),
             std::string::npos);

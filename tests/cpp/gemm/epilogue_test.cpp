@@ -240,56 +240,47 @@ TEST(Epilogue, RopeOnQkvOutput) {
       ASSERT_EQ(got[i * n + j], static_cast<double>(float(p.value[i * n + j])));
 }
 
-std::string message(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 TEST(Epilogue, BadProgramsGetClearErrors) {
   Product p = make_product(4, 6 * 8, 8);
   Tensor out = empty({4, 48}), half = empty({4, 24}), bias = random_tensor({48}, DType::Float32);
-  EXPECT_EQ(message([&] { matmul_epilogue(p.a, p.b, Program{{Elementwise{Activation::Relu}}}); }),
+  EXPECT_EQ(testing::error_message([&] { matmul_epilogue(p.a, p.b, Program{{Elementwise{Activation::Relu}}}); }),
             "matmul_epilogue: the program writes nothing (it needs a store, row_partials or "
             "column_sum step), got elementwise(relu)");
   // After a Glu the width halves: a per-column operand must follow it.
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(testing::error_message([&] {
               matmul_epilogue(
                   p.a, p.b,
                   Program{{Glu{Activation::Silu}, PerColumn{Combine::Add, bias}, Store{half}}});
             }),
             "matmul_epilogue: step 1 (per_column): values must have shape [24], got [48]");
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(testing::error_message([&] {
               matmul_epilogue(p.a, p.b, Program{{Glu{Activation::Silu}, Store{out}}});
             }),
             "matmul_epilogue: step 1 (store): out must have shape [4, 24], got [4, 48]");
   // Widths 48, 24, 12, 6, 3: the fifth Glu has no pairs.
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(testing::error_message([&] {
               matmul_epilogue(p.a, p.b, Program{{Glu{}, Glu{}, Glu{}, Glu{}, Glu{}, Store{out}}});
             }),
             "matmul_epilogue: step 4 (glu): pairs of columns need an even width, got 3");
   Tensor positions = random_tensor({4}, DType::BFloat16),
          freqs = random_tensor({24}, DType::Float32);
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(testing::error_message([&] {
               matmul_epilogue(p.a, p.b, Program{{Rope{positions, freqs}, Store{out}}});
             }),
             "matmul_epilogue: step 0 (rope): positions must be int32, int64 or float32, got "
             "bfloat16");
   Tensor partials = empty({4, 2});
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(testing::error_message([&] {
               matmul_epilogue(p.a, p.b, Program{{RowPartials{Reduce::Sum, 16, partials}}});
             }),
             "matmul_epilogue: step 0 (row_partials): partials must have shape [4, 3], got [4, 2]");
   const TensorView on_gpu(out.data(), DType::Float32, Device::cuda(0), {4, 48});
-  EXPECT_EQ(message([&] { matmul_epilogue(p.a, p.b, Program{{Store{on_gpu}}}); }),
+  EXPECT_EQ(testing::error_message([&] { matmul_epilogue(p.a, p.b, Program{{Store{on_gpu}}}); }),
             "matmul_epilogue: step 0 (store): out is on cuda:0 but a is on cpu; all tensors must "
             "be on one device");
   Tensor a12 = random_tensor({4, 12}, DType::BFloat16),
          b12 = random_tensor({12, 48}, DType::BFloat16);
-  EXPECT_NE(message([&] {
+  EXPECT_NE(testing::error_message([&] {
               matmul_epilogue(a12, b12, Program{{Store{out}}});
             }).find("matmul_epilogue: a is contiguous along K, which must be a multiple of 8"),
             std::string::npos);
@@ -309,7 +300,7 @@ TEST(Epilogue, CudaTensorsGetAClearErrorUntilFusedKernelsExist) {
   Tensor a = testing::to_device(random_tensor({4, 8}, DType::BFloat16), Device::cuda(0));
   Tensor b = testing::to_device(random_tensor({8, 8}, DType::BFloat16), Device::cuda(0));
   Tensor out = Tensor::empty({4, 8}, DType::BFloat16, Device::cuda(0));
-  EXPECT_NE(message([&] {
+  EXPECT_NE(testing::error_message([&] {
               matmul_epilogue(a, b, Program{{Store{out}}});
             }).find("no fused CUDA kernel for the program store(bfloat16) yet"),
             std::string::npos);

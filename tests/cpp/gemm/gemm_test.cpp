@@ -271,15 +271,6 @@ TEST(Matmul, EmptyProductsCuda) {
   check_empty(Device::cuda(0));
 }
 
-std::string message(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 TEST(Matmul, BadInputsGetClearErrors) {
   const Device cpu = Device::cpu();
   Tensor a = random_tensor({4, 16}, DType::BFloat16);
@@ -287,77 +278,77 @@ TEST(Matmul, BadInputsGetClearErrors) {
   Tensor out = Tensor::empty({4, 8}, DType::BFloat16, cpu);
 
   Tensor a_f32 = Tensor::empty({4, 16}, DType::Float32, cpu);
-  EXPECT_EQ(message([&] { matmul(a_f32, b, out); }),
+  EXPECT_EQ(testing::error_message([&] { matmul(a_f32, b, out); }),
             "matmul: a must be bfloat16 or float16, got float32");
   Tensor b_f16 = random_tensor({16, 8}, DType::Float16);
-  EXPECT_EQ(message([&] { matmul(a, b_f16, out); }), "matmul: b must be bfloat16, got float16");
+  EXPECT_EQ(testing::error_message([&] { matmul(a, b_f16, out); }), "matmul: b must be bfloat16, got float16");
   Tensor out_f16 = Tensor::empty({4, 8}, DType::Float16, cpu);
-  EXPECT_EQ(message([&] { matmul(a, b, out_f16); }),
+  EXPECT_EQ(testing::error_message([&] { matmul(a, b, out_f16); }),
             "matmul: out must be bfloat16 or float32, got float16");
   Tensor b_bad = random_tensor({12, 8}, DType::BFloat16);
-  EXPECT_EQ(message([&] { matmul(a, b_bad, out); }),
+  EXPECT_EQ(testing::error_message([&] { matmul(a, b_bad, out); }),
             "matmul: b must have 16 rows to match a of shape [4, 16] ([M, K]), got shape [12, 8]");
   Tensor out_bad = Tensor::empty({4, 16}, DType::BFloat16, cpu);
-  EXPECT_EQ(message([&] { matmul(a, b, out_bad); }),
+  EXPECT_EQ(testing::error_message([&] { matmul(a, b, out_bad); }),
             "matmul: out must have shape [4, 8], got [4, 16]");
 
   // K not a multiple of 8.
   Tensor a12 = random_tensor({4, 12}, DType::BFloat16);
   Tensor b12 = random_tensor({12, 8}, DType::BFloat16);
-  EXPECT_EQ(message([&] { matmul(a12, b12, out); }),
+  EXPECT_EQ(testing::error_message([&] { matmul(a12, b12, out); }),
             "matmul: a is contiguous along K, which must be a multiple of 8 (16-byte rows), got 12 "
             "(shape [4, 12])");
   // N not a multiple of 8.
   Tensor b20 = random_tensor({16, 20}, DType::BFloat16);
   Tensor out20 = Tensor::empty({4, 20}, DType::BFloat16, cpu);
-  EXPECT_EQ(message([&] { matmul(a, b20, out20); }),
+  EXPECT_EQ(testing::error_message([&] { matmul(a, b20, out20); }),
             "matmul: b is contiguous along N, which must be a multiple of 8 (16-byte rows), got 20 "
             "(shape [16, 20])");
   // Both operands transposed views.
   Tensor at = random_tensor({16, 8}, DType::BFloat16);
   Tensor bt = random_tensor({8, 16}, DType::BFloat16);
   Tensor out8 = Tensor::empty({8, 8}, DType::BFloat16, cpu);
-  EXPECT_NE(message([&] {
+  EXPECT_NE(testing::error_message([&] {
               matmul(transposed(at), transposed(bt), out8);
             }).find("a and b are both transposed views"),
             std::string::npos);
   // Neither dimension contiguous.
   Tensor big = random_tensor({8, 64}, DType::BFloat16);
   const TensorView every_other(big.data(), DType::BFloat16, cpu, {4, 16}, {128, 2});
-  EXPECT_NE(message([&] {
+  EXPECT_NE(testing::error_message([&] {
               matmul(every_other, b, out);
             }).find("a must be contiguous along one of its dimensions"),
             std::string::npos);
   // A leading stride that breaks 16-byte alignment.
   const TensorView odd_rows(big.data(), DType::BFloat16, cpu, {4, 16}, {20, 1});
-  EXPECT_EQ(message([&] { matmul(odd_rows, b, out); }),
+  EXPECT_EQ(testing::error_message([&] { matmul(odd_rows, b, out); }),
             "matmul: the leading stride of a must be a multiple of 8 elements (16 bytes), got 20 "
             "(shape [4, 16], strides [20, 1])");
   // A misaligned data pointer.
   const TensorView shifted(static_cast<uint16_t*>(big.data()) + 1, DType::BFloat16, cpu, {4, 16},
                            {64, 1});
-  EXPECT_NE(message([&] {
+  EXPECT_NE(testing::error_message([&] {
               matmul(shifted, b, out);
             }).find("a's data pointer must be 16-byte aligned, got an address 2 bytes past"),
             std::string::npos);
   // A column-major output.
   const TensorView out_t(out.data(), DType::BFloat16, cpu, {4, 8}, {1, 4});
-  EXPECT_NE(message([&] {
+  EXPECT_NE(testing::error_message([&] {
               matmul(a, b, out_t);
             }).find("out must be row-major with a contiguous last dimension"),
             std::string::npos);
   // Devices and kernels.
   const TensorView b_gpu(b.data(), DType::BFloat16, Device::cuda(0), {16, 8});
-  EXPECT_EQ(message([&] { matmul(a, b_gpu, out); }),
+  EXPECT_EQ(testing::error_message([&] { matmul(a, b_gpu, out); }),
             "matmul: b is on cuda:0 but a is on cpu; all tensors must be on one device");
-  EXPECT_EQ(message([&] { matmul(a, b, out, {}, MatmulKernel::Sm90Cooperative); }),
+  EXPECT_EQ(testing::error_message([&] { matmul(a, b, out, {}, MatmulKernel::Sm90Cooperative); }),
             "matmul: only kernel=Auto runs on the CPU; the others need tensors on a CUDA device");
   EXPECT_THROW(matmul(a, b, out_bad), ValueError);
   EXPECT_THROW(matmul(a_f32, b, out), TypeError);
 
   // The linear wrappers name their own arguments.
   Tensor w = random_tensor({8, 12}, DType::BFloat16);
-  EXPECT_EQ(message([&] { linear_forward(a, w, out); }),
+  EXPECT_EQ(testing::error_message([&] { linear_forward(a, w, out); }),
             "linear_forward: x and weight must agree on in_features (their last dimension), got "
             "shapes [4, 16] and [8, 12]");
 }
