@@ -43,7 +43,8 @@ if [ $build_rc -ne 0 ]; then tail -40 "$OUT/build.log"; cat "$summary"; exit 1; 
 
 ctest --test-dir build/gpu --output-on-failure -j 8 >"$OUT/tests.log" 2>&1
 note "ctest: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/tests.log")"
-$PY -m pytest -q -rs tests/python >>"$OUT/tests.log" 2>&1
+# TILEGRID_PYTEST="tests/python/attention -k sm90" narrows pytest (default: every test).
+$PY -m pytest -q -rs ${TILEGRID_PYTEST:-tests/python} >>"$OUT/tests.log" 2>&1
 note "pytest: rc=$? $(tail -1 "$OUT/tests.log")"
 
 # Memory errors and shared-memory races in every CUDA test (the *cuda* gtest cases).
