@@ -41,22 +41,25 @@ build_rc=$?
 note "build: rc=$build_rc in $(( $(date +%s) - start )) s"
 if [ $build_rc -ne 0 ]; then tail -40 "$OUT/build.log"; cat "$summary"; exit 1; fi
 
-ctest --test-dir build/gpu --output-on-failure -j 8 >"$OUT/tests.log" 2>&1
+# Every step after the build is bounded (TILEGRID_STEP_TIMEOUT seconds, default 1800): a hung
+# kernel ends its step with rc=124 instead of holding the GPU machine.
+step() { timeout "${TILEGRID_STEP_TIMEOUT:-1800}" "$@"; }
+step ctest --test-dir build/gpu --output-on-failure -j 8 >"$OUT/tests.log" 2>&1
 note "ctest: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/tests.log")"
 # TILEGRID_PYTEST="tests/python/attention -k sm90" narrows pytest (default: every test).
-$PY -m pytest -q -rs ${TILEGRID_PYTEST:-tests/python} >>"$OUT/tests.log" 2>&1
+step $PY -m pytest -q -rs ${TILEGRID_PYTEST:-tests/python} >>"$OUT/tests.log" 2>&1
 note "pytest: rc=$? $(tail -1 "$OUT/tests.log")"
 
 # Memory errors and shared-memory races in every CUDA test (the *cuda* gtest cases).
 # TILEGRID_SANITIZER=0 skips this part (quicker runs while iterating on one kernel).
 if [ "${TILEGRID_SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 build/gpu/tests/cpp/tilegrid_tests \
+    step compute-sanitizer --tool $tool --error-exitcode 9 build/gpu/tests/cpp/tilegrid_tests \
       --gtest_filter='*cuda*:*Cuda*' >>"$OUT/sanitizer.log" 2>&1
     note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
   done
   # The grid kernels are reached from Python: memcheck over their GPU tests.
-  compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m pytest -q -x \
+  step compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m pytest -q -x \
     tests/python/grid/test_grid_cuda.py >>"$OUT/sanitizer.log" 2>&1
   note "compute-sanitizer memcheck (grid, python): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
 fi
@@ -67,10 +70,10 @@ benches=bench/bench_*.py
 [ -n "${TILEGRID_BENCH:-}" ] && benches=$(for b in $TILEGRID_BENCH; do echo "bench/bench_$b.py"; done)
 for bench in $benches; do
   name=$(basename "$bench" .py)
-  $PY "$bench" --out "$OUT/$name.json" >>"$OUT/bench.log" 2>&1
+  step $PY "$bench" --out "$OUT/$name.json" ${TILEGRID_BENCH_ARGS:-} >>"$OUT/bench.log" 2>&1
   note "$name: rc=$?"
 done
-$PY examples/demo.py >>"$OUT/bench.log" 2>&1
+step $PY examples/demo.py >>"$OUT/bench.log" 2>&1
 
 echo
 cat "$summary"

@@ -40,9 +40,9 @@ struct Params {
 enum class CudaKernel { Auto, Sm90, Portable };
 
 // Overrides the environment variable for this process (tests, benchmarks). sm90_switches picks
-// the FlashAttention-4 switches of the Hopper kernel (bit 0: conditional rescaling, bit 1:
-// software exp2; -1: the default, both on); bfloat16 has every combination, float16 the
-// default only.
+// the variant of the Hopper kernel (bit 0: conditional rescaling, bit 1: software exp2, bit 2:
+// ping-pong between the consumer warpgroups; -1: the default, the fastest measured); bfloat16
+// has every combination of bits 0-1, float16 the default's only.
 void set_cuda_kernel(CudaKernel kernel, int sm90_switches = -1);
 
 // The kernel that ran the latest CUDA call of this thread: "sm90", "portable" or "" (none yet).

@@ -69,9 +69,10 @@ FlashFwdParams kernel_params(const Problem& p) {
 }
 
 #if defined(TILEGRID_WITH_SM90_ATTENTION)
-// VALIDATION SWITCH: whether `auto` picks the Hopper kernel. It stays false until the GPU
-// tests have passed on an H200 with TILEGRID_ATTENTION_KERNEL=sm90; then set it to true.
-constexpr bool kSm90ValidatedOnHardware = false;
+// Whether `auto` picks the Hopper kernel: only once its GPU tests have passed on an H200
+// (bench/results/*_h200_attention_sm90_validation.txt); set it to false to fall back to the
+// portable kernel everywhere while a change to the Hopper kernel is being proven.
+constexpr bool kSm90ValidatedOnHardware = true;
 
 bool is_sm90_device(int device) {
   constexpr int kMaxDevices = 64;

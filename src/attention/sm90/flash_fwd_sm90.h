@@ -7,17 +7,23 @@
 
 namespace tilegrid::attention::sm90 {
 
-// The FlashAttention-4 switches, as bits of a kernel variant (compile-time in the kernel).
+// Kernel variants, as bits. The two FlashAttention-4 ideas are compile-time in the kernel:
 //  kConditionalRescale: keep a stale row maximum and rescale O and the row sum only when the
 //    maximum grew by more than 8 in log2 units (exact: numerator and denominator share the
 //    stale base; the largest term is then at most 2^8);
 //  kSoftwareExp2: one exponential in four on the FMA units (exp2_poly.h) so that the
 //    special-function unit, 16 exp2 a clock per SM, is not the bottleneck at small head dims.
+// kPingPong is a run-time flag: the two consumer warpgroups take turns to issue their
+//  products (named barriers), so that one warpgroup's softmax runs while the tensor cores
+//  work on the other's (FlashAttention-3's inter-warpgroup overlap).
+// The default is the fastest variant measured on an H200 (bench/results/, docs/PERFORMANCE.md).
 enum Switches : int {
   kNoSwitches = 0,
   kConditionalRescale = 1,
   kSoftwareExp2 = 2,
-  kDefaultSwitches = kConditionalRescale | kSoftwareExp2,
+  kPingPong = 4,
+  kCompileTimeSwitches = kConditionalRescale | kSoftwareExp2,
+  kDefaultSwitches = kConditionalRescale | kPingPong,
 };
 
 // True when the Hopper kernel handles this problem: float16 / bfloat16, head dimension 64,
@@ -25,8 +31,8 @@ enum Switches : int {
 // strides). The caller checks the device (compute capability 9.0).
 bool supported(const FlashFwdParams& p, DType dtype, int head_dim);
 
-// Runs the kernel with the given switches; bfloat16 has all four combinations compiled (the
-// benchmark compares them), float16 only kDefaultSwitches (other values run that one).
+// Runs the kernel with the given switches; bfloat16 has all four compile-time combinations
+// (the benchmark compares them), float16 only the default one (other values run that one).
 void forward(const FlashFwdParams& p, DType dtype, int head_dim, int switches, Stream stream);
 
 // One per head dimension, each in its own translation unit (flash_fwd_sm90_hdim<d>.cu).

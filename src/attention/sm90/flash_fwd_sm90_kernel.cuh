@@ -12,6 +12,9 @@
 //  - Intra-warpgroup overlap: the QK^T of tile j+1 is issued before the softmax of tile j
 //    runs and the PV of tile j is issued right after it, so that the tensor cores work while
 //    the exponentials of the next tile are computed (FlashAttention-3's two-stage pipeline).
+//  - Ping-pong (run-time flag): the consumer warpgroups take turns to issue their products,
+//    ordered by two named barriers, so that one warpgroup's softmax runs while the tensor
+//    cores work on the other's products instead of both waiting on the exponentials at once.
 //
 // Registers: 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536. Shared memory (kStages K and
 // V stages plus Q, 128-byte-swizzled tiles): d = 64: 128 x 128 tiles, 3 stages, 112 KB;
@@ -122,6 +125,7 @@ struct KernelParams {
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
   typename Traits::GmemShape shape_q, shape_k;  // (rows, head_dim, heads, batch)
+  bool ping_pong;  // consumer warpgroups take turns to issue their products
 };
 
 // Keys [lo, hi) that query `row` sees, clamped to [0, seqlen_k] (as the portable kernel).
@@ -306,6 +310,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // stale, by at most 8 in log2 units) and this thread's partial row sums.
   float row_max[2] = {kNegInf, kNegInf};
   float row_sum[2] = {0.f, 0.f};
+  // With conditional rescaling, O is normalised by the sum of the rounded P that P V
+  // multiplies (row_sum_p), and the LSE uses the fp32 sum. Reason: with a stale maximum the
+  // dominant key's P is 2^x (x <= 8) rather than exactly 1, its bfloat16 rounding no longer
+  // cancels between O and the fp32 sum, and outputs were off by up to 0.023 on wide scores;
+  // the LSE from the rounded sum was off by up to 0.004 (its tolerance is 2e-4). Without
+  // conditional rescaling the one fp32 sum serves both, as in FlashAttention-3.
+  float row_sum_p[2] = {0.f, 0.f};
   const float scale_log2 = p.score_scale_log2;
   const float softcap_scale = p.softcap_scale;
 
@@ -347,9 +358,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             row_max[r] == kNegInf ? 0.f : exp2_mufu((row_max[r] - tile_max) * scale_log2);
         row_max[r] = tile_max;
         row_sum[r] *= o_scale[r];
+        if constexpr (Traits::kConditionalRescale) row_sum_p[r] *= o_scale[r];
       }
       // A row with no visible key so far keeps max = -inf; base 0 makes exp2(-inf) = 0.
       const float base = row_max[r] == kNegInf ? 0.f : row_max[r] * scale_log2;
+      float sum = 0.f;
       CUTE_UNROLL
       for (int j = 0; j < kChunks; ++j) {
         CUTE_UNROLL
@@ -365,8 +378,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           } else {
             s = exp2_mufu(x);
           }
+          sum += s;
         }
       }
+      row_sum[r] += sum;
     }
   };
   auto rescale_o = [&](const float (&o_scale)[2]) {
@@ -387,27 +402,39 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // P V reads, so the next tile's softmax works on acc_s and converts only afterwards.
     Tensor rP = make_tensor<Element>(acc_s.layout());
     Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
-    // The row sums are taken from the rounded P that P V multiplies, not from the fp32
-    // exponentials: the two then round alike and O / sum stays a weighted mean. With a stale
-    // (conditionally kept) maximum the dominant key's P is 2^x rather than exactly 1, and
-    // summing the fp32 values left bf16 errors of up to 0.023 on wide score ranges.
     auto convert_p = [&] {
       float part[2] = {0.f, 0.f};
       CUTE_UNROLL
       for (int i = 0; i < size(acc_s); ++i) {
         rP(i) = Element(acc_s(i));
-        part[(i / 2) % 2] += float(rP(i));
+        if constexpr (Traits::kConditionalRescale) part[(i / 2) % 2] += float(rP(i));
       }
-      row_sum[0] += part[0];
-      row_sum[1] += part[1];
+      if constexpr (Traits::kConditionalRescale) {
+        row_sum_p[0] += part[0];
+        row_sum_p[1] += part[1];
+      }
     };
     float o_scale[2];
+    // Ping-pong: named barrier w is "warpgroup w may issue"; each warpgroup waits for its turn
+    // (128 waiting + 128 arriving threads), issues, and hands the turn to the other. Both issue
+    // n_count + 1 times; the second skips its last hand-over so that every barrier completes.
+    const int consumer = warpgroup - 1;
+    const bool ping_pong = kp.ping_pong;
+    auto take_turn = [&] {
+      if (ping_pong) cutlass::arch::NamedBarrier::sync(256, consumer);
+    };
+    auto pass_turn = [&](bool last) {
+      if (ping_pong && !(last && consumer == 1)) cutlass::arch::NamedBarrier::arrive(256, 1 - consumer);
+    };
+    if (ping_pong && consumer == 1) cutlass::arch::NamedBarrier::arrive(256, 0);  // 0 goes first
 
     Barrier::wait(&smem.barrier_q, 0);
     PipelineState read;  // consumer start: stage 0, phase 0
     // First tile: S and softmax; its P V is issued together with the next tile's S.
+    take_turn();
     pipeline_k.consumer_wait(read);
     wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, read.index()), acc_s);
+    pass_turn(false);
     warpgroup_wait<0>();
     pipeline_k.consumer_release(read);
     softmax(acc_s, n_max - 1, o_scale);  // O is still zero: no rescale
@@ -418,11 +445,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       ++next;
       // S(n) = Q K(n)^T, then O += P(n+1) V(n+1): both in flight while the softmax of S(n)
       // runs on the exponential and FMA units; O is rescaled after the second completes.
+      take_turn();
       pipeline_k.consumer_wait(next);
       wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, next.index()), acc_s);
       pipeline_v.consumer_wait(read);
       warpgroup_fence_operand(rP);
       wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
+      pass_turn(false);
       warpgroup_wait<1>();  // S(n) is complete
       pipeline_k.consumer_release(next);
       softmax(acc_s, n_max - 1 - it, o_scale);
@@ -434,9 +463,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       convert_p();
       read = next;
     }
+    take_turn();
     pipeline_v.consumer_wait(read);
     warpgroup_fence_operand(rP);
     wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
+    pass_turn(true);
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_o);
     pipeline_v.consumer_release(read);
@@ -452,7 +483,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   CUTE_UNROLL
   for (int r = 0; r < 2; ++r) {
     const float sum = quad_sum(row_sum[r]);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const float sum_p = Traits::kConditionalRescale ? quad_sum(row_sum_p[r]) : sum;
+    const float inv = sum_p > 0.f ? 1.f / sum_p : 0.f;
     const int row = thread_row[r];
     if (row < rows) {
       CUTE_UNROLL

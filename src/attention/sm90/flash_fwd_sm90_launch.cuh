@@ -11,7 +11,7 @@
 namespace tilegrid::attention::sm90 {
 
 template <class Traits>
-void launch(const FlashFwdParams& p, cudaStream_t stream) {
+void launch(const FlashFwdParams& p, bool ping_pong, cudaStream_t stream) {
   using Element = typename Traits::Element;
   constexpr int kSmem = Traits::kSmemBytes;
   if (p.max_seqlen_q <= 0 || p.heads_q == 0 || p.batch == 0) return;
@@ -55,29 +55,34 @@ void launch(const FlashFwdParams& p, cudaStream_t stream) {
                     take<0, 2>(typename Traits::SmemLayoutV{}),
                     Shape<typename Traits::BlockN, typename Traits::HeadDim>{}, _1{}),
       shape_q,
-      shape_k};
+      shape_k,
+      ping_pong};
   const dim3 grid((p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch);
   flash_fwd_sm90_kernel<Traits><<<grid, Traits::kThreads, kSmem, stream>>>(kp);
   TG_CUDA_CHECK_LAUNCH();
 }
 
-// bfloat16: every combination of the two switches (the benchmark's table); float16: the
-// default only, to keep the number of kernels (and the compile time) down.
+// bfloat16: every combination of the two compile-time switches (the benchmark's table);
+// float16: the default only, to keep the number of kernels (and the compile time) down.
 template <int kHeadDim>
 void launch(const FlashFwdParams& p, DType dtype, int switches, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream.handle);
+  const bool ping_pong = (switches & kPingPong) != 0;
   using bf16 = cutlass::bfloat16_t;
+  constexpr bool kDefaultRescale = (kDefaultSwitches & kConditionalRescale) != 0;
+  constexpr bool kDefaultExp2 = (kDefaultSwitches & kSoftwareExp2) != 0;
   if (dtype == DType::Float16)
-    return launch<Sm90Traits<cutlass::half_t, kHeadDim, true, true>>(p, s);
-  switch (switches & kDefaultSwitches) {
+    return launch<Sm90Traits<cutlass::half_t, kHeadDim, kDefaultRescale, kDefaultExp2>>(
+        p, ping_pong, s);
+  switch (switches & kCompileTimeSwitches) {
     case kNoSwitches:
-      return launch<Sm90Traits<bf16, kHeadDim, false, false>>(p, s);
+      return launch<Sm90Traits<bf16, kHeadDim, false, false>>(p, ping_pong, s);
     case kConditionalRescale:
-      return launch<Sm90Traits<bf16, kHeadDim, true, false>>(p, s);
+      return launch<Sm90Traits<bf16, kHeadDim, true, false>>(p, ping_pong, s);
     case kSoftwareExp2:
-      return launch<Sm90Traits<bf16, kHeadDim, false, true>>(p, s);
+      return launch<Sm90Traits<bf16, kHeadDim, false, true>>(p, ping_pong, s);
     default:
-      return launch<Sm90Traits<bf16, kHeadDim, true, true>>(p, s);
+      return launch<Sm90Traits<bf16, kHeadDim, true, true>>(p, ping_pong, s);
   }
 }
 

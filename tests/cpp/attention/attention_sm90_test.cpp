@@ -57,7 +57,7 @@ TEST(AttentionSm90, MatchesReferenceWithDefaultSwitches) {
 
 TEST(AttentionSm90, MatchesReferenceWithEverySwitchCombination) {
   if (!hopper_available()) GTEST_SKIP() << "no GPU of compute capability 9.0";
-  for (int switches = 0; switches < 4; ++switches) {
+  for (int switches = 0; switches < 8; ++switches) {  // every variant (bit 2: ping-pong)
     ForceSm90 force(switches);
     for (int64_t d : {64, 128, 256})
       for (const Case& c : kCases) expect_sm90_matches_reference(DType::BFloat16, d, c);

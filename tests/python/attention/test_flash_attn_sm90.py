@@ -14,7 +14,8 @@ from test_flash_attn import (GPU_DTYPES, check_gpu, gpu_inputs, gpu_test, run_po
                              run_varlen_poisoned)
 
 SM90_HEAD_DIMS = [64, 128, 256]
-SWITCHES = {"plain": 0, "rescale": 1, "soft_exp2": 2, "default": -1}
+# Bits: 1 conditional rescaling, 2 software exp2, 4 ping-pong between consumer warpgroups.
+SWITCHES = {"plain": 0, "rescale": 1, "soft_exp2": 2, "all": 7, "default": -1}
 
 
 def hopper():
