@@ -16,14 +16,16 @@ namespace tilegrid::attention::sm90 {
 // kPingPong is a run-time flag: the two consumer warpgroups take turns to issue their
 //  products (named barriers), so that one warpgroup's softmax runs while the tensor cores
 //  work on the other's (FlashAttention-3's inter-warpgroup overlap).
-// The default is the fastest variant measured on an H200 (bench/results/, docs/PERFORMANCE.md).
+// The default is the fastest variant measured on an H200: none of the three
+// (bench/results/2026-11-30_h200_attention_sm90_variants.json; docs/PERFORMANCE.md says what
+// each costs and why).
 enum Switches : int {
   kNoSwitches = 0,
   kConditionalRescale = 1,
   kSoftwareExp2 = 2,
   kPingPong = 4,
   kCompileTimeSwitches = kConditionalRescale | kSoftwareExp2,
-  kDefaultSwitches = kConditionalRescale | kPingPong,
+  kDefaultSwitches = kNoSwitches,
 };
 
 // True when the Hopper kernel handles this problem: float16 / bfloat16, head dimension 64,

@@ -15,7 +15,7 @@ from test_flash_attn import (GPU_DTYPES, check_gpu, gpu_inputs, gpu_test, run_po
 
 SM90_HEAD_DIMS = [64, 128, 256]
 # Bits: 1 conditional rescaling, 2 software exp2, 4 ping-pong between consumer warpgroups.
-SWITCHES = {"plain": 0, "rescale": 1, "soft_exp2": 2, "all": 7, "default": -1}
+SWITCHES = {"plain": 0, "rescale": 1, "soft_exp2": 2, "ping_pong": 4, "all": 7, "default": -1}
 
 
 def hopper():

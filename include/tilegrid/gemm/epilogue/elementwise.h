@@ -28,6 +28,24 @@ TG_HOST_DEVICE T sigmoid(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
+// tanh for GELU. On the device, for float: the special-function unit's tanh.approx.f32 (one
+// instruction, relative error below 2^-10.98: about a quarter of a bfloat16 ulp of the output
+// for x > 0; for x < 0, where 1 + t cancels, an absolute error below 2.5e-4 |x|, the CPU
+// evaluator's float64 tanh being the reference). The accurate tanhf (about 20
+// instructions with branches) made the fused bias + GELU epilogue of the Llama-3-8B gate/up
+// GEMM (8192 x 28672) 9.2% slower than the plain GEMM on an H200; everywhere else std::tanh.
+template <class T>
+TG_HOST_DEVICE T gelu_tanh_of(T u) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == sizeof(float)) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(float(u)));
+    return T(y);
+  }
+#endif
+  return std::tanh(u);
+}
+
 // sqrt(2 / pi) and the cubic coefficient of GELU's tanh form (Hendrycks & Gimpel).
 constexpr double kGeluScale = 0.7978845608028654;
 constexpr double kGeluCubic = 0.044715;
@@ -42,7 +60,7 @@ TG_HOST_DEVICE T activate(Activation fn, T x) {
     case Activation::Silu:
       return x * sigmoid(x);
     case Activation::GeluTanh:
-      return T(0.5) * x * (T(1) + std::tanh(T(kGeluScale) * (x + T(kGeluCubic) * x * x * x)));
+      return T(0.5) * x * (T(1) + gelu_tanh_of(T(kGeluScale) * (x + T(kGeluCubic) * x * x * x)));
     case Activation::Identity:
       break;
   }
@@ -64,7 +82,7 @@ TG_HOST_DEVICE T activate_grad(Activation fn, T x) {
       return s * (T(1) + x * (T(1) - s));
     }
     case Activation::GeluTanh: {
-      const T t = std::tanh(T(kGeluScale) * (x + T(kGeluCubic) * x * x * x));
+      const T t = gelu_tanh_of(T(kGeluScale) * (x + T(kGeluCubic) * x * x * x));
       return T(0.5) * (T(1) + t) +
              T(0.5) * x * (T(1) - t * t) * T(kGeluScale) * (T(1) + T(3 * kGeluCubic) * x * x);
     }
