@@ -21,9 +21,14 @@ namespace tilegrid {
 // Makes `index` the current device for a scope and restores the previous one.
 class CudaDeviceGuard {
  public:
+  // cudaSetDevice runs even when `index` is already current: since CUDA 12 it also makes the
+  // device's primary context current on this thread. A thread that has made no runtime call
+  // yet (PyTorch's autograd workers, a new Python thread) has none, and the driver calls that
+  // encode TMA descriptors then fail (CUDA_ERROR_INVALID_CONTEXT) and the kernel that uses
+  // them stops with an illegal instruction - seen on an H200 in tg.matmul's backward.
   explicit CudaDeviceGuard(int index) {
     TG_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != index) TG_CUDA_CHECK(cudaSetDevice(index));
+    TG_CUDA_CHECK(cudaSetDevice(index));
   }
   ~CudaDeviceGuard() { cudaSetDevice(previous_); }
   CudaDeviceGuard(const CudaDeviceGuard&) = delete;

@@ -127,6 +127,34 @@ def test_empty_products(device):
 @requires_cuda
 @pytest.mark.gpu
 @pytest.mark.parametrize("form", FORMS)
+def test_products_from_a_thread_without_a_cuda_context(form):
+    """A new thread has no current CUDA context until a runtime call makes one (autograd's
+    worker threads run the backward products that way); the TMA descriptors of the Hopper
+    kernels need one. Seen on an H200: an illegal instruction in tg.matmul's backward."""
+    import threading
+
+    a, b = operands(form, 130, 64, 72, torch.bfloat16, "cuda")
+    want = a.double() @ b.double()
+    outs, errors = [], []
+
+    def run():
+        try:
+            outs.append(tg.matmul(a, b))
+            torch.cuda.synchronize()
+        except Exception as e:  # reported by the assertion below
+            errors.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+    assert_matches(outs[0], a, b, "out")
+    assert (outs[0].double() - want).abs().max().item() < 0.5
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", FORMS)
 def test_llama_sized_product_on_gpu(form):
     """A slice of a Llama-3-8B projection (K = 4096) with M not a multiple of the tile."""
     m, n, k = (1024, 1024, 2001) if form == "wgrad" else (2001, 1024, 4096)
