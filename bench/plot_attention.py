@@ -1,7 +1,10 @@
-"""Plots a bench_attention.py result: forward TFLOP/s against sequence length, one panel per
-(head dim, causal), one line per system.
+"""Plots bench_attention.py results: forward TFLOP/s against sequence length, one panel per
+(head dim, causal), one line per system. Several runs can be merged (e.g. a sweep split over
+calls); a run's rows can be renamed with `#OLD=NEW[,OLD=NEW]` after its path, the renamed row
+replacing the run's own row of that name (e.g. a variant that has since become the default).
 
-    python bench/plot_attention.py bench/results/<run>.json docs/<name>.png
+    python bench/plot_attention.py docs/<name>.png RUN.json [RUN.json#sm90 plain=tilegrid ...]
+        [--systems tilegrid "torch SDPA cuDNN"]
 
 Needs matplotlib (not a dependency of tilegrid: `pip install matplotlib`).
 """
@@ -27,10 +30,23 @@ def series(results):
     return out
 
 
+def load(spec):
+    """(environment, result rows) of one RUN.json[#OLD=NEW,...] argument, renames applied."""
+    path, _, renames = spec.partition("#")
+    with open(path) as f:
+        run = json.load(f)
+    mapping = dict(pair.split("=", 1) for pair in renames.split(",") if pair)
+    rows = [r for r in run["results"] if r["system"] not in mapping.values()]
+    for r in rows:
+        r["system"] = mapping.get(r["system"], r["system"])
+    return run["environment"], rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("json")
     parser.add_argument("png")
+    parser.add_argument("runs", nargs="+", help="RUN.json, optionally #OLD=NEW,... renames")
+    parser.add_argument("--systems", nargs="*", help="only these systems (default: all)")
     args = parser.parse_args()
     try:
         import matplotlib
@@ -40,9 +56,12 @@ def main() -> None:
     except ImportError as e:
         raise SystemExit(f"plot_attention: needs matplotlib ({e}); pip install matplotlib")
 
-    with open(args.json) as f:
-        run = json.load(f)
-    data = series(run["results"])
+    envs, rows = [], []
+    for spec in args.runs:
+        env, run_rows = load(spec)
+        envs.append(env)
+        rows += [r for r in run_rows if not args.systems or r["system"] in args.systems]
+    data = series(rows)
     panels = sorted(data)
     head_dims = sorted({d for d, _ in panels})
     fig, axes = plt.subplots(2, len(head_dims), figsize=(4.2 * len(head_dims), 7), squeeze=False)
@@ -58,9 +77,9 @@ def main() -> None:
             ax.set_ylabel("forward TFLOP/s")
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
-    env = run["environment"]
-    fig.suptitle(f"flash attention forward, bf16, {env['gpu']}, torch {env['torch']}, "
-                 f"git {env['git_revision'][:10]}")
+    revisions = ", ".join(sorted({e["git_revision"][:7] for e in envs}))
+    fig.suptitle(f"flash attention forward, bf16, {envs[0]['gpu']}, torch {envs[0]['torch']}, "
+                 f"git {revisions}")
     fig.tight_layout()
     fig.savefig(args.png, dpi=110)
 
