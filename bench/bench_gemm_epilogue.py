@@ -10,6 +10,8 @@ Programs and shapes:
   row_scale          qkv 4096 -> 6144:      out = (x w^T) * scale[token]
   residual_sum_sq    o 4096 -> 4096:        h = x w^T + residual, partial row sums of h^2
                                             (the next RMSNorm's statistic), finished on the GPU
+  rope               qkv 4096 -> 6144:      q, k columns rotated by position * frequency (head
+                                            dim 128, 32 q + 8 k heads), v's left as they are
 Times are CUDA-graph replays where the system can be captured (see harness.run_each).
 """
 
@@ -66,6 +68,19 @@ class Case:
 
             def torch_fn(x=x, w=w, scale=scale):
                 return ((x @ w.t()).float() * scale[:, None]).to(BF16)
+        elif self.name == "rope":
+            positions = torch.arange(m, device="cuda", dtype=torch.int32) % 2048
+            inv = 10000.0 ** (-torch.arange(0, 128, 2, device="cuda", dtype=torch.float32) / 128)
+            freqs = torch.cat([inv.repeat(40), torch.zeros(8 * 64, device="cuda")])  # q k | v
+            out = torch.empty_like(plain)
+            prog = tg.epilogue.Program().rope(positions, freqs).store(out)
+
+            def torch_fn(x=x, w=w, positions=positions, freqs=freqs):
+                y = (x @ w.t()).float().view(m, n // 2, 2)
+                t = positions.float()[:, None] * freqs[None, :]
+                c, s = torch.cos(t), torch.sin(t)
+                y0, y1 = y[..., 0], y[..., 1]
+                return torch.stack([y0 * c - y1 * s, y0 * s + y1 * c], -1).view(m, n).to(BF16)
         else:
             residual = randn(m, n)
             out = torch.empty_like(plain)
@@ -104,7 +119,8 @@ def main() -> None:
 
     cases = [Case("bias_gelu_aux", "gate_up", t, 4096, 28672),
              Case("row_scale", "qkv", t, 4096, 6144),
-             Case("residual_sum_sq", "o", t, 4096, 4096)]
+             Case("residual_sum_sq", "o", t, 4096, 4096),
+             Case("rope", "qkv", t, 4096, 6144)]
     for case in cases:
         m, n, k = case.m, case.n, case.k
         problem = f"{case.name} {case.layer} M{m} N{n} K{k} bfloat16"

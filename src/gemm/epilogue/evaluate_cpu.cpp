@@ -111,10 +111,7 @@ void apply(Values& val, const Rope& s) {
     const double pos = load_position(s.positions, i);
     for (int64_t j = 0; j < val.width / 2; ++j) {
       const double t = (s.inverse ? -pos : pos) * load(s.frequencies, j);
-      const double c = std::cos(t), sn = std::sin(t);
-      const double x0 = val.at(i, 2 * j), x1 = val.at(i, 2 * j + 1);
-      val.at(i, 2 * j) = x0 * c - x1 * sn;
-      val.at(i, 2 * j + 1) = x0 * sn + x1 * c;
+      rotate_pair(val.at(i, 2 * j), val.at(i, 2 * j + 1), t);
     }
   }
 }

@@ -27,6 +27,7 @@ constexpr FusedProgram kPrograms[] = {
     {"per_row(multiply, float32) > store(bfloat16)", run_row_scale},
     {"tile(add, bfloat16) > store(bfloat16) > row_partials(sum_squares, 256)",
      run_residual_sum_squares},
+    {"rope > store(bfloat16)", run_rope},
 };
 
 std::string available() {

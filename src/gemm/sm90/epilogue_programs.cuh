@@ -16,6 +16,7 @@
 #include "cutlass/functional.h"
 #include "gemm/sm90/epilogue_programs.h"
 #include "tilegrid/gemm/epilogue/elementwise.h"
+#include "tilegrid/gemm/epilogue/pairwise.h"
 
 namespace tilegrid::gemm::sm90::programs {
 
@@ -33,6 +34,25 @@ struct ActivationOp {
       Fragment out;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < Fragment::kElements; ++i) out[i] = epilogue::activate(Fn, v[i]);
+      return out;
+    }
+  };
+};
+
+// Rotation of adjacent column pairs by angle position[i] * frequency[j]. The fragment lists
+// the accumulator registers in wgmma's order, where values 2k and 2k + 1 are columns 2c and
+// 2c + 1 of one row, i.e. one pair of the interleaved layout; `frequency` holds each pair's
+// frequency at both of its columns (and negated for the inverse rotation).
+struct RopeOp {
+  template <class Fragment>
+  struct Op {
+    CUTLASS_DEVICE Fragment operator()(const Fragment& x, const Fragment& position,
+                                       const Fragment& frequency) const {
+      static_assert(Fragment::kElements % 2 == 0, "column pairs must stay in one fragment");
+      Fragment out = x;
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < Fragment::kElements; k += 2)
+        epilogue::rotate_pair(out[k], out[k + 1], position[k] * frequency[k]);
       return out;
     }
   };
@@ -122,6 +142,18 @@ struct ResidualSumSquares {
                       Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::SmemLayoutAtom,
                   typename cutlass::epilogue::collective::detail::AuxLoadDescriptor<
                       Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::CopyOpS2R>>>>;
+};
+
+// 4. rope > store(bfloat16): rotary position embedding on the product, e.g. the q and k
+//    columns of a fused QKV projection (pairs with frequency 0, such as v's, stay as they are).
+//    D = rotate(acc) with positions[i] (float32, per row) and frequencies per column.
+struct RopeRotation {
+  template <class ElementD, class Descriptor>
+  using Callbacks = fusion::Sm90EVT<
+      fusion::Sm90Compute<RopeOp::template Op, ElementD, float, kRound>, fusion::Sm90AccFetch,
+      fusion::Sm90ColBroadcast<0, typename Descriptor::TileShape, float, float, RowVectorStride>,
+      fusion::Sm90RowBroadcast<0, typename Descriptor::TileShape, float, float,
+                               ColumnVectorStride>>;
 };
 
 // The product of `p` with D = the program's final store (out, ldo).

@@ -41,5 +41,6 @@ void run_bias_gelu_aux(const Problem& p, const epilogue::Program& program, int d
 void run_row_scale(const Problem& p, const epilogue::Program& program, int device, Stream stream);
 void run_residual_sum_squares(const Problem& p, const epilogue::Program& program, int device,
                               Stream stream);
+void run_rope(const Problem& p, const epilogue::Program& program, int device, Stream stream);
 
 }  // namespace tilegrid::gemm::sm90

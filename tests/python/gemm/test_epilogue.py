@@ -221,6 +221,34 @@ def test_fused_residual_sum_squares(m, n, k):
 
 @requires_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("position_dtype", [torch.int32, torch.int64, torch.float32])
+@pytest.mark.parametrize("inverse", [False, True])
+def test_fused_rope(m, n, k, position_dtype, inverse):
+    """RoPE frequencies of head dim 8 on the first two thirds of the columns (q and k), 0 on
+    the last third (v); positions up to 2047, so angles up to 2047 radians (float32 angle
+    error ~1e-4 rad, well inside the bf16 tolerance)."""
+    a, b = cuda_product(m, n, k)
+    positions = torch.randint(0, 2048, (m,), device="cuda").to(position_dtype)
+    inv = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float32) / 8)
+    pairs = n // 2
+    freqs = inv.repeat(pairs // 4 + 1)[:pairs].clone()
+    freqs[2 * pairs // 3:] = 0
+    freqs = freqs.cuda()
+    build = Builder(lambda pos, f, out: tg.epilogue.Program().rope(pos, f, inverse=inverse)
+                    .store(out), positions, freqs)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    assert build(out).signature() == ("rope(inverse)" if inverse else "rope") + \
+        " > store(bfloat16)"
+    gpu, cpu = run_both(a, b, build, [out])
+    torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
+    # Pairs with frequency 0 are the plain product, rounded once.
+    v = slice(2 * (2 * pairs // 3), n)
+    torch.testing.assert_close(gpu[0][:, v].float(), (a @ b)[:, v].float().cpu(), **BF16)
+
+
+@requires_hopper
+@pytest.mark.gpu
 def test_fused_residual_with_strided_output():
     """Outputs and the residual may have a row stride above N (a multiple of 8)."""
     m, n, k = 300, 512, 64

@@ -31,4 +31,14 @@ struct Rope {
   bool inverse = false;
 };
 
+// One pair (x0, x1) rotated by angle t, in place: the CPU evaluator's and the fused kernel's
+// formula.
+template <class T>
+TG_HOST_DEVICE void rotate_pair(T& x0, T& x1, T t) {
+  const T c = std::cos(t), s = std::sin(t);
+  const T y0 = x0 * c - x1 * s;
+  x1 = x0 * s + x1 * c;
+  x0 = y0;
+}
+
 }  // namespace tilegrid::epilogue
