@@ -424,7 +424,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (ping_pong) cutlass::arch::NamedBarrier::sync(256, consumer);
     };
     auto pass_turn = [&](bool last) {
-      if (ping_pong && !(last && consumer == 1)) cutlass::arch::NamedBarrier::arrive(256, 1 - consumer);
+      if (ping_pong && !(last && consumer == 1))
+        cutlass::arch::NamedBarrier::arrive(256, 1 - consumer);
     };
     if (ping_pong && consumer == 1) cutlass::arch::NamedBarrier::arrive(256, 0);  // 0 goes first
 

@@ -31,8 +31,7 @@ void launch(const FlashFwdParams& p, bool ping_pong, cudaStream_t stream) {
   // of all tokens (its batch strides are zero).
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int32_t batches = varlen ? 1 : p.batch;
-  const typename Traits::GmemShape shape_q(int32_t(p.rows_q), Traits::kHeadDim, p.heads_q,
-                                           batches);
+  const typename Traits::GmemShape shape_q(int32_t(p.rows_q), Traits::kHeadDim, p.heads_q, batches);
   const typename Traits::GmemShape shape_k(int32_t(p.rows_k), Traits::kHeadDim, p.heads_kv,
                                            batches);
   auto gmem = [](const void* ptr, const typename Traits::GmemShape& shape, int64_t row_stride,

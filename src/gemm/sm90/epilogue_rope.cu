@@ -14,8 +14,7 @@ namespace {
 // at 8192 x 6144.
 template <class Position>
 __global__ void rope_operands(const Position* positions, int64_t m, const float* frequencies,
-                              int64_t n, bool inverse, float* position_out,
-                              float* frequency_out) {
+                              int64_t n, bool inverse, float* position_out, float* frequency_out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < m) position_out[i] = float(positions[i]);
   if (i < n) frequency_out[i] = inverse ? -frequencies[i / 2] : frequencies[i / 2];
@@ -67,18 +66,17 @@ void run_rope(const Problem& p, const epilogue::Program& program, int device, St
                                                 p.n, rope.inverse, positions, frequencies);
       break;
     default:  // float32: the program's validation admits no other type
-      rope_operands<<<blocks, kThreads, 0, s>>>(rope.positions.data_ptr<const float>(), p.m, f,
-                                                p.n, rope.inverse, positions, frequencies);
+      rope_operands<<<blocks, kThreads, 0, s>>>(rope.positions.data_ptr<const float>(), p.m, f, p.n,
+                                                rope.inverse, positions, frequencies);
       break;
   }
   TG_CUDA_CHECK_LAUNCH();
 
   // Arguments nest as the tree does: each node's children first, then its own.
-  const typename Gemm::Callbacks::Arguments args{
-      {},                             // acc
-      {positions, 0.0f, {}},          // positions[i]
-      {frequencies, 0.0f, {}},        // frequency of column j
-      {}};                            // rotate
+  const typename Gemm::Callbacks::Arguments args{{},                       // acc
+                                                 {positions, 0.0f, {}},    // positions[i]
+                                                 {frequencies, 0.0f, {}},  // frequency of column j
+                                                 {}};                      // rotate
   launch<Gemm>(with_output(p, out), args, device, s);
 }
 

@@ -243,7 +243,8 @@ TEST(Epilogue, RopeOnQkvOutput) {
 TEST(Epilogue, BadProgramsGetClearErrors) {
   Product p = make_product(4, 6 * 8, 8);
   Tensor out = empty({4, 48}), half = empty({4, 24}), bias = random_tensor({48}, DType::Float32);
-  EXPECT_EQ(testing::error_message([&] { matmul_epilogue(p.a, p.b, Program{{Elementwise{Activation::Relu}}}); }),
+  EXPECT_EQ(testing::error_message(
+                [&] { matmul_epilogue(p.a, p.b, Program{{Elementwise{Activation::Relu}}}); }),
             "matmul_epilogue: the program writes nothing (it needs a store, row_partials or "
             "column_sum step), got elementwise(relu)");
   // After a Glu the width halves: a per-column operand must follow it.
