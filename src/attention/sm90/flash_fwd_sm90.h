@@ -13,9 +13,12 @@ namespace tilegrid::attention::sm90 {
 //    stale base; the largest term is then at most 2^8);
 //  kSoftwareExp2: one exponential in four on the FMA units (exp2_poly.h) so that the
 //    special-function unit, 16 exp2 a clock per SM, is not the bottleneck at small head dims.
-// kPingPong is a run-time flag: the two consumer warpgroups take turns to issue their
-//  products (named barriers), so that one warpgroup's softmax runs while the tensor cores
-//  work on the other's (FlashAttention-3's inter-warpgroup overlap).
+// kPingPong is a run-time flag: the consumer warpgroups take turns to issue their products
+//  (named barriers), so that one warpgroup's softmax runs while the tensor cores work on
+//  another's (FlashAttention-3's inter-warpgroup overlap).
+// kThreeConsumerWarpgroups: 192-row query tiles over three consumer warpgroups at 160
+//  registers (FlashAttention-3's shape for head dim 64, where the softmax costs the most per
+//  tensor-core FLOP). Head dim 64, bfloat16, without the FA4 switches only; ignored otherwise.
 // The default is the fastest variant measured on an H200: none of the three
 // (bench/results/2026-11-30_h200_attention_sm90_variants.json; docs/PERFORMANCE.md says what
 // each costs and why).
@@ -24,6 +27,7 @@ enum Switches : int {
   kConditionalRescale = 1,
   kSoftwareExp2 = 2,
   kPingPong = 4,
+  kThreeConsumerWarpgroups = 8,
   kCompileTimeSwitches = kConditionalRescale | kSoftwareExp2,
   kDefaultSwitches = kNoSwitches,
 };

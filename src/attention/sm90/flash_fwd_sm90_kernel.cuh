@@ -1,11 +1,13 @@
 #pragma once
-// Hopper flash attention forward (sm_90a): one CTA per (128-row query tile, head, sequence),
-// three warpgroups of 128 threads.
+// Hopper flash attention forward (sm_90a): one CTA per (query tile, head, sequence), a
+// producer warpgroup and two consumer warpgroups of 128 threads (128-row tiles), or three
+// (192-row tiles, a head-dimension-64 variant).
 //  - Warpgroup 0 is the producer: it lowers its register budget to 24 (setmaxnreg) and one
 //    thread issues TMA loads: the Q tile once, then K and V tiles into a kStages-deep shared
 //    memory ring, each stage guarded by a "full" mbarrier (TMA transaction bytes) and an
-//    "empty" one (the 256 consumer threads' arrivals), CUTLASS's PipelineTmaAsync.
-//  - Warpgroups 1 and 2 are consumers (64 query rows each) at 240 registers. Per key tile:
+//    "empty" one (every consumer thread's arrival), CUTLASS's PipelineTmaAsync.
+//  - Warpgroups 1.. are consumers (64 query rows each) at 240 registers (160 with three).
+//    Per key tile:
 //    S = Q K^T with wgmma from shared memory (fp32 accumulators), softcap, mask, online softmax
 //    in fp32 in log2 units, then O += P V with wgmma taking P from registers (the RS form) and
 //    V from shared memory read MN-major (the K-major tile TMA wrote, coordinates swapped).
@@ -13,12 +15,14 @@
 //    runs and the PV of tile j is issued right after it, so that the tensor cores work while
 //    the exponentials of the next tile are computed (FlashAttention-3's two-stage pipeline).
 //  - Ping-pong (run-time flag): the consumer warpgroups take turns to issue their products,
-//    ordered by two named barriers, so that one warpgroup's softmax runs while the tensor
-//    cores work on the other's products instead of both waiting on the exponentials at once.
+//    ordered by named barriers, so that one warpgroup's softmax runs while the tensor cores
+//    work on another's products instead of all waiting on the exponentials at once.
 //
-// Registers: 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536. Shared memory (kStages K and
+// Registers: 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536 with two consumer warpgroups,
+// 32 x 128 + 160 x 384 = 65,536 with three. Shared memory (kStages K and
 // V stages plus Q, 128-byte-swizzled tiles): d = 64: 128 x 128 tiles, 3 stages, 112 KB;
-// d = 128: 128 x 128, 2 stages, 160 KB; d = 256: 128 x 64, 2 stages, 192 KB (of 227 KB).
+// d = 128: 128 x 128, 2 stages, 160 KB; d = 256: 128 x 64, 2 stages, 192 KB (of 227 KB);
+// d = 64 with three consumer warpgroups: 192 x 128 tiles, 3 stages, 120 KB.
 //
 // Key tiles run from the last to the first as in the portable kernel: the tiles that need a
 // mask (sequence tail, causal diagonal) come first. Rows past a sequence's end: TMA reads
@@ -56,29 +60,47 @@ struct TileShape<256> {
   static constexpr int kBlockN = 64, kStages = 2;
 };
 
-template <class Element_, int kHeadDim_, bool kConditionalRescale_, bool kSoftwareExp2_>
+// Register budgets (setmaxnreg) of the producer and of each consumer warpgroup: all of the
+// SM's 64K registers over 128 + 128 x consumers threads, most of them to the consumers.
+template <int kConsumerWarpgroups>
+struct RegisterSplit;
+template <>
+struct RegisterSplit<2> {
+  static constexpr int kProducer = 24, kConsumer = 240;
+};
+template <>
+struct RegisterSplit<3> {
+  static constexpr int kProducer = 32, kConsumer = 160;
+};
+
+template <class Element_, int kHeadDim_, bool kConditionalRescale_, bool kSoftwareExp2_,
+          int kConsumerWarpgroups_ = 2>
 struct Sm90Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kConditionalRescale = kConditionalRescale_;
   static constexpr bool kSoftwareExp2 = kSoftwareExp2_;
-  static constexpr int kBlockM = 128;  // two consumer warpgroups of 64 rows
+  static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
+  static constexpr int kBlockM = 64 * kConsumerWarpgroups;  // 64 rows a consumer warpgroup
   static constexpr int kBlockN = TileShape<kHeadDim>::kBlockN;
   static constexpr int kStages = TileShape<kHeadDim>::kStages;
-  static constexpr int kConsumerThreads = 256;
-  static constexpr int kThreads = 384;
+  static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+  static constexpr int kThreads = 128 + kConsumerThreads;
+  static constexpr int kProducerRegisters = RegisterSplit<kConsumerWarpgroups>::kProducer;
+  static constexpr int kConsumerRegisters = RegisterSplit<kConsumerWarpgroups>::kConsumer;
   using BlockM = Int<kBlockM>;
   using BlockN = Int<kBlockN>;
   using HeadDim = Int<kHeadDim>;
 
-  // Both products on two warpgroups stacked along M (each takes 64 rows of the 128).
+  // Both products on the consumer warpgroups stacked along M (64 rows each).
+  using ConsumerLayout = Layout<Shape<Int<kConsumerWarpgroups>, _1, _1>>;
   using TiledMmaS = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, BlockN, HeadDim>>(),
-      Layout<Shape<_2, _1, _1>>{}));
+      ConsumerLayout{}));
   using TiledMmaO = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockN>, GMMA::Major::K,
                            GMMA::Major::MN>(),
-      Layout<Shape<_2, _1, _1>>{}));
+      ConsumerLayout{}));
 
   // 128-byte swizzle: rows of 64 elements, the layout TMA writes and wgmma reads without bank
   // conflicts. Every head dimension here is a multiple of 64.
@@ -248,7 +270,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   __syncthreads();
 
   if (producer) {
-    cutlass::arch::warpgroup_reg_dealloc<24>();
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
     if (threadIdx.x != 0 || n_count == 0) return;
     // Coordinates of this (head, sequence) in the TMA tensors; a variable-length sequence is a
     // window of the one (total tokens) batch.
@@ -285,7 +307,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
 
   // Consumers.
-  cutlass::arch::warpgroup_reg_alloc<240>();
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
   const int tid = int(threadIdx.x) - 128;
   typename Traits::TiledMmaS mma_s;
   typename Traits::TiledMmaO mma_o;
@@ -415,19 +437,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     };
     float o_scale[2];
-    // Ping-pong: named barrier w is "warpgroup w may issue"; each warpgroup waits for its turn
-    // (128 waiting + 128 arriving threads), issues, and hands the turn to the other. Both issue
-    // n_count + 1 times; the second skips its last hand-over so that every barrier completes.
+    // Ping-pong: named barrier w is "consumer warpgroup w may issue"; each waits for its turn
+    // (128 waiting + 128 arriving threads), issues, and hands the turn to the next one, in a
+    // round. All issue n_count + 1 times; the last skips its last hand-over so that every
+    // barrier completes (the last one's first arrival lets warpgroup 0 start the round).
+    constexpr int kConsumers = Traits::kConsumerWarpgroups;
     const int consumer = warpgroup - 1;
     const bool ping_pong = kp.ping_pong;
     auto take_turn = [&] {
       if (ping_pong) cutlass::arch::NamedBarrier::sync(256, consumer);
     };
     auto pass_turn = [&](bool last) {
-      if (ping_pong && !(last && consumer == 1))
-        cutlass::arch::NamedBarrier::arrive(256, 1 - consumer);
+      if (ping_pong && !(last && consumer == kConsumers - 1))
+        cutlass::arch::NamedBarrier::arrive(256, (consumer + 1) % kConsumers);
     };
-    if (ping_pong && consumer == 1) cutlass::arch::NamedBarrier::arrive(256, 0);  // 0 goes first
+    if (ping_pong && consumer == kConsumers - 1) cutlass::arch::NamedBarrier::arrive(256, 0);
 
     Barrier::wait(&smem.barrier_q, 0);
     PipelineState read;  // consumer start: stage 0, phase 0

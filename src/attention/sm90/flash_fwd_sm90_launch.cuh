@@ -75,6 +75,9 @@ void launch(const FlashFwdParams& p, DType dtype, int switches, Stream stream) {
         p, ping_pong, s);
   switch (switches & kCompileTimeSwitches) {
     case kNoSwitches:
+      if constexpr (kHeadDim == 64)
+        if (switches & kThreeConsumerWarpgroups)
+          return launch<Sm90Traits<bf16, kHeadDim, false, false, 3>>(p, ping_pong, s);
       return launch<Sm90Traits<bf16, kHeadDim, false, false>>(p, ping_pong, s);
     case kConditionalRescale:
       return launch<Sm90Traits<bf16, kHeadDim, true, false>>(p, ping_pong, s);
