@@ -385,6 +385,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // A row with no visible key so far keeps max = -inf; base 0 makes exp2(-inf) = 0.
       const float base = row_max[r] == kNegInf ? 0.f : row_max[r] * scale_log2;
       float sum = 0.f;
+      [[maybe_unused]] float sum_p = 0.f;  // conditional rescaling only
       CUTE_UNROLL
       for (int j = 0; j < kChunks; ++j) {
         CUTE_UNROLL
@@ -401,9 +402,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             s = exp2_mufu(x);
           }
           sum += s;
+          if constexpr (Traits::kConditionalRescale) {
+            // Rounded here, where the tensor cores still work on P V, rather than after it:
+            // summed in convert_p the same three instructions a score cost about 20% at head
+            // dim 128 (bench/results/2026-11-30_h200_attention_sm90_rounded_rowsum.json);
+            // convert_p's conversion of the rounded value is then exact.
+            s = float(Element(s));
+            sum_p += s;
+          }
         }
       }
       row_sum[r] += sum;
+      if constexpr (Traits::kConditionalRescale) row_sum_p[r] += sum_p;
     }
   };
   auto rescale_o = [&](const float (&o_scale)[2]) {
@@ -425,16 +435,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor rP = make_tensor<Element>(acc_s.layout());
     Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
     auto convert_p = [&] {
-      float part[2] = {0.f, 0.f};
       CUTE_UNROLL
-      for (int i = 0; i < size(acc_s); ++i) {
-        rP(i) = Element(acc_s(i));
-        if constexpr (Traits::kConditionalRescale) part[(i / 2) % 2] += float(rP(i));
-      }
-      if constexpr (Traits::kConditionalRescale) {
-        row_sum_p[0] += part[0];
-        row_sum_p[1] += part[1];
-      }
+      for (int i = 0; i < size(acc_s); ++i) rP(i) = Element(acc_s(i));
     };
     float o_scale[2];
     // Ping-pong: named barrier w is "consumer warpgroup w may issue"; each waits for its turn
