@@ -19,6 +19,9 @@ namespace tilegrid::attention::sm90 {
 // kThreeConsumerWarpgroups: 192-row query tiles over three consumer warpgroups at 160
 //  registers (FlashAttention-3's shape for head dim 64, where the softmax costs the most per
 //  tensor-core FLOP). Head dim 64, bfloat16, without the FA4 switches only; ignored otherwise.
+// kWideKeyTiles: 176-key tiles instead of 128 (FlashAttention-3's shape for head dim 128
+//  without a causal mask: fewer softmax rounds a row). Head dim 128, bfloat16, without the FA4
+//  switches only; ignored otherwise.
 // The default is the fastest variant measured on an H200: none of the three
 // (bench/results/2026-11-30_h200_attention_sm90_variants.json; docs/PERFORMANCE.md says what
 // each costs and why).
@@ -28,6 +31,7 @@ enum Switches : int {
   kSoftwareExp2 = 2,
   kPingPong = 4,
   kThreeConsumerWarpgroups = 8,
+  kWideKeyTiles = 16,
   kCompileTimeSwitches = kConditionalRescale | kSoftwareExp2,
   kDefaultSwitches = kNoSwitches,
 };

@@ -22,7 +22,8 @@
 // 32 x 128 + 160 x 384 = 65,536 with three. Shared memory (kStages K and
 // V stages plus Q, 128-byte-swizzled tiles): d = 64: 128 x 128 tiles, 3 stages, 112 KB;
 // d = 128: 128 x 128, 2 stages, 160 KB; d = 256: 128 x 64, 2 stages, 192 KB (of 227 KB);
-// d = 64 with three consumer warpgroups: 192 x 128 tiles, 3 stages, 120 KB.
+// d = 64 with three consumer warpgroups: 192 x 128 tiles, 3 stages, 120 KB; d = 128 with
+// wide key tiles: 128 x 176, 2 stages, 208 KB.
 //
 // Key tiles run from the last to the first as in the portable kernel: the tiles that need a
 // mask (sequence tail, causal diagonal) come first. Rows past a sequence's end: TMA reads
@@ -74,7 +75,7 @@ struct RegisterSplit<3> {
 };
 
 template <class Element_, int kHeadDim_, bool kConditionalRescale_, bool kSoftwareExp2_,
-          int kConsumerWarpgroups_ = 2>
+          int kConsumerWarpgroups_ = 2, int kBlockN_ = TileShape<kHeadDim_>::kBlockN>
 struct Sm90Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -82,8 +83,9 @@ struct Sm90Traits {
   static constexpr bool kSoftwareExp2 = kSoftwareExp2_;
   static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;  // 64 rows a consumer warpgroup
-  static constexpr int kBlockN = TileShape<kHeadDim>::kBlockN;
+  static constexpr int kBlockN = kBlockN_;  // keys a tile: a multiple of 16 up to 256
   static constexpr int kStages = TileShape<kHeadDim>::kStages;
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma: N of S, K of P V");
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 + kConsumerThreads;
   static constexpr int kProducerRegisters = RegisterSplit<kConsumerWarpgroups>::kProducer;
@@ -138,6 +140,7 @@ struct Sm90Traits {
     alignas(8) cutlass::arch::ClusterTransactionBarrier::ValueType barrier_q;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper CTA may have");
 };
 
 template <class Traits>

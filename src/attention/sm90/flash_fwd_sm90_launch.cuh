@@ -78,6 +78,9 @@ void launch(const FlashFwdParams& p, DType dtype, int switches, Stream stream) {
       if constexpr (kHeadDim == 64)
         if (switches & kThreeConsumerWarpgroups)
           return launch<Sm90Traits<bf16, kHeadDim, false, false, 3>>(p, ping_pong, s);
+      if constexpr (kHeadDim == 128)
+        if (switches & kWideKeyTiles)
+          return launch<Sm90Traits<bf16, kHeadDim, false, false, 2, 176>>(p, ping_pong, s);
       return launch<Sm90Traits<bf16, kHeadDim, false, false>>(p, ping_pong, s);
     case kConditionalRescale:
       return launch<Sm90Traits<bf16, kHeadDim, true, false>>(p, ping_pong, s);
