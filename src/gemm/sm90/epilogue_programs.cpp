@@ -28,6 +28,7 @@ constexpr FusedProgram kPrograms[] = {
     {"tile(add, bfloat16) > store(bfloat16) > row_partials(sum_squares, 256)",
      run_residual_sum_squares},
     {"rope > store(bfloat16)", run_rope},
+    {"rope(inverse) > store(bfloat16)", run_rope},  // run_rope negates the frequencies
 };
 
 std::string available() {
