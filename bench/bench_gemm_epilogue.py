@@ -10,6 +10,7 @@ Programs and shapes:
   row_scale          qkv 4096 -> 6144:      out = (x w^T) * scale[token]
   residual_sum_sq    o 4096 -> 4096:        h = x w^T + residual, partial row sums of h^2
                                             (the next RMSNorm's statistic), finished on the GPU
+  column_sum         o 4096 -> 4096:        out = x w^T stored, and its sums over the tokens
   rope               qkv 4096 -> 6144:      q, k columns rotated by position * frequency (head
                                             dim 128, 32 q + 8 k heads), v's left as they are
 Times are CUDA-graph replays where the system can be captured (see harness.run_each).
@@ -68,6 +69,14 @@ class Case:
 
             def torch_fn(x=x, w=w, scale=scale):
                 return ((x @ w.t()).float() * scale[:, None]).to(BF16)
+        elif self.name == "column_sum":
+            out = torch.empty_like(plain)
+            sums = torch.empty(n, device="cuda")
+            prog = tg.epilogue.Program().store(out).column_sum(sums)
+
+            def torch_fn(x=x, w=w):
+                y = x @ w.t()
+                return y, y.float().sum(0)
         elif self.name == "rope":
             positions = torch.arange(m, device="cuda", dtype=torch.int32) % 2048
             inv = 10000.0 ** (-torch.arange(0, 128, 2, device="cuda", dtype=torch.float32) / 128)
@@ -120,6 +129,7 @@ def main() -> None:
     cases = [Case("bias_gelu_aux", "gate_up", t, 4096, 28672),
              Case("row_scale", "qkv", t, 4096, 6144),
              Case("residual_sum_sq", "o", t, 4096, 4096),
+             Case("column_sum", "o", t, 4096, 4096),
              Case("rope", "qkv", t, 4096, 6144)]
     for case in cases:
         m, n, k = case.m, case.n, case.k

@@ -29,6 +29,8 @@ constexpr FusedProgram kPrograms[] = {
      run_residual_sum_squares},
     {"rope > store(bfloat16)", run_rope},
     {"rope(inverse) > store(bfloat16)", run_rope},  // run_rope negates the frequencies
+    {"store(bfloat16) > column_sum", run_store_column_sum},
+    {"column_sum > store(bfloat16)", run_store_column_sum},
 };
 
 std::string available() {
@@ -66,6 +68,7 @@ void check_operands(const epilogue::Program& program) {
           if constexpr (std::is_same_v<S, epilogue::PerRow> ||
                         std::is_same_v<S, epilogue::PerColumn>)
             check_aligned(index, "values", s.values);
+          if constexpr (std::is_same_v<S, epilogue::ColumnSum>) check_aligned(index, "out", s.out);
         },
         program.steps[i]);
   }

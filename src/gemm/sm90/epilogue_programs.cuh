@@ -156,6 +156,22 @@ struct RopeRotation {
                                ColumnVectorStride>>;
 };
 
+// 5. store(bfloat16) > column_sum (either order): the product and its sums along M, one
+//    float32 per column (a bias or norm-weight gradient). The row reduction node (in CUTLASS's
+//    naming: it reduces into a row vector) adds the float32 values in registers, across
+//    threads and, as the final reduction, across the M tiles of a column tile in the CTA that
+//    finishes last (a workspace buffer and tile counters; deterministic, no atomics).
+struct StoreColumnSum {
+  template <class ElementD, class Descriptor>
+  using Callbacks = fusion::Sm90EVT<
+      fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>,
+      fusion::Sm90EVT<
+          fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0,
+                                   typename Descriptor::TileShape, float, float, kRound,
+                                   ColumnVectorStride, 4, true, /*FinalReduction=*/true>,
+          fusion::Sm90AccFetch>>;
+};
+
 // The product of `p` with D = the program's final store (out, ldo).
 inline Problem with_output(Problem p, const TensorView& out) {
   p.out = out.data;

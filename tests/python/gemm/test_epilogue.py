@@ -249,6 +249,27 @@ def test_fused_rope(m, n, k, position_dtype, inverse):
 
 @requires_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("store_first", [True, False])
+def test_fused_store_column_sum(m, n, k, store_first):
+    """The product and its float32 sums over M (across M tiles: the kernel's final reduction).
+    Sums of up to 1100 values of size ~sqrt(K) <= 16 in float32: error ~1e-3."""
+    a, b = cuda_product(m, n, k)
+
+    def program(out, sums):
+        p = tg.epilogue.Program()
+        return p.store(out).column_sum(sums) if store_first else p.column_sum(sums).store(out)
+
+    build = Builder(program)
+    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda"),
+            torch.empty(n, device="cuda")]
+    gpu, cpu = run_both(a, b, build, outs)
+    torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
+    torch.testing.assert_close(gpu[1], cpu[1], rtol=1e-4, atol=1e-2)
+
+
+@requires_hopper
+@pytest.mark.gpu
 def test_fused_residual_with_strided_output():
     """Outputs and the residual may have a row stride above N (a multiple of 8)."""
     m, n, k = 300, 512, 64
