@@ -76,7 +76,7 @@ class Case:
 
             def torch_fn(x=x, w=w):
                 y = x @ w.t()
-                return y, y.float().sum(0)
+                return y, y.sum(0, dtype=torch.float32)
         elif self.name == "rope":
             positions = torch.arange(m, device="cuda", dtype=torch.int32) % 2048
             inv = 10000.0 ** (-torch.arange(0, 128, 2, device="cuda", dtype=torch.float32) / 128)
@@ -149,6 +149,10 @@ def main() -> None:
             got = [s for s in prog0.steps if s[0] == "store"][-1][2]
             report.checks[f"{problem} rel_err vs torch"] = (
                 (got.float() - ref.float()).norm() / ref.float().norm()).item()
+            if case.name == "column_sum":
+                sums, want = [s for s in prog0.steps if s[0] == "column_sum"][-1][2], torch0()[1]
+                report.checks[f"{problem} column sums rel_err vs torch"] = (
+                    (sums - want).norm() / want.norm()).item()
         except Exception as e:  # recorded, not fatal
             report.checks[f"{problem} rel_err vs torch"] = f"failed: {type(e).__name__}: {e}"
 

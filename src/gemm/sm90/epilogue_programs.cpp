@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <variant>
 
+#include "core/cuda_check.h"
 #include "tilegrid/core/error.h"
 
 namespace tilegrid::gemm::sm90 {
@@ -74,6 +75,17 @@ void check_operands(const epilogue::Program& program) {
   }
 }
 
+// A product with M = 0 launches nothing, but its column sums (over no rows) are zeros, as
+// the CPU evaluator writes them.
+void zero_column_sums(const epilogue::Program& program, int device, Stream stream) {
+  for (const epilogue::Step& step : program.steps)
+    if (const auto* s = std::get_if<epilogue::ColumnSum>(&step)) {
+      CudaDeviceGuard guard(device);
+      TG_CUDA_CHECK(cudaMemsetAsync(s->out.data, 0, sizeof(float) * size_t(s->out.shape[0]),
+                                    static_cast<cudaStream_t>(stream.handle)));
+    }
+}
+
 }  // namespace
 
 std::vector<std::string> fused_program_signatures() {
@@ -104,7 +116,7 @@ void run_fused_program(const Problem& p, const epilogue::Program& program, int d
       ": the fused kernels need N to be a multiple of 8 (16-byte output rows), got N=", p.n);
   TG_CHECK_VALUE(p.k > 0, kOp, ": the fused kernels need K > 0, got K=0");
   check_operands(program);
-  if (p.m == 0 || p.n == 0) return;
+  if (p.m == 0 || p.n == 0) return zero_column_sums(program, device, stream);
   launch(p, program, device, stream);
 }
 

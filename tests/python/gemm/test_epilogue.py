@@ -263,9 +263,26 @@ def test_fused_store_column_sum(m, n, k, store_first):
     build = Builder(program)
     outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda"),
             torch.empty(n, device="cuda")]
+    assert build(*outs).signature() == ("store(bfloat16) > column_sum" if store_first
+                                        else "column_sum > store(bfloat16)")
     gpu, cpu = run_both(a, b, build, outs)
     torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
     torch.testing.assert_close(gpu[1], cpu[1], rtol=1e-4, atol=1e-2)
+    # Again: the final reduction's tile counters start from zero on every call, and the sums
+    # come out the same bits (the M tiles are added in a fixed order).
+    again = poison_(torch.empty(n, device="cuda"))
+    tg.epilogue.matmul(a, b, build(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"), again))
+    assert torch.equal(again.cpu(), gpu[1])
+
+
+@requires_hopper
+@pytest.mark.gpu
+def test_fused_column_sum_of_no_rows_is_zero():
+    a, b = cuda_product(0, 64, 64)
+    sums = poison_(torch.empty(64, device="cuda"))
+    tg.epilogue.matmul(a, b, tg.epilogue.Program().store(
+        torch.empty(0, 64, dtype=torch.bfloat16, device="cuda")).column_sum(sums))
+    assert torch.equal(sums.cpu(), torch.zeros(64))
 
 
 @requires_hopper
