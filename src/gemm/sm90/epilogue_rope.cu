@@ -1,5 +1,6 @@
-// Fused program: rope > store(bfloat16) - rotary position embedding applied to the product
-// of a QKV projection before it is written (the pairs of v's columns get frequency 0).
+// Fused programs: rope > store(bfloat16) and rope(inverse) > store(bfloat16) - rotary position
+// embedding applied to the product of a QKV projection before it is written (the pairs of v's
+// columns get frequency 0).
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -20,23 +21,6 @@ __global__ void rope_operands(const Position* positions, int64_t m, const float*
   if (i < n) frequency_out[i] = inverse ? -frequencies[i / 2] : frequencies[i / 2];
 }
 
-// A stream-ordered scratch buffer, freed in stream order when it goes out of scope (also when
-// a launch throws).
-class StreamScratch {
- public:
-  StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    TG_CUDA_CHECK(cudaMallocAsync(&data_, bytes, stream));
-  }
-  ~StreamScratch() { cudaFreeAsync(data_, stream_); }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  float* data() const { return static_cast<float*>(data_); }
-
- private:
-  void* data_ = nullptr;
-  cudaStream_t stream_;
-};
-
 }  // namespace
 
 void run_rope(const Problem& p, const epilogue::Program& program, int device, Stream stream) {
@@ -49,9 +33,10 @@ void run_rope(const Problem& p, const epilogue::Program& program, int device, St
 
   // Positions first, the frequencies at a 16-byte aligned offset (the broadcasts read 16 B).
   const int64_t frequency_offset = (p.m + 3) / 4 * 4;
-  StreamScratch scratch(sizeof(float) * size_t(frequency_offset + p.n), s);
-  float* positions = scratch.data();
-  float* frequencies = scratch.data() + frequency_offset;
+  Tensor scratch =
+      Tensor::empty({frequency_offset + p.n}, DType::Float32, Device::cuda(device), stream);
+  float* positions = static_cast<float*>(scratch.data());
+  float* frequencies = positions + frequency_offset;
   constexpr int kThreads = 256;
   const int64_t count = p.m > p.n ? p.m : p.n;
   const dim3 blocks(unsigned((count + kThreads - 1) / kThreads));
