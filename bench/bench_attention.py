@@ -146,6 +146,7 @@ def main() -> None:
     report.measure_ceilings()
     for head_dim in args.head_dims:
         reference_check(report, head_dim, dtype)
+        systems = systems_for(head_dim)
         heads = HIDDEN // head_dim
         for seqlen in args.seqlens:
             batch = max(1, TOKENS // seqlen)
@@ -164,11 +165,11 @@ def main() -> None:
                     harness.run_each(
                         report, "forward", problem, nbytes,
                         [(name, (lambda fn: lambda i: fn(qs[i], ks[i], vs[i], causal))(fn))
-                         for name, fn in systems_for(head_dim)],
+                         for name, fn in systems],
                         sets,
                         extra=lambda name, ms, f=f: {"flops": f, "tflops": f / (ms * 1e-3) / 1e12},
                     )
-                for r in report.results[-len(systems_for(head_dim)):]:
+                for r in report.results[-len(systems):]:
                     r.flops = f
             del qs, ks, vs
             torch.cuda.empty_cache()
