@@ -92,7 +92,7 @@ int sm90_switches(const Problem& p, const FlashFwdParams& k, int device) {
   if (choice.kernel == int(CudaKernel::Portable)) return -1;
   if (choice.kernel == int(CudaKernel::Auto) && !kSm90ValidatedOnHardware) return -1;
   if (!sm90::supported(k, p.dtype, int(p.head_dim)) || !is_sm90_device(device)) return -1;
-  return choice.sm90_switches < 0 ? sm90::kDefaultSwitches : choice.sm90_switches;
+  return choice.sm90_switches < 0 ? sm90::default_switches(int(p.head_dim)) : choice.sm90_switches;
 }
 #endif
 

@@ -18,13 +18,14 @@ namespace tilegrid::attention::sm90 {
 //  another's (FlashAttention-3's inter-warpgroup overlap).
 // kThreeConsumerWarpgroups: 192-row query tiles over three consumer warpgroups at 160
 //  registers (FlashAttention-3's shape for head dim 64, where the softmax costs the most per
-//  tensor-core FLOP). Head dim 64, bfloat16, without the FA4 switches only; ignored otherwise.
+//  tensor-core FLOP). Head dim 64, without the FA4 switches only; ignored otherwise.
 // kWideKeyTiles: 176-key tiles instead of 128 (FlashAttention-3's shape for head dim 128
 //  without a causal mask: fewer softmax rounds a row). Head dim 128, bfloat16, without the FA4
 //  switches only; ignored otherwise.
-// The default is the fastest variant measured on an H200: none of the three
+// The FA4 switches are off by default: neither paid on an H200
 // (bench/results/2026-11-30_h200_attention_sm90_variants.json; docs/PERFORMANCE.md says what
-// each costs and why).
+// each costs and why). The tile shape and ping-pong default per head dimension
+// (default_switches below).
 enum Switches : int {
   kNoSwitches = 0,
   kConditionalRescale = 1,
@@ -33,8 +34,15 @@ enum Switches : int {
   kThreeConsumerWarpgroups = 8,
   kWideKeyTiles = 16,
   kCompileTimeSwitches = kConditionalRescale | kSoftwareExp2,
-  kDefaultSwitches = kNoSwitches,
+  kDefaultCompileTimeSwitches = kNoSwitches,
 };
+
+// The variant `auto` runs, the fastest measured on an H200 at each head dimension
+// (bench/results/2026-11-30_h200_attention_sm90_shapes.json): head dim 64, three consumer
+// warpgroups with ping-pong (+15% over two at 16k tokens); 128 and 256, the plain kernel.
+constexpr int default_switches(int head_dim) {
+  return head_dim == 64 ? (kThreeConsumerWarpgroups | kPingPong) : kNoSwitches;
+}
 
 // True when the Hopper kernel handles this problem: float16 / bfloat16, head dimension 64,
 // 128 or 256, and every stride of q, k, v a multiple of 8 elements (TMA needs 16-byte global
@@ -42,7 +50,8 @@ enum Switches : int {
 bool supported(const FlashFwdParams& p, DType dtype, int head_dim);
 
 // Runs the kernel with the given switches; bfloat16 has all four compile-time combinations
-// (the benchmark compares them), float16 only the default one (other values run that one).
+// (the benchmark compares them), float16 only the default one (other FA4 bits run that one)
+// and the three-warpgroup shape at head dim 64 (its default).
 void forward(const FlashFwdParams& p, DType dtype, int head_dim, int switches, Stream stream);
 
 // One per head dimension, each in its own translation unit (flash_fwd_sm90_hdim<d>.cu).

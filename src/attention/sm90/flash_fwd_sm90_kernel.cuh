@@ -103,6 +103,13 @@ struct Sm90Traits {
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockN>, GMMA::Major::K,
                            GMMA::Major::MN>(),
       ConsumerLayout{}));
+  // The softmax, the rescale and the epilogue index accumulators as ((2, 2, N/8), 1, 1): one
+  // wgmma atom spans the whole tile in N. CuTe's selector silently splits N into smaller atoms
+  // when the exact shape is not enabled (176 needs CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED).
+  static_assert(size<1>(typename TiledMmaS::AtomShape_MNK{}) == kBlockN,
+                "S = Q K^T must be one wgmma atom wide (kBlockN keys)");
+  static_assert(size<1>(typename TiledMmaO::AtomShape_MNK{}) == kHeadDim,
+                "O += P V must be one wgmma atom wide (kHeadDim columns)");
 
   // 128-byte swizzle: rows of 64 elements, the layout TMA writes and wgmma reads without bank
   // conflicts. Every head dimension here is a multiple of 64.

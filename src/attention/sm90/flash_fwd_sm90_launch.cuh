@@ -4,6 +4,8 @@
 // flash_fwd_sm90_hdim<d>.cu.
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "attention/sm90/flash_fwd_sm90.h"
 #include "attention/sm90/flash_fwd_sm90_kernel.cuh"
 #include "core/cuda_check.h"
@@ -61,33 +63,41 @@ void launch(const FlashFwdParams& p, bool ping_pong, cudaStream_t stream) {
   TG_CUDA_CHECK_LAUNCH();
 }
 
+// The tile shape the switches pick for one element type and FA4 combination: three consumer
+// warpgroups at head dim 64, 176-key tiles at head dim 128 (bfloat16), else the standard one.
+template <class Element, int kHeadDim, bool kRescale, bool kExp2>
+void launch_shape(const FlashFwdParams& p, int switches, cudaStream_t s) {
+  const bool ping_pong = (switches & kPingPong) != 0;
+  if constexpr (kHeadDim == 64 && !kRescale && !kExp2)
+    if (switches & kThreeConsumerWarpgroups)
+      return launch<Sm90Traits<Element, kHeadDim, false, false, 3>>(p, ping_pong, s);
+  if constexpr (kHeadDim == 128 && !kRescale && !kExp2 &&
+                std::is_same_v<Element, cutlass::bfloat16_t>)
+    if (switches & kWideKeyTiles)
+      return launch<Sm90Traits<Element, kHeadDim, false, false, 2, 176>>(p, ping_pong, s);
+  return launch<Sm90Traits<Element, kHeadDim, kRescale, kExp2>>(p, ping_pong, s);
+}
+
 // bfloat16: every combination of the two compile-time switches (the benchmark's table);
-// float16: the default only, to keep the number of kernels (and the compile time) down.
+// float16: the default combination only, to keep the number of kernels (and the compile time)
+// down.
 template <int kHeadDim>
 void launch(const FlashFwdParams& p, DType dtype, int switches, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream.handle);
-  const bool ping_pong = (switches & kPingPong) != 0;
   using bf16 = cutlass::bfloat16_t;
-  constexpr bool kDefaultRescale = (kDefaultSwitches & kConditionalRescale) != 0;
-  constexpr bool kDefaultExp2 = (kDefaultSwitches & kSoftwareExp2) != 0;
+  constexpr bool kDefaultRescale = (kDefaultCompileTimeSwitches & kConditionalRescale) != 0;
+  constexpr bool kDefaultExp2 = (kDefaultCompileTimeSwitches & kSoftwareExp2) != 0;
   if (dtype == DType::Float16)
-    return launch<Sm90Traits<cutlass::half_t, kHeadDim, kDefaultRescale, kDefaultExp2>>(
-        p, ping_pong, s);
+    return launch_shape<cutlass::half_t, kHeadDim, kDefaultRescale, kDefaultExp2>(p, switches, s);
   switch (switches & kCompileTimeSwitches) {
     case kNoSwitches:
-      if constexpr (kHeadDim == 64)
-        if (switches & kThreeConsumerWarpgroups)
-          return launch<Sm90Traits<bf16, kHeadDim, false, false, 3>>(p, ping_pong, s);
-      if constexpr (kHeadDim == 128)
-        if (switches & kWideKeyTiles)
-          return launch<Sm90Traits<bf16, kHeadDim, false, false, 2, 176>>(p, ping_pong, s);
-      return launch<Sm90Traits<bf16, kHeadDim, false, false>>(p, ping_pong, s);
+      return launch_shape<bf16, kHeadDim, false, false>(p, switches, s);
     case kConditionalRescale:
-      return launch<Sm90Traits<bf16, kHeadDim, true, false>>(p, ping_pong, s);
+      return launch_shape<bf16, kHeadDim, true, false>(p, switches, s);
     case kSoftwareExp2:
-      return launch<Sm90Traits<bf16, kHeadDim, false, true>>(p, ping_pong, s);
+      return launch_shape<bf16, kHeadDim, false, true>(p, switches, s);
     default:
-      return launch<Sm90Traits<bf16, kHeadDim, true, true>>(p, ping_pong, s);
+      return launch_shape<bf16, kHeadDim, true, true>(p, switches, s);
   }
 }
 
