@@ -158,9 +158,12 @@ struct RopeRotation {
 
 // 5. store(bfloat16) > column_sum (either order): the product and its sums along M, one
 //    float32 per column (a bias or norm-weight gradient). The row reduction node (in CUTLASS's
-//    naming: it reduces into a row vector) adds the float32 values in registers, across
-//    threads and, as the final reduction, across the M tiles of a column tile in the CTA that
-//    finishes last (a workspace buffer and tile counters; deterministic, no atomics).
+//    naming: it reduces into a row vector) adds the float32 values in registers and across
+//    threads, and writes one partial row per M tile; sum_partial_rows adds those. Not the
+//    node's own final reduction: there the CTA that finishes a column tile last reads the
+//    other tiles' partials one dependent volatile load at a time (64 at M = 8192), and the
+//    program took 1.11x the plain product's time
+//    (bench/results/2026-11-30_h200_gemm_epilogue_rope_column_sum.json).
 struct StoreColumnSum {
   template <class ElementD, class Descriptor>
   using Callbacks = fusion::Sm90EVT<
@@ -168,7 +171,7 @@ struct StoreColumnSum {
       fusion::Sm90EVT<
           fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0,
                                    typename Descriptor::TileShape, float, float, kRound,
-                                   ColumnVectorStride, 4, true, /*FinalReduction=*/true>,
+                                   ColumnVectorStride, 4, true, /*FinalReduction=*/false>,
           fusion::Sm90AccFetch>>;
 };
 

@@ -107,11 +107,22 @@ double central_difference(const std::function<double(double)>& f, double x) {
   return (f(x + h) - f(x - h)) / (2 * h);
 }
 
+// A central difference straddles ReLU's kink when its input is within the step of 0 (one
+// normal sample in ~60,000; about one run in 200 of the test below failed on it): such
+// inputs are moved to +-1e-3.
+void keep_off_relu_kink(Tensor& t) {
+  float* v = static_cast<float*>(t.data());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (std::fabs(v[i]) < 1e-4f) v[i] = v[i] < 0 ? -1e-3f : 1e-3f;
+}
+
 TEST(Epilogue, GradientsMatchCentralDifferences) {
   const int64_t m = 19, w = 16;
   Product p = make_product(m, w, 24);  // the incoming gradient dy [M, W]
   Tensor pre = random_tensor({m, w}, DType::Float32);
   Tensor gu = random_tensor({m, 2 * w}, DType::Float32);
+  keep_off_relu_kink(pre);
+  keep_off_relu_kink(gu);
   const std::vector<double> z = to_doubles(pre), g = to_doubles(gu);
   for (Activation fn :
        {Activation::Relu, Activation::Sigmoid, Activation::Silu, Activation::GeluTanh}) {
@@ -126,7 +137,6 @@ TEST(Epilogue, GradientsMatchCentralDifferences) {
       want_dgu[2 * i] = dy * central_difference([&](double x) { return f(x) * up; }, gate);
       want_dgu[2 * i + 1] = dy * f(gate);
     }
-    // ReLU's kink: a random input within 1e-5 of 0 has probability ~1e-5 per element.
     expect_close(to_doubles(dz), want_dz, 1e-6, 1e-6, "elementwise_grad");
     expect_close(to_doubles(dgu), want_dgu, 1e-6, 1e-6, "glu_grad");
   }

@@ -252,7 +252,7 @@ def test_fused_rope(m, n, k, position_dtype, inverse):
 @pytest.mark.parametrize("m,n,k", SHAPES)
 @pytest.mark.parametrize("store_first", [True, False])
 def test_fused_store_column_sum(m, n, k, store_first):
-    """The product and its float32 sums over M (across M tiles: the kernel's final reduction).
+    """The product and its float32 sums over M (across M tiles: the finishing kernel).
     Sums of up to 1100 values of size ~sqrt(K) <= 16 in float32: error ~1e-3."""
     a, b = cuda_product(m, n, k)
 

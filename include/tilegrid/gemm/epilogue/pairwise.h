@@ -11,6 +11,9 @@
 //             t = positions[i] * frequencies[j] for pair j; `inverse` rotates by -t (the
 //             backward). A pair with frequency 0 is left as it is, so one frequency vector
 //             can rotate the q and k columns of a fused QKV output and leave v alone.
+#include <cmath>
+#include <type_traits>
+
 #include "tilegrid/core/tensor_view.h"
 #include "tilegrid/gemm/epilogue/elementwise.h"
 
@@ -31,11 +34,33 @@ struct Rope {
   bool inverse = false;
 };
 
+// sin t and cos t. In float32 on the GPU: one range reduction to [-pi, pi] (2 pi in two
+// float32 parts; the reduced angle is off by less than 1e-6 for |t| < 2^17, against an error
+// of |t| * 6e-8 that the float32 angle position * frequency already carries) and the
+// special-function unit's sine and cosine (absolute error 2^-21.4 on [-pi, pi]). Precise
+// cosf and sinf keep a slow path for large angles, and with them the fused RoPE program took
+// 1.79x the plain product's time (bench/results/2026-11-30_h200_gemm_epilogue_rope_column_sum.json).
+template <class T>
+TG_HOST_DEVICE void sin_cos(T t, T& s, T& c) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) {
+    const float k = rintf(t * 0.159154943f);     // turns: t / (2 pi), rounded
+    float r = fmaf(-k, 6.28318548f, t);          // float(2 pi)
+    r = fmaf(-k, -1.74845553e-7f, r);            // 2 pi - float(2 pi)
+    __sincosf(r, &s, &c);
+    return;
+  }
+#endif
+  s = std::sin(t);
+  c = std::cos(t);
+}
+
 // One pair (x0, x1) rotated by angle t, in place: the CPU evaluator's and the fused kernel's
 // formula.
 template <class T>
 TG_HOST_DEVICE void rotate_pair(T& x0, T& x1, T t) {
-  const T c = std::cos(t), s = std::sin(t);
+  T s, c;
+  sin_cos(t, s, c);
   const T y0 = x0 * c - x1 * s;
   x1 = x0 * s + x1 * c;
   x0 = y0;
