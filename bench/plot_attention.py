@@ -1,7 +1,8 @@
 """Plots bench_attention.py results: forward TFLOP/s against sequence length, one panel per
 (head dim, causal), one line per system. Several runs can be merged (e.g. a sweep split over
-calls); a run's rows can be renamed with `#OLD=NEW[,OLD=NEW]` after its path, the renamed row
-replacing the run's own row of that name (e.g. a variant that has since become the default).
+calls); a later run's row replaces an earlier run's row of the same problem and system. A
+run's rows can be renamed with `#OLD=NEW[,OLD=NEW]` after its path, the renamed row replacing
+the run's own row of that name (e.g. a variant that has since become the default).
 
     python bench/plot_attention.py docs/<name>.png RUN.json [RUN.json#sm90 plain=tilegrid ...]
         [--systems tilegrid "torch SDPA cuDNN"]
@@ -56,12 +57,15 @@ def main() -> None:
     except ImportError as e:
         raise SystemExit(f"plot_attention: needs matplotlib ({e}); pip install matplotlib")
 
-    envs, rows = [], []
+    # A later run's row replaces an earlier run's row of the same problem and system.
+    envs, rows = [], {}
     for spec in args.runs:
         env, run_rows = load(spec)
         envs.append(env)
-        rows += [r for r in run_rows if not args.systems or r["system"] in args.systems]
-    data = series(rows)
+        for r in run_rows:
+            if not args.systems or r["system"] in args.systems:
+                rows[(r["op"], r["problem"], r["system"])] = r
+    data = series(rows.values())
     panels = sorted(data)
     head_dims = sorted({d for d, _ in panels})
     fig, axes = plt.subplots(2, len(head_dims), figsize=(4.2 * len(head_dims), 7), squeeze=False)
