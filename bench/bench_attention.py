@@ -61,7 +61,7 @@ def tilegrid_kernel(kernel, sm90_switches=-1):
 # with its default variant on compute capability 9.0). There the portable kernel runs too, and
 # - in bfloat16, the only dtype with every combination compiled - the Hopper kernel once per
 # other variant, so the table shows what ping-pong, conditional rescaling and software exp2
-# are each worth. Bits: 1 conditional rescaling, 2 software exp2, 4 ping-pong.
+# are each worth. Bits: 1 conditional rescaling, 2 software exp2, 4 ping-pong (8, 16, 32 below).
 SYSTEMS = [
     ("tilegrid", tilegrid_kernel(os.environ.get("TILEGRID_ATTENTION_KERNEL", "auto"))),
     ("torch SDPA cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
@@ -81,6 +81,9 @@ SM90_SWITCH_SYSTEMS = [
     ("sm90 3wg+ping-pong", tilegrid_kernel("sm90", 12)),
     ("sm90 wide-n", tilegrid_kernel("sm90", 16)),
     ("sm90 wide-n+ping-pong", tilegrid_kernel("sm90", 20)),
+    # Bit 32: persistent CTAs looping over tiles (every head dim).
+    ("sm90 persistent", tilegrid_kernel("sm90", 32)),
+    ("sm90 3wg+ping-pong+persistent", tilegrid_kernel("sm90", 44)),
 ]
 ONLY_AT_HEAD_DIM = {"3wg": 64, "wide-n": 128}
 
