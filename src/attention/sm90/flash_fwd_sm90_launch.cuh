@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 
 #include "attention/sm90/flash_fwd_sm90.h"
@@ -75,9 +74,9 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
       (switches & kPersistent) != 0,
       (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM};
   // Persistent: one CTA per SM (the shared memory allows no second), or one per tile if fewer;
-  // the kernel counts tiles in 32 bits.
+  // the kernel counts tiles in 32 bits, up to the count plus one grid stride.
   const int64_t tiles = int64_t(kp.m_blocks) * p.heads_q * p.batch;
-  kp.persistent = kp.persistent && tiles <= std::numeric_limits<int32_t>::max();
+  kp.persistent = kp.persistent && tiles < (int64_t(1) << 30);
   const dim3 grid = kp.persistent
                         ? dim3(unsigned(std::min<int64_t>(tiles, multiprocessor_count(device))))
                         : dim3(kp.m_blocks, p.heads_q, p.batch);
