@@ -16,9 +16,10 @@
 //    the exponentials of the next tile are computed (FlashAttention-3's two-stage pipeline).
 //  - Persistent (run-time flag): a grid of one CTA per SM at most, each looping over (query
 //    tile, head, sequence) tiles, the longest query tiles first. The producer's K/V ring and
-//    the consumers' read position carry over from tile to tile, and the next tile's Q is
-//    loaded (after barrier_q_free) while the consumers write the previous tile's output, so
-//    that short sequences do not pay a CTA's prologue and epilogue per tile. Without the flag
+//    the consumers' read position carry over from tile to tile; the next tile's first K is
+//    loaded as soon as its stage is free and its Q once the consumers are done with sQ
+//    (barrier_q_free), while they write the previous tile's output, so that short sequences
+//    do not pay a CTA's prologue and epilogue per tile. Without the flag
 //    the same loop runs once, on the tile of the CTA's grid coordinates.
 //  - Ping-pong (run-time flag): the consumer warpgroups take turns to issue their products,
 //    ordered by named barriers, so that one warpgroup's softmax runs while the tensor cores
@@ -362,14 +363,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                         group_modes<0, 2>(gV));
 
       // sQ is free once every consumer thread has arrived after the previous tile's products.
-      if (q_loads > 0) cutlass::arch::ClusterBarrier::wait(&smem.barrier_q_free, (q_loads - 1) & 1);
-      Barrier::arrive_and_expect_tx(&smem.barrier_q, Traits::kTmaBytesQ);
-      copy(kp.tma_q.with(smem.barrier_q), tQgQ, tQsQ);
-      ++q_loads;
+      // The CTA's first Q goes first; a later tile's Q goes after its first K, whose stage the
+      // consumers release while still on the previous tile, so that K load is in flight
+      // before the wait for sQ rather than after it.
+      auto load_q = [&] {
+        if (q_loads > 0)
+          cutlass::arch::ClusterBarrier::wait(&smem.barrier_q_free, (q_loads - 1) & 1);
+        Barrier::arrive_and_expect_tx(&smem.barrier_q, Traits::kTmaBytesQ);
+        copy(kp.tma_q.with(smem.barrier_q), tQgQ, tQsQ);
+        ++q_loads;
+      };
+      const bool q_first = q_loads == 0;
+      if (q_first) load_q();
       for (int n = w.n_max - 1; n >= w.n_min; --n) {
         pipeline_k.producer_acquire(state);
         copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(state)), tKgK(_, n),
              tKsK(_, state.index()));
+        if (!q_first && n == w.n_max - 1) load_q();
         pipeline_v.producer_acquire(state);
         copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(state)), tVgV(_, n),
              tVsV(_, state.index()));
