@@ -25,6 +25,18 @@ inline int multiprocessor_count(int device) {
   return count;
 }
 
+// Persistent tile order: how many (head, sequence) pairs run together so that their K and V
+// (2 * keys * head_dim elements each; a variable-length batch's mean keys per sequence) take
+// at most half of the H100/H200 50 MB L2 (the rest is for the Q and O streams); at least one.
+inline int section_pairs(const FlashFwdParams& p, int64_t row_bytes) {
+  constexpr int64_t kL2Budget = int64_t(25) << 20;
+  const int64_t batch = std::max(p.batch, 1);
+  const int64_t keys = p.cu_seqlens_q != nullptr ? p.rows_k / batch : int64_t(p.seqlen_k);
+  const int64_t pair_bytes = 2 * std::max<int64_t>(keys, 1) * row_bytes;
+  const int64_t pairs = std::max<int64_t>(int64_t(p.heads_q) * p.batch, 1);
+  return int(std::clamp<int64_t>(kL2Budget / pair_bytes, 1, pairs));
+}
+
 template <class Traits>
 void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
   using Element = typename Traits::Element;
@@ -72,7 +84,8 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
       shape_k,
       (switches & kPingPong) != 0,
       (switches & kPersistent) != 0,
-      (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM};
+      (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
+      section_pairs(p, sizeof(Element) * Traits::kHeadDim)};
   // Persistent: one CTA per SM (the shared memory allows no second), or one per tile if fewer;
   // the kernel counts tiles in 32 bits, up to the count plus one grid stride.
   const int64_t tiles = int64_t(kp.m_blocks) * p.heads_q * p.batch;
