@@ -3,7 +3,7 @@ FlashAttention-3's setup: 16k tokens per batch (batch = 16384 / seqlen), hidden 
 (heads = 2048 / head_dim), head dims 64/128/256, seqlen 512..16k, causal and not, bf16.
 
     python bench/bench_attention.py --out results.json [--head-dims 64 128] [--seqlens 512 1024]
-                                    [--no-variants]
+                                    [--no-variants] [--systems tilegrid "torch SDPA cuDNN"]
 
 FLOPs counted as FlashAttention does: 4 * batch * heads * seqlen^2 * head_dim (two matrix
 products), halved for causal. Each result's extra holds its TFLOP/s. Every system's output is
@@ -61,7 +61,7 @@ def tilegrid_kernel(kernel, sm90_switches=-1):
 # with its default variant on compute capability 9.0). There the portable kernel runs too, and
 # - in bfloat16, the only dtype with every combination compiled - the Hopper kernel once per
 # other variant, so the table shows what ping-pong, conditional rescaling and software exp2
-# are each worth. Bits: 1 conditional rescaling, 2 software exp2, 4 ping-pong.
+# are each worth. Bits: 1 conditional rescaling, 2 software exp2, 4 ping-pong (8, 16, 32 below).
 SYSTEMS = [
     ("tilegrid", tilegrid_kernel(os.environ.get("TILEGRID_ATTENTION_KERNEL", "auto"))),
     ("torch SDPA cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
@@ -81,6 +81,9 @@ SM90_SWITCH_SYSTEMS = [
     ("sm90 3wg+ping-pong", tilegrid_kernel("sm90", 12)),
     ("sm90 wide-n", tilegrid_kernel("sm90", 16)),
     ("sm90 wide-n+ping-pong", tilegrid_kernel("sm90", 20)),
+    # Bit 32: persistent CTAs looping over tiles (every head dim).
+    ("sm90 persistent", tilegrid_kernel("sm90", 32)),
+    ("sm90 3wg+ping-pong+persistent", tilegrid_kernel("sm90", 44)),
 ]
 ONLY_AT_HEAD_DIM = {"3wg": 64, "wide-n": 128}
 
@@ -137,10 +140,17 @@ def main() -> None:
     parser.add_argument("--seqlens", type=int, nargs="*", default=SEQLENS)
     parser.add_argument("--no-variants", action="store_true",
                         help="only tilegrid's default and the references (no portable/sm90 rows)")
+    parser.add_argument("--systems", nargs="*", default=None,
+                        help="run only the systems of these names (default: all)")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     if torch.cuda.get_device_capability() == (9, 0) and not args.no_variants:
         SYSTEMS[1:1] = SM90_SYSTEMS + (SM90_SWITCH_SYSTEMS if dtype == torch.bfloat16 else [])
+    if args.systems is not None:
+        unknown = sorted(set(args.systems) - {name for name, _ in SYSTEMS})
+        if unknown:
+            parser.error(f"unknown systems {unknown}; expected names from {[n for n, _ in SYSTEMS]}")
+        SYSTEMS[:] = [(name, fn) for name, fn in SYSTEMS if name in args.systems]
 
     report = harness.Report("attention")
     report.measure_ceilings()

@@ -68,9 +68,12 @@ fi
 # TILEGRID_BENCH=" " runs none.
 benches=bench/bench_*.py
 [ -n "${TILEGRID_BENCH:-}" ] && benches=$(for b in $TILEGRID_BENCH; do echo "bench/bench_$b.py"; done)
+# TILEGRID_BENCH_ARGS is split as the shell splits words, so quoted names with spaces stay one
+# argument: TILEGRID_BENCH_ARGS='--systems tilegrid "torch SDPA cuDNN"'.
+eval "bench_args=(${TILEGRID_BENCH_ARGS:-})"
 for bench in $benches; do
   name=$(basename "$bench" .py)
-  step $PY "$bench" --out "$OUT/$name.json" ${TILEGRID_BENCH_ARGS:-} >>"$OUT/bench.log" 2>&1
+  step $PY "$bench" --out "$OUT/$name.json" "${bench_args[@]}" >>"$OUT/bench.log" 2>&1
   note "$name: rc=$?"
 done
 step $PY examples/demo.py >>"$OUT/bench.log" 2>&1

@@ -22,6 +22,9 @@ namespace tilegrid::attention::sm90 {
 // kWideKeyTiles: 176-key tiles instead of 128 (FlashAttention-3's shape for head dim 128
 //  without a causal mask: fewer softmax rounds a row). Head dim 128, bfloat16, without the FA4
 //  switches only; ignored otherwise.
+// kPersistent is a run-time flag: at most one CTA per SM, each looping over tiles, so that a
+//  CTA's prologue (Q and first K/V loads) and epilogue overlap another tile's work (short
+//  sequences). Every variant.
 // The FA4 switches are off by default: neither paid on an H200
 // (bench/results/2026-11-30_h200_attention_sm90_variants.json; docs/PERFORMANCE.md says what
 // each costs and why). The tile shape and ping-pong default per head dimension
@@ -33,6 +36,7 @@ enum Switches : int {
   kPingPong = 4,
   kThreeConsumerWarpgroups = 8,
   kWideKeyTiles = 16,
+  kPersistent = 32,
   kCompileTimeSwitches = kConditionalRescale | kSoftwareExp2,
   kDefaultCompileTimeSwitches = kNoSwitches,
 };

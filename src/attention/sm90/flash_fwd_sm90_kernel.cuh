@@ -14,6 +14,13 @@
 //  - Intra-warpgroup overlap: the QK^T of tile j+1 is issued before the softmax of tile j
 //    runs and the PV of tile j is issued right after it, so that the tensor cores work while
 //    the exponentials of the next tile are computed (FlashAttention-3's two-stage pipeline).
+//  - Persistent (run-time flag): a grid of one CTA per SM at most, each looping over (query
+//    tile, head, sequence) tiles, the longest query tiles first. The producer's K/V ring and
+//    the consumers' read position carry over from tile to tile; the next tile's first K is
+//    loaded as soon as its stage is free and its Q once the consumers are done with sQ
+//    (barrier_q_free), while they write the previous tile's output, so that short sequences
+//    do not pay a CTA's prologue and epilogue per tile. Without the flag
+//    the same loop runs once, on the tile of the CTA's grid coordinates.
 //  - Ping-pong (run-time flag): the consumer warpgroups take turns to issue their products,
 //    ordered by named barriers, so that one warpgroup's softmax runs while the tensor cores
 //    work on another's products instead of all waiting on the exponentials at once.
@@ -145,6 +152,9 @@ struct Sm90Traits {
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
     alignas(8) cutlass::arch::ClusterTransactionBarrier::ValueType barrier_q;
+    // Persistent CTAs: every consumer thread arrives once its tile's products have read sQ for
+    // the last time; the producer waits for that before it loads the next tile's Q.
+    alignas(8) cutlass::arch::ClusterBarrier::ValueType barrier_q_free;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper CTA may have");
@@ -157,7 +167,10 @@ struct KernelParams {
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
   typename Traits::GmemShape shape_q, shape_k;  // (rows, head_dim, heads, batch)
-  bool ping_pong;  // consumer warpgroups take turns to issue their products
+  bool ping_pong;   // consumer warpgroups take turns to issue their products
+  bool persistent;  // a grid of at most one CTA per SM, each looping over tiles
+  int m_blocks;     // query tiles per (head, sequence): ceil(max_seqlen_q / kBlockM)
+  int section;      // persistent: (head, sequence) pairs whose tiles run together (see below)
 };
 
 // Keys [lo, hi) that query `row` sees, clamped to [0, seqlen_k] (as the portable kernel).
@@ -175,6 +188,72 @@ __device__ __forceinline__ KeyRange key_range(const FlashFwdParams& p, int64_t r
   hi = hi < 0 ? 0 : (hi > seqlen_k ? seqlen_k : hi);
   return {int(lo), int(hi)};
 }
+
+// One (query tile, head, sequence) of the grid and the key tiles it needs; the producer and
+// the consumers derive the same values.
+struct TileWork {
+  int m_block, head, batch;
+  int seqlen_q, seqlen_k, q_token0, k_token0;
+  int row0, rows;        // the tile's first query row and its row count (<= kBlockM)
+  KeyRange first, last;  // keys seen by the tile's first and last rows
+  int n_min, n_max, n_count;  // key tiles [n_min, n_max)
+  bool valid;                 // false: the tile starts past its sequence's end (nothing to do)
+};
+
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ TileWork tile_work(const FlashFwdParams& p, int m_block, int head,
+                                              int batch) {
+  TileWork w{};
+  w.m_block = m_block;
+  w.head = head;
+  w.batch = batch;
+  w.seqlen_q = p.seqlen_q;
+  w.seqlen_k = p.seqlen_k;
+  if (p.cu_seqlens_q != nullptr) {
+    w.q_token0 = p.cu_seqlens_q[batch];
+    w.k_token0 = p.cu_seqlens_k[batch];
+    w.seqlen_q = p.cu_seqlens_q[batch + 1] - w.q_token0;
+    w.seqlen_k = p.cu_seqlens_k[batch + 1] - w.k_token0;
+  }
+  w.row0 = m_block * kBlockM;
+  w.valid = w.row0 < w.seqlen_q;
+  if (!w.valid) return w;  // n_count = 0
+  w.rows = min(kBlockM, w.seqlen_q - w.row0);
+  w.first = key_range(p, w.row0, w.seqlen_q, w.seqlen_k);
+  w.last = key_range(p, w.row0 + w.rows - 1, w.seqlen_q, w.seqlen_k);
+  w.n_min = w.first.lo / kBlockN;
+  w.n_max = w.last.hi > w.first.lo ? (w.last.hi + kBlockN - 1) / kBlockN : w.n_min;
+  w.n_count = w.n_max - w.n_min;
+  return w;
+}
+
+// The tiles a CTA runs. Not persistent: its one tile, from the grid (m_block, head, batch),
+// the longest (causal) query tiles first. Persistent: tiles blockIdx.x, + gridDim.x, ... of
+// an order that keeps the K/V being read in L2: the (head, sequence) pairs, numbered
+// batch * heads + head, are cut into sections of `section` pairs whose K and V fit in L2
+// together; a section's tiles run before the next section's, longest query tiles first within
+// it. (With the longest tiles of every pair first instead, the CTAs in flight read the K/V of
+// up to 132 pairs at once: 66 MB at head dim 128, 1k keys, more than the 50 MB L2, and the
+// kernel was 13% slower than the one-tile grid at that size.)
+struct TileSchedule {
+  int count, heads, batches, m_blocks, section;
+  bool persistent;
+
+  __device__ __forceinline__ int first() const { return persistent ? int(blockIdx.x) : 0; }
+  __device__ __forceinline__ int stride() const { return persistent ? int(gridDim.x) : 1; }
+  template <int kBlockM, int kBlockN>
+  __device__ __forceinline__ TileWork work(const FlashFwdParams& p, int t) const {
+    if (!persistent)
+      return tile_work<kBlockM, kBlockN>(p, int(gridDim.x) - 1 - int(blockIdx.x), blockIdx.y,
+                                         blockIdx.z);
+    const int per_section = m_blocks * section;
+    const int first_pair = t / per_section * section;
+    const int pairs = min(section, heads * batches - first_pair);  // the last may be short
+    const int u = t - first_pair * m_blocks;
+    const int pair = first_pair + u % pairs;
+    return tile_work<kBlockM, kBlockN>(p, m_blocks - 1 - u / pairs, pair % heads, pair / heads);
+  }
+};
 
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
@@ -231,27 +310,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr float kNegInf = -INFINITY;
   const FlashFwdParams& p = kp.p;
 
-  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest (causal) tiles first
-  const int head = blockIdx.y, batch = blockIdx.z;
-  int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
-  int q_token0 = 0, k_token0 = 0;
-  if (p.cu_seqlens_q != nullptr) {
-    q_token0 = p.cu_seqlens_q[batch];
-    k_token0 = p.cu_seqlens_k[batch];
-    seqlen_q = p.cu_seqlens_q[batch + 1] - q_token0;
-    seqlen_k = p.cu_seqlens_k[batch + 1] - k_token0;
-  }
-  const int row0 = m_block * kBlockM;
-  if (row0 >= seqlen_q) return;  // the whole CTA, before any barrier exists
-  const int rows = min(kBlockM, seqlen_q - row0);
-  const int head_kv = head / p.group;
-
-  // Key tiles this query tile needs; producer and consumers derive the same range.
-  const KeyRange first = key_range(p, row0, seqlen_q, seqlen_k);
-  const KeyRange last = key_range(p, row0 + rows - 1, seqlen_q, seqlen_k);
-  const int n_min = first.lo / kBlockN;
-  const int n_max = last.hi > first.lo ? (last.hi + kBlockN - 1) / kBlockN : n_min;
-  const int n_count = n_max - n_min;
+  const TileSchedule schedule{kp.persistent ? kp.m_blocks * p.heads_q * p.batch : 1, p.heads_q,
+                              p.batch, kp.m_blocks, kp.section, kp.persistent};
 
   extern __shared__ __align__(1024) char smem_raw[];
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
@@ -272,6 +332,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Pipeline pipeline_v(smem.pipeline_v, pipe_params, Shape<_1, _1, _1>{});
   if (threadIdx.x == 0) {
     Barrier::init(&smem.barrier_q, 1);
+    cutlass::arch::ClusterBarrier::init(&smem.barrier_q_free, Traits::kConsumerThreads);
     prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
     prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
@@ -281,37 +342,57 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (producer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (threadIdx.x != 0 || n_count == 0) return;
-    // Coordinates of this (head, sequence) in the TMA tensors; a variable-length sequence is a
-    // window of the one (total tokens) batch.
-    const int b = p.cu_seqlens_q != nullptr ? 0 : batch;
-    Tensor mQ = domain_offset(make_coord(q_token0, _0{}),
-                              kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, head, b));
-    Tensor mK = domain_offset(make_coord(k_token0, _0{}),
-                              kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, head_kv, b));
-    Tensor mV = domain_offset(make_coord(k_token0, _0{}),
-                              kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, head_kv, b));
-    Tensor gQ = local_tile(mQ, Shape<BlockM, HeadDim>{}, make_coord(m_block, _0{}));
-    Tensor gK = local_tile(mK, Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (N, D, n)
-    Tensor gV = local_tile(mV, Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
-    auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                      group_modes<0, 2>(gQ));
-    auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(gK));
-    auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                      group_modes<0, 2>(gV));
-
-    Barrier::arrive_and_expect_tx(&smem.barrier_q, Traits::kTmaBytesQ);
-    copy(kp.tma_q.with(smem.barrier_q), tQgQ, tQsQ);
+    if (threadIdx.x != 0) return;
+    // The K/V ring continues from tile to tile, so that a persistent CTA's next tile is
+    // loaded while the consumers finish the current one.
     PipelineState state = cutlass::make_producer_start_state<Pipeline>();
-    for (int n = n_max - 1; n >= n_min; --n) {
-      pipeline_k.producer_acquire(state);
-      copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(state)), tKgK(_, n),
-           tKsK(_, state.index()));
-      pipeline_v.producer_acquire(state);
-      copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(state)), tVgV(_, n),
-           tVsV(_, state.index()));
-      ++state;
+    int q_loads = 0;
+    for (int t = schedule.first(); t < schedule.count; t += schedule.stride()) {
+      const TileWork w = schedule.work<kBlockM, kBlockN>(p, t);
+      if (w.n_count == 0) continue;  // nothing to load (the consumers write zeros or nothing)
+      // Coordinates of this (head, sequence) in the TMA tensors; a variable-length sequence
+      // is a window of the one (total tokens) batch.
+      const int b = p.cu_seqlens_q != nullptr ? 0 : w.batch;
+      const int head_kv = w.head / p.group;
+      Tensor mQ = domain_offset(make_coord(w.q_token0, _0{}),
+                                kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, w.head, b));
+      Tensor mK = domain_offset(make_coord(w.k_token0, _0{}),
+                                kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, head_kv, b));
+      Tensor mV = domain_offset(make_coord(w.k_token0, _0{}),
+                                kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, head_kv, b));
+      Tensor gQ = local_tile(mQ, Shape<BlockM, HeadDim>{}, make_coord(w.m_block, _0{}));
+      Tensor gK = local_tile(mK, Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (N, D, n)
+      Tensor gV = local_tile(mV, Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
+      auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                        group_modes<0, 2>(gQ));
+      auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                        group_modes<0, 2>(gK));
+      auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                        group_modes<0, 2>(gV));
+
+      // sQ is free once every consumer thread has arrived after the previous tile's products.
+      // The CTA's first Q goes first; a later tile's Q goes after its first K, whose stage the
+      // consumers release while still on the previous tile, so that K load is in flight
+      // before the wait for sQ rather than after it.
+      auto load_q = [&] {
+        if (q_loads > 0)
+          cutlass::arch::ClusterBarrier::wait(&smem.barrier_q_free, (q_loads - 1) & 1);
+        Barrier::arrive_and_expect_tx(&smem.barrier_q, Traits::kTmaBytesQ);
+        copy(kp.tma_q.with(smem.barrier_q), tQgQ, tQsQ);
+        ++q_loads;
+      };
+      const bool q_first = q_loads == 0;
+      if (q_first) load_q();
+      for (int n = w.n_max - 1; n >= w.n_min; --n) {
+        pipeline_k.producer_acquire(state);
+        copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(state)), tKgK(_, n),
+             tKsK(_, state.index()));
+        if (!q_first && n == w.n_max - 1) load_q();
+        pipeline_v.producer_acquire(state);
+        copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(state)), tVgV(_, n),
+             tVsV(_, state.index()));
+        ++state;
+      }
     }
     return;
   }
@@ -327,28 +408,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tSrK = thr_s.partition_fragment_B(sK);   // (MMA, 1, D/16, stages)
   Tensor tOrV = thr_o.partition_fragment_B(sVt);  // (MMA, 1, N/16, stages)
   Tensor acc_o = partition_fragment_C(mma_o, Shape<BlockM, HeadDim>{});
-  clear(acc_o);
 
   // Tile coordinates of this thread's S elements: value i sits on row half (i / 2) % 2.
   Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{}));
   int thread_row[2];
-  KeyRange thread_keys[2];
   CUTE_UNROLL
-  for (int r = 0; r < 2; ++r) {
-    thread_row[r] = get<0>(tScS(2 * r));
-    thread_keys[r] = key_range(p, int64_t(row0) + thread_row[r], seqlen_q, seqlen_k);
-  }
-  // Row maxima of raw scores (the base of the exponentials; with conditional rescaling possibly
+  for (int r = 0; r < 2; ++r) thread_row[r] = get<0>(tScS(2 * r));
+  // Per tile (set at its start): the tile, the keys this thread's two rows see, the row
+  // maxima of raw scores (the base of the exponentials; with conditional rescaling possibly
   // stale, by at most 8 in log2 units) and this thread's partial row sums.
-  float row_max[2] = {kNegInf, kNegInf};
-  float row_sum[2] = {0.f, 0.f};
+  TileWork w{};
+  KeyRange thread_keys[2];
+  float row_max[2];
+  float row_sum[2];
   // With conditional rescaling, O is normalised by the sum of the rounded P that P V
   // multiplies (row_sum_p), and the LSE uses the fp32 sum. Reason: with a stale maximum the
   // dominant key's P is 2^x (x <= 8) rather than exactly 1, its bfloat16 rounding no longer
   // cancels between O and the fp32 sum, and outputs were off by up to 0.023 on wide scores;
   // the LSE from the rounded sum was off by up to 0.004 (its tolerance is 2e-4). Without
   // conditional rescaling the one fp32 sum serves both, as in FlashAttention-3.
-  float row_sum_p[2] = {0.f, 0.f};
+  float row_sum_p[2];
   const float scale_log2 = p.score_scale_log2;
   const float softcap_scale = p.softcap_scale;
 
@@ -361,7 +440,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int i = 0; i < size(acc_s); ++i) acc_s(i) = tanhf(acc_s(i) * softcap_scale);
     }
     const int col0 = n * kBlockN;
-    if (col0 < last.lo || col0 + kBlockN > first.hi) {
+    if (col0 < w.last.lo || col0 + kBlockN > w.first.hi) {
       CUTE_UNROLL
       for (int i = 0; i < size(acc_s); ++i) {
         const KeyRange& keys = thread_keys[(i / 2) % 2];
@@ -438,105 +517,125 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
   };
 
-  if (n_count > 0) {
-    Tensor acc_s = partition_fragment_C(mma_s, Shape<BlockM, BlockN>{});
-    // P in the input type, as the A operand of P V: its own registers, which an in-flight
-    // P V reads, so the next tile's softmax works on acc_s and converts only afterwards.
-    Tensor rP = make_tensor<Element>(acc_s.layout());
-    Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
-    auto convert_p = [&] {
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_s); ++i) rP(i) = Element(acc_s(i));
-    };
-    float o_scale[2];
-    // Ping-pong: named barrier w is "consumer warpgroup w may issue"; each waits for its turn
-    // (128 waiting + 128 arriving threads), issues, and hands the turn to the next one, in a
-    // round. All issue n_count + 1 times; the last skips its last hand-over so that every
-    // barrier completes (the last one's first arrival lets warpgroup 0 start the round).
-    constexpr int kConsumers = Traits::kConsumerWarpgroups;
-    const int consumer = warpgroup - 1;
-    const bool ping_pong = kp.ping_pong;
-    auto take_turn = [&] {
-      if (ping_pong) cutlass::arch::NamedBarrier::sync(256, consumer);
-    };
-    auto pass_turn = [&](bool last) {
-      if (ping_pong && !(last && consumer == kConsumers - 1))
-        cutlass::arch::NamedBarrier::arrive(256, (consumer + 1) % kConsumers);
-    };
-    if (ping_pong && consumer == kConsumers - 1) cutlass::arch::NamedBarrier::arrive(256, 0);
+  // The consumers' side of the K/V ring and of the Q barrier, carried from tile to tile.
+  PipelineState read;  // consumer start: stage 0, phase 0
+  int q_loads = 0;
+  for (int t = schedule.first(); t < schedule.count; t += schedule.stride()) {
+    w = schedule.work<kBlockM, kBlockN>(p, t);
+    if (!w.valid) continue;  // the tile starts past its sequence's end: no rows to write
+    clear(acc_o);
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      thread_keys[r] = key_range(p, int64_t(w.row0) + thread_row[r], w.seqlen_q, w.seqlen_k);
+      row_max[r] = kNegInf;
+      row_sum[r] = 0.f;
+      row_sum_p[r] = 0.f;
+    }
 
-    Barrier::wait(&smem.barrier_q, 0);
-    PipelineState read;  // consumer start: stage 0, phase 0
-    // First tile: S and softmax; its P V is issued together with the next tile's S.
-    take_turn();
-    pipeline_k.consumer_wait(read);
-    wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, read.index()), acc_s);
-    pass_turn(false);
-    warpgroup_wait<0>();
-    pipeline_k.consumer_release(read);
-    softmax(acc_s, n_max - 1, o_scale);  // O is still zero: no rescale
-    convert_p();
+    if (w.n_count > 0) {
+      Tensor acc_s = partition_fragment_C(mma_s, Shape<BlockM, BlockN>{});
+      // P in the input type, as the A operand of P V: its own registers, which an in-flight
+      // P V reads, so the next tile's softmax works on acc_s and converts only afterwards.
+      Tensor rP = make_tensor<Element>(acc_s.layout());
+      Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+      auto convert_p = [&] {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_s); ++i) rP(i) = Element(acc_s(i));
+      };
+      float o_scale[2];
+      // Ping-pong: named barrier i is "consumer warpgroup i may issue"; each waits for its turn
+      // (128 waiting + 128 arriving threads), issues, and hands the turn to the next one, in a
+      // round. All issue n_count + 1 times; the last skips its last hand-over so that every
+      // barrier completes (the last one's first arrival lets warpgroup 0 start the round).
+      constexpr int kConsumers = Traits::kConsumerWarpgroups;
+      const int consumer = warpgroup - 1;
+      const bool ping_pong = kp.ping_pong;
+      auto take_turn = [&] {
+        if (ping_pong) cutlass::arch::NamedBarrier::sync(256, consumer);
+      };
+      auto pass_turn = [&](bool last) {
+        if (ping_pong && !(last && consumer == kConsumers - 1))
+          cutlass::arch::NamedBarrier::arrive(256, (consumer + 1) % kConsumers);
+      };
+      if (ping_pong && consumer == kConsumers - 1) cutlass::arch::NamedBarrier::arrive(256, 0);
 
-    for (int it = 1; it < n_count; ++it) {
-      PipelineState next = read;
-      ++next;
-      // S(n) = Q K(n)^T, then O += P(n+1) V(n+1): both in flight while the softmax of S(n)
-      // runs on the exponential and FMA units; O is rescaled after the second completes.
+      Barrier::wait(&smem.barrier_q, q_loads & 1);
+      // First tile: S and softmax; its P V is issued together with the next tile's S.
       take_turn();
-      pipeline_k.consumer_wait(next);
-      wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, next.index()), acc_s);
+      pipeline_k.consumer_wait(read);
+      wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, read.index()), acc_s);
+      pass_turn(false);
+      warpgroup_wait<0>();
+      pipeline_k.consumer_release(read);
+      softmax(acc_s, w.n_max - 1, o_scale);  // O is still zero: no rescale
+      convert_p();
+
+      for (int it = 1; it < w.n_count; ++it) {
+        PipelineState next = read;
+        ++next;
+        // S(n) = Q K(n)^T, then O += P(n+1) V(n+1): both in flight while the softmax of S(n)
+        // runs on the exponential and FMA units; O is rescaled after the second completes.
+        take_turn();
+        pipeline_k.consumer_wait(next);
+        wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, next.index()), acc_s);
+        pipeline_v.consumer_wait(read);
+        warpgroup_fence_operand(rP);
+        wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
+        pass_turn(false);
+        warpgroup_wait<1>();  // S(n) is complete
+        pipeline_k.consumer_release(next);
+        softmax(acc_s, w.n_max - 1 - it, o_scale);
+        warpgroup_wait<0>();  // P V is complete: P's registers and O are free again
+        warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(rP);
+        pipeline_v.consumer_release(read);
+        rescale_o(o_scale);
+        convert_p();
+        read = next;
+      }
+      take_turn();
       pipeline_v.consumer_wait(read);
       warpgroup_fence_operand(rP);
       wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
-      pass_turn(false);
-      warpgroup_wait<1>();  // S(n) is complete
-      pipeline_k.consumer_release(next);
-      softmax(acc_s, n_max - 1 - it, o_scale);
-      warpgroup_wait<0>();  // P V is complete: P's registers and O are free again
+      pass_turn(true);
+      warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
-      warpgroup_fence_operand(rP);
       pipeline_v.consumer_release(read);
-      rescale_o(o_scale);
-      convert_p();
-      read = next;
+      ++read;
+      // Every product of this tile has completed: the producer may overwrite sQ.
+      cutlass::arch::ClusterBarrier::arrive(&smem.barrier_q_free);
+      ++q_loads;
     }
-    take_turn();
-    pipeline_v.consumer_wait(read);
-    warpgroup_fence_operand(rP);
-    wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
-    pass_turn(true);
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(acc_o);
-    pipeline_v.consumer_release(read);
-  }
 
-  // Epilogue: O / sum to the output type, LSE = (max * scale + log2(sum)) * ln 2.
-  auto* o_ptr = static_cast<Element*>(p.out) + batch * p.out_batch_stride +
-                int64_t(q_token0) * p.out_row_stride + head * p.out_head_stride;
-  Tensor tOcO = thr_o.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));
-  float* lse_ptr = p.lse == nullptr ? nullptr
-                                    : p.lse + batch * p.lse_batch_stride +
-                                          head * p.lse_head_stride + q_token0 + row0;
-  CUTE_UNROLL
-  for (int r = 0; r < 2; ++r) {
-    const float sum = quad_sum(row_sum[r]);
-    const float sum_p = Traits::kConditionalRescale ? quad_sum(row_sum_p[r]) : sum;
-    const float inv = sum_p > 0.f ? 1.f / sum_p : 0.f;
-    const int row = thread_row[r];
-    if (row < rows) {
-      CUTE_UNROLL
-      for (int j = 0; j < size<0, 2>(acc_o); ++j) {
-        cutlass::AlignedArray<Element, 2> pair;
-        pair[0] = Element(acc_o(make_coord(0, r, j), 0, 0) * inv);
-        pair[1] = Element(acc_o(make_coord(1, r, j), 0, 0) * inv);
-        const int col = get<1>(tOcO(make_coord(0, r, j), 0, 0));
-        *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(
-            o_ptr + (int64_t(row0) + row) * p.out_row_stride + col) = pair;
+    // Epilogue: O / sum to the output type, LSE = (max * scale + log2(sum)) * ln 2.
+    auto* o_ptr = static_cast<Element*>(p.out) + w.batch * p.out_batch_stride +
+                  int64_t(w.q_token0) * p.out_row_stride + w.head * p.out_head_stride;
+    Tensor tOcO = thr_o.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));
+    float* lse_ptr = p.lse == nullptr ? nullptr
+                                      : p.lse + w.batch * p.lse_batch_stride +
+                                            w.head * p.lse_head_stride + w.q_token0 + w.row0;
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      const float sum = quad_sum(row_sum[r]);
+      const float sum_p = Traits::kConditionalRescale ? quad_sum(row_sum_p[r]) : sum;
+      const float inv = sum_p > 0.f ? 1.f / sum_p : 0.f;
+      const int row = thread_row[r];
+      if (row < w.rows) {
+        CUTE_UNROLL
+        for (int j = 0; j < size<0, 2>(acc_o); ++j) {
+          cutlass::AlignedArray<Element, 2> pair;
+          pair[0] = Element(acc_o(make_coord(0, r, j), 0, 0) * inv);
+          pair[1] = Element(acc_o(make_coord(1, r, j), 0, 0) * inv);
+          const int col = get<1>(tOcO(make_coord(0, r, j), 0, 0));
+          *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(
+              o_ptr + (int64_t(w.row0) + row) * p.out_row_stride + col) = pair;
+        }
+        if (lse_ptr != nullptr && tid % 4 == 0)
+          lse_ptr[row] =
+              sum > 0.f ? (row_max[r] * scale_log2 + log2f(sum)) * float(M_LN2) : kNegInf;
       }
-      if (lse_ptr != nullptr && tid % 4 == 0)
-        lse_ptr[row] = sum > 0.f ? (row_max[r] * scale_log2 + log2f(sum)) * float(M_LN2) : kNegInf;
     }
-  }
+  }  // tiles
 }
 
 }  // namespace tilegrid::attention::sm90

@@ -4,6 +4,8 @@
 // flash_fwd_sm90_hdim<d>.cu.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "attention/sm90/flash_fwd_sm90.h"
@@ -12,8 +14,31 @@
 
 namespace tilegrid::attention::sm90 {
 
+// Streaming multiprocessors of the current device (cached per device).
+inline int multiprocessor_count(int device) {
+  constexpr int kMaxDevices = 64;
+  static int cached[kMaxDevices] = {};
+  if (device < kMaxDevices && cached[device] > 0) return cached[device];
+  int count = 0;
+  TG_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  if (device < kMaxDevices) cached[device] = count;
+  return count;
+}
+
+// Persistent tile order: how many (head, sequence) pairs run together so that their K and V
+// (2 * keys * head_dim elements each; a variable-length batch's mean keys per sequence) take
+// at most half of the H100/H200 50 MB L2 (the rest is for the Q and O streams); at least one.
+inline int section_pairs(const FlashFwdParams& p, int64_t row_bytes) {
+  constexpr int64_t kL2Budget = int64_t(25) << 20;
+  const int64_t batch = std::max(p.batch, 1);
+  const int64_t keys = p.cu_seqlens_q != nullptr ? p.rows_k / batch : int64_t(p.seqlen_k);
+  const int64_t pair_bytes = 2 * std::max<int64_t>(keys, 1) * row_bytes;
+  const int64_t pairs = std::max<int64_t>(int64_t(p.heads_q) * p.batch, 1);
+  return int(std::clamp<int64_t>(kL2Budget / pair_bytes, 1, pairs));
+}
+
 template <class Traits>
-void launch(const FlashFwdParams& p, bool ping_pong, cudaStream_t stream) {
+void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
   using Element = typename Traits::Element;
   constexpr int kSmem = Traits::kSmemBytes;
   if (p.max_seqlen_q <= 0 || p.heads_q == 0 || p.batch == 0) return;
@@ -57,8 +82,17 @@ void launch(const FlashFwdParams& p, bool ping_pong, cudaStream_t stream) {
                     Shape<typename Traits::BlockN, typename Traits::HeadDim>{}, _1{}),
       shape_q,
       shape_k,
-      ping_pong};
-  const dim3 grid((p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch);
+      (switches & kPingPong) != 0,
+      (switches & kPersistent) != 0,
+      (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
+      section_pairs(p, sizeof(Element) * Traits::kHeadDim)};
+  // Persistent: one CTA per SM (the shared memory allows no second), or one per tile if fewer;
+  // the kernel counts tiles in 32 bits, up to the count plus one grid stride.
+  const int64_t tiles = int64_t(kp.m_blocks) * p.heads_q * p.batch;
+  kp.persistent = kp.persistent && tiles < (int64_t(1) << 30);
+  const dim3 grid = kp.persistent
+                        ? dim3(unsigned(std::min<int64_t>(tiles, multiprocessor_count(device))))
+                        : dim3(kp.m_blocks, p.heads_q, p.batch);
   flash_fwd_sm90_kernel<Traits><<<grid, Traits::kThreads, kSmem, stream>>>(kp);
   TG_CUDA_CHECK_LAUNCH();
 }
@@ -67,15 +101,14 @@ void launch(const FlashFwdParams& p, bool ping_pong, cudaStream_t stream) {
 // warpgroups at head dim 64, 176-key tiles at head dim 128 (bfloat16), else the standard one.
 template <class Element, int kHeadDim, bool kRescale, bool kExp2>
 void launch_shape(const FlashFwdParams& p, int switches, cudaStream_t s) {
-  const bool ping_pong = (switches & kPingPong) != 0;
   if constexpr (kHeadDim == 64 && !kRescale && !kExp2)
     if (switches & kThreeConsumerWarpgroups)
-      return launch<Sm90Traits<Element, kHeadDim, false, false, 3>>(p, ping_pong, s);
+      return launch<Sm90Traits<Element, kHeadDim, false, false, 3>>(p, switches, s);
   if constexpr (kHeadDim == 128 && !kRescale && !kExp2 &&
                 std::is_same_v<Element, cutlass::bfloat16_t>)
     if (switches & kWideKeyTiles)
-      return launch<Sm90Traits<Element, kHeadDim, false, false, 2, 176>>(p, ping_pong, s);
-  return launch<Sm90Traits<Element, kHeadDim, kRescale, kExp2>>(p, ping_pong, s);
+      return launch<Sm90Traits<Element, kHeadDim, false, false, 2, 176>>(p, switches, s);
+  return launch<Sm90Traits<Element, kHeadDim, kRescale, kExp2>>(p, switches, s);
 }
 
 // bfloat16: every combination of the two compile-time switches (the benchmark's table);

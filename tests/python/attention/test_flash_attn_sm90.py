@@ -19,7 +19,7 @@ SM90_HEAD_DIMS = [64, 128, 256]
 # 128 only); at other head dims the last two run as without them.
 SWITCHES = {"plain": 0, "rescale": 1, "soft_exp2": 2, "ping_pong": 4, "all": 7,
             "three_wg": 8, "three_wg_ping_pong": 12, "wide_n": 16, "wide_n_ping_pong": 20,
-            "default": -1}
+            "persistent": 32, "three_wg_ping_pong_persistent": 44, "default": -1}
 
 
 def hopper():
@@ -110,3 +110,44 @@ def test_sm90_strided_inputs_and_fallback(sm90):
     out, lse = run_poisoned(q, k, v)
     assert _C._attention_last_kernel() == "portable"
     check_gpu(out, lse, q, k, v, dtype)
+
+
+@pytest.mark.parametrize("head_dim", SM90_HEAD_DIMS)
+@pytest.mark.parametrize("switches", [32, 33, 44])
+@gpu_test
+def test_sm90_persistent_ctas_loop_over_many_tiles(head_dim, switches):
+    """Persistent CTAs (bit 32) with more tiles than an H200 has SMs (132): 9 or 6 query
+    tiles x 16 heads x 2 sequences, so every CTA carries its K/V ring, Q barrier and (with
+    ping-pong, 44) the named-barrier turns from tile to tile; causal tiles of unequal length; with
+    conditional rescaling (33). Then a variable-length batch whose sequences alternately have
+    keys and none: a CTA's tiles mix loaded ones with ones that load nothing (the Q barrier
+    parities must stay in step), and a causal case with more queries than keys."""
+    if not hopper():
+        pytest.skip("needs a GPU of compute capability 9.0")
+    _C._attention_set_kernel("sm90", switches)
+    try:
+        q, k, v = gpu_inputs((2, 1025, 16, head_dim), (2, 1025, 4, head_dim), torch.bfloat16)
+        for causal in (False, True):
+            out, lse = run_poisoned(q, k, v, causal=causal)
+            assert_ran_sm90()
+            check_gpu(out, lse, q, k, v, torch.bfloat16, causal=causal)
+        q, k, v = gpu_inputs((4, 1000, 16, head_dim), (4, 17, 16, head_dim), torch.bfloat16)
+        out, lse = run_poisoned(q, k, v, causal=True)
+        check_gpu(out, lse, q, k, v, torch.bfloat16, causal=True)
+        # 64 sequences of 300 queries, keys 300 and 0 in turn: 3 x 4 x 64 = 768 tiles.
+        lens_q, lens_k = [300] * 64, [300, 0] * 32
+        cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32)
+        cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32)
+        q, k, v = gpu_inputs((sum(lens_q), 4, head_dim), (sum(lens_k), 4, head_dim),
+                             torch.bfloat16)
+        for causal in (False, True):
+            out, lse = run_varlen_poisoned(q, k, v, cu_q.cuda(), cu_k.cuda(), 300, 300,
+                                           causal=causal)
+            assert_ran_sm90()
+            for b in range(len(lens_q)):
+                qs = slice(int(cu_q[b]), int(cu_q[b + 1]))
+                ks = slice(int(cu_k[b]), int(cu_k[b + 1]))
+                check_gpu(out[qs][None], lse[:, qs][None], q[qs][None], k[ks][None],
+                          v[ks][None], torch.bfloat16, causal=causal)
+    finally:
+        _C._attention_set_kernel(os.environ.get("TILEGRID_ATTENTION_KERNEL", "auto"), -1)
