@@ -92,7 +92,10 @@ int sm90_switches(const Problem& p, const FlashFwdParams& k, int device) {
   if (choice.kernel == int(CudaKernel::Portable)) return -1;
   if (choice.kernel == int(CudaKernel::Auto) && !kSm90ValidatedOnHardware) return -1;
   if (!sm90::supported(k, p.dtype, int(p.head_dim)) || !is_sm90_device(device)) return -1;
-  return choice.sm90_switches < 0 ? sm90::default_switches(int(p.head_dim)) : choice.sm90_switches;
+  if (choice.sm90_switches >= 0) return choice.sm90_switches;
+  // A mask that ends rows early: causal (window_right 0) or any window.
+  const bool masked = p.window_left >= 0 || p.window_right >= 0;
+  return sm90::default_switches(int(p.head_dim), p.max_seqlen_q, masked);
 }
 #endif
 

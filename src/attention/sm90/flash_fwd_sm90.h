@@ -1,6 +1,8 @@
 #pragma once
 // The Hopper flash attention forward (internal, sm_90a only; see flash_fwd_sm90_kernel.cuh).
 // The dispatcher asks `supported` first and runs the portable kernel for everything else.
+#include <cstdint>
+
 #include "attention/cuda/flash_fwd_params.h"
 #include "tilegrid/core/device.h"
 #include "tilegrid/core/dtype.h"
@@ -41,11 +43,24 @@ enum Switches : int {
   kDefaultCompileTimeSwitches = kNoSwitches,
 };
 
-// The variant `auto` runs, the fastest measured on an H200 at each head dimension
-// (bench/results/2026-11-30_h200_attention_sm90_shapes.json): head dim 64, three consumer
-// warpgroups with ping-pong (+15% over two at 16k tokens); 128 and 256, the plain kernel.
-constexpr int default_switches(int head_dim) {
-  return head_dim == 64 ? (kThreeConsumerWarpgroups | kPingPong) : kNoSwitches;
+// The variant `auto` runs, the fastest measured on an H200
+// (bench/results/2026-12-01_h200_attention_sm90_persistent.json, 16k tokens a batch):
+// - head dim 64: three consumer warpgroups with ping-pong (+15% over two at 16k tokens); up to
+//   1k queries also persistent (+11% at 512, +3% at 1k), except with a mask that ends rows
+//   early (causal, window: tiles of unequal length), where the two-warpgroup persistent kernel
+//   is fastest (+26% at 512, +21% at 1k over the three-warpgroup grid);
+// - head dim 128: the plain kernel; up to 512 queries persistent (+15% full, +11% causal; even
+//   at 1k, slower at 2k causal and at 16k causal: 536 vs 599 TFLOP/s, the static round-robin
+//   of tiles balances unequal tiles worse than the hardware's block scheduler);
+// - head dim 256: the plain kernel (persistence not measured there yet).
+constexpr int default_switches(int head_dim, int64_t max_seqlen_q, bool masked) {
+  if (head_dim == 64) {
+    if (max_seqlen_q <= 1024)
+      return masked ? kPersistent : (kThreeConsumerWarpgroups | kPingPong | kPersistent);
+    return kThreeConsumerWarpgroups | kPingPong;
+  }
+  if (head_dim == 128 && max_seqlen_q <= 512) return kPersistent;
+  return kNoSwitches;
 }
 
 // True when the Hopper kernel handles this problem: float16 / bfloat16, head dimension 64,
