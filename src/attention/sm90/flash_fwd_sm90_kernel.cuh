@@ -233,8 +233,9 @@ __device__ __forceinline__ TileWork tile_work(const FlashFwdParams& p, int m_blo
 // batch * heads + head, are cut into sections of `section` pairs whose K and V fit in L2
 // together; a section's tiles run before the next section's, longest query tiles first within
 // it. (With the longest tiles of every pair first instead, the CTAs in flight read the K/V of
-// up to 132 pairs at once: 66 MB at head dim 128, 1k keys, more than the 50 MB L2, and the
-// kernel was 13% slower than the one-tile grid at that size.)
+// up to 132 pairs at once: 66 MB at head dim 128, 1k keys, more than the 60 MB L2, and the
+// kernel was 13% slower than the one-tile grid at that size; with sections, even: bench/results/
+// 2026-12-01_h200_attention_sm90_persistent*.json.)
 struct TileSchedule {
   int count, heads, batches, m_blocks, section;
   bool persistent;

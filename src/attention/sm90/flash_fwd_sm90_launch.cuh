@@ -27,7 +27,8 @@ inline int multiprocessor_count(int device) {
 
 // Persistent tile order: how many (head, sequence) pairs run together so that their K and V
 // (2 * keys * head_dim elements each; a variable-length batch's mean keys per sequence) take
-// at most half of the H100/H200 50 MB L2 (the rest is for the Q and O streams); at least one.
+// at most 25 MB, under half of the L2 (50 MB on an H100, 60 MB as an H200 reports it; the rest
+// is for the Q and O streams); at least one pair.
 inline int section_pairs(const FlashFwdParams& p, int64_t row_bytes) {
   constexpr int64_t kL2Budget = int64_t(25) << 20;
   const int64_t batch = std::max(p.batch, 1);
