@@ -13,6 +13,10 @@ Programs and shapes:
   column_sum         o 4096 -> 4096:        out = x w^T stored, and its sums over the tokens
   rope               qkv 4096 -> 6144:      q, k columns rotated by position * frequency (head
                                             dim 128, 32 q + 8 k heads), v's left as they are
+  swiglu             gate_up 4096 -> 28672: w's rows interleave gate and up; out = silu(g) * u,
+                                            [8192, 14336] (half the product's width)
+  swiglu_aux         gate_up 4096 -> 28672: the same with the [8192, 28672] pre-activation
+                                            saved for the backward
 Times are CUDA-graph replays where the system can be captured (see harness.run_each).
 """
 
@@ -90,6 +94,16 @@ class Case:
                 c, s = torch.cos(t), torch.sin(t)
                 y0, y1 = y[..., 0], y[..., 1]
                 return torch.stack([y0 * c - y1 * s, y0 * s + y1 * c], -1).view(m, n).to(BF16)
+        elif self.name in ("swiglu", "swiglu_aux"):
+            out = torch.empty(m, n // 2, device="cuda", dtype=BF16)
+            prog = tg.epilogue.Program()
+            if self.name == "swiglu_aux":
+                prog = prog.store(torch.empty_like(plain))
+            prog = prog.glu("silu").store(out)
+
+            def torch_fn(x=x, w=w):
+                y = x @ w.t()
+                return y, F.silu(y[:, 0::2]) * y[:, 1::2]
         else:
             residual = randn(m, n)
             out = torch.empty_like(plain)
@@ -117,6 +131,8 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--tokens", type=int, default=TOKENS)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--programs", nargs="*", default=None,
+                        help="run only these programs (default: all)")
     args = parser.parse_args()
     t = args.tokens
     report = harness.Report("gemm_epilogue")
@@ -130,7 +146,14 @@ def main() -> None:
              Case("row_scale", "qkv", t, 4096, 6144),
              Case("residual_sum_sq", "o", t, 4096, 4096),
              Case("column_sum", "o", t, 4096, 4096),
-             Case("rope", "qkv", t, 4096, 6144)]
+             Case("rope", "qkv", t, 4096, 6144),
+             Case("swiglu", "gate_up", t, 4096, 28672),
+             Case("swiglu_aux", "gate_up", t, 4096, 28672)]
+    if args.programs is not None:
+        unknown = sorted(set(args.programs) - {c.name for c in cases})
+        if unknown:
+            parser.error(f"unknown programs {unknown}; expected names from {[c.name for c in cases]}")
+        cases = [c for c in cases if c.name in args.programs]
     for case in cases:
         m, n, k = case.m, case.n, case.k
         problem = f"{case.name} {case.layer} M{m} N{n} K{k} bfloat16"
@@ -144,7 +167,8 @@ def main() -> None:
         try:
             run_program(a0, b0, prog0)
             ref = torch0()
-            ref = ref[-1] if case.name == "bias_gelu_aux" else (ref[0] if isinstance(ref, tuple)
+            last = case.name in ("bias_gelu_aux", "swiglu", "swiglu_aux")
+            ref = ref[-1] if last else (ref[0] if isinstance(ref, tuple)
                                                                   else ref)
             got = [s for s in prog0.steps if s[0] == "store"][-1][2]
             report.checks[f"{problem} rel_err vs torch"] = (

@@ -91,7 +91,7 @@ void apply(Values& val, const Glu& s) {
   Values out{val.rows, val.width / 2, std::vector<double>(val.v.size() / 2)};
   for (int64_t i = 0; i < val.rows; ++i)
     for (int64_t j = 0; j < out.width; ++j)
-      out.at(i, j) = activate(s.act, val.at(i, 2 * j)) * val.at(i, 2 * j + 1);
+      out.at(i, j) = glu(s.act, val.at(i, 2 * j), val.at(i, 2 * j + 1));
   val = std::move(out);
 }
 

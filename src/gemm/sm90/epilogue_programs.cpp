@@ -32,6 +32,10 @@ constexpr FusedProgram kPrograms[] = {
     {"rope(inverse) > store(bfloat16)", run_rope},  // run_rope negates the frequencies
     {"store(bfloat16) > column_sum", run_store_column_sum},
     {"column_sum > store(bfloat16)", run_store_column_sum},
+    {"glu(silu) > store(bfloat16)", run_glu},
+    {"glu(gelu_tanh) > store(bfloat16)", run_glu},
+    {"store(bfloat16) > glu(silu) > store(bfloat16)", run_store_glu},
+    {"store(bfloat16) > glu(gelu_tanh) > store(bfloat16)", run_store_glu},
 };
 
 std::string available() {

@@ -58,6 +58,38 @@ struct RopeOp {
   };
 };
 
+// The gated pairs of an interleaved [g0, u0, g1, u1, ...] tile -> act(g_j) * u_j, half as
+// many values. CUTLASS's store writes the accumulator tile's shape (N columns), so the
+// halved bf16 result leaves as bytes: D is declared int8 [M, N] over the [M, N / 2] bf16
+// output (row stride doubled), and pair j's two columns carry the two bytes of result j,
+// little-endian, so the bytes land at the result's address. The fragment lists the
+// accumulator registers in wgmma's order, values 2k and 2k + 1 being one pair (as for RoPE).
+// A node of its own rather than an Sm90Compute: that one converts its float result to the
+// output type element by element.
+template <epilogue::Activation Fn>
+struct GluAsBytes : fusion::Sm90VisitorImpl<> {
+  using fusion::Sm90VisitorImpl<>::Sm90VisitorImpl;
+
+  struct ConsumerStoreCallbacks : fusion::EmptyConsumerStoreCallbacks {
+    template <class ElementAccumulator, class ElementInput, int FragmentSize>
+    CUTLASS_DEVICE cutlass::Array<int8_t, FragmentSize> visit(
+        cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int, int,
+        cutlass::Array<ElementInput, FragmentSize> const& x) {
+      static_assert(FragmentSize % 2 == 0, "column pairs must stay in one fragment");
+      cutlass::Array<cutlass::bfloat16_t, FragmentSize / 2> h;
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < FragmentSize / 2; ++k)
+        h[k] = cutlass::bfloat16_t(epilogue::glu(Fn, float(x[2 * k]), float(x[2 * k + 1])));
+      return reinterpret_cast<cutlass::Array<int8_t, FragmentSize> const&>(h);
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(fusion::ConsumerStoreArgs<Args...> const&) {
+    return ConsumerStoreCallbacks();
+  }
+};
+
 // The register stage of the row partials of Reduce::SumSquares: acc + x^2 per element; the
 // shuffle and shared-memory stages then add the per-thread sums (cutlass::plus).
 template <class T>
@@ -174,6 +206,47 @@ struct StoreColumnSum {
                                    ColumnVectorStride, 4, true, /*FinalReduction=*/false>,
           fusion::Sm90AccFetch>>;
 };
+
+// 6. glu(Fn) > store(bfloat16), and with the pre-activation saved for the backward,
+//    store(bfloat16) > glu(Fn) > store(bfloat16): SwiGLU (Silu) or GeGLU (GeluTanh) on the
+//    product of a fused gate+up projection whose weight rows interleave gate and up. D is
+//    the bytes of the [M, N / 2] result (GluAsBytes); the pre-activation, [M, N] bf16, is an
+//    auxiliary TMA store.
+template <epilogue::Activation Fn>
+struct GatedPairs {
+  template <class ElementD, class Descriptor>
+  using Callbacks = fusion::Sm90EVT<GluAsBytes<Fn>, fusion::Sm90AccFetch>;
+};
+
+template <epilogue::Activation Fn>
+struct StoreGatedPairs {
+  template <class ElementD, class Descriptor>
+  using Callbacks = fusion::Sm90EVT<
+      GluAsBytes<Fn>,
+      fusion::Sm90EVT<
+          fusion::Sm90AuxStore<
+              Descriptor::StagesD, typename Descriptor::EpilogueTile, cutlass::bfloat16_t, kRound,
+              MatrixStride,
+              typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
+                  Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::SmemLayoutAtom,
+              typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
+                  Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::CopyOpR2S>,
+          fusion::Sm90AccFetch>>;
+};
+
+// The GEMM of a glu program: D as int8 (the result's bytes).
+template <class Program>
+using FusedGluGemm = Sm90Gemm<Config, cutlass::bfloat16_t, cutlass::layout::RowMajor,
+                              cutlass::layout::ColumnMajor, int8_t, Program>;
+
+// The product of `p` with D = the bytes of a glu program's [M, N / 2] bf16 output: a row
+// of N bytes, the row stride doubled.
+inline Problem with_glu_output(Problem p, const TensorView& out) {
+  p.out = out.data;
+  p.out_dtype = out.dtype;
+  p.ldo = 2 * tma_row_stride(out);
+  return p;
+}
 
 // The product of `p` with D = the program's final store (out, ldo).
 inline Problem with_output(Problem p, const TensorView& out) {

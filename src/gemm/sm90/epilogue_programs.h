@@ -42,6 +42,9 @@ void run_row_scale(const Problem& p, const epilogue::Program& program, int devic
 void run_residual_sum_squares(const Problem& p, const epilogue::Program& program, int device,
                               Stream stream);
 void run_rope(const Problem& p, const epilogue::Program& program, int device, Stream stream);
+void run_glu(const Problem& p, const epilogue::Program& program, int device, Stream stream);
+void run_store_glu(const Problem& p, const epilogue::Program& program, int device,
+                   Stream stream);
 void run_store_column_sum(const Problem& p, const epilogue::Program& program, int device,
                           Stream stream);
 

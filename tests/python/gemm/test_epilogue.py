@@ -300,6 +300,59 @@ def test_fused_residual_with_strided_output():
     torch.testing.assert_close(gpu[1], cpu[1], rtol=1e-4, atol=1e-3)
 
 
+# N a multiple of 16 (the halved output's rows a multiple of 8 elements).
+GLU_SHAPES = [(200, 512, 64), (1000, 784, 136), (37, 272, 72), (1, 256, 8), (1100, 512, 256)]
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", GLU_SHAPES)
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+@pytest.mark.parametrize("save_pre", [False, True])
+def test_fused_glu(m, n, k, act, save_pre):
+    """SwiGLU / GeGLU on an interleaved gate+up product, written at half the width, with or
+    without the [M, N] pre-activation saved."""
+    a, b = cuda_product(m, n, k)
+
+    def program(*outs):
+        p = tg.epilogue.Program()
+        if save_pre:
+            p = p.store(outs[0])
+        return p.glu(act).store(outs[-1])
+
+    build = Builder(program)
+    outs = [torch.empty(m, n // 2, dtype=torch.bfloat16, device="cuda")]
+    if save_pre:
+        outs.insert(0, torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    assert build(*outs).signature() == (
+        ("store(bfloat16) > " if save_pre else "") + f"glu({act}) > store(bfloat16)")
+    gpu, cpu = run_both(a, b, build, outs)
+    for g, c in zip(gpu, cpu):
+        torch.testing.assert_close(g.float(), c.float(), **BF16)
+    # Against torch directly: act(g) * u of the float32 product.
+    y = (a.float() @ b.float())
+    g, u = y[:, 0::2], y[:, 1::2]
+    fn = torch.nn.functional.silu if act == "silu" else (
+        lambda x: torch.nn.functional.gelu(x, approximate="tanh"))
+    torch.testing.assert_close(gpu[-1].float(), (fn(g) * u).cpu(), **BF16)
+
+
+@requires_hopper
+@pytest.mark.gpu
+def test_fused_glu_with_strided_outputs():
+    """The halved output and the pre-activation may have row strides above their widths."""
+    m, n, k = 300, 512, 64
+    a, b = cuda_product(m, n, k)
+    out_wide = torch.full((m, n // 2 + 64), 7.0, dtype=torch.bfloat16, device="cuda")
+    pre_wide = torch.full((m, n + 128), 7.0, dtype=torch.bfloat16, device="cuda")
+    build = Builder(lambda pre, out: tg.epilogue.Program().store(pre).glu("silu").store(out))
+    gpu, cpu = run_both(a, b, build, [pre_wide[:, :n], out_wide[:, :n // 2]])
+    for g, c in zip(gpu, cpu):
+        torch.testing.assert_close(g.float(), c.float(), **BF16)
+    # The columns past each view are not written.
+    assert bool((out_wide[:, n // 2:] == 7).all()) and bool((pre_wide[:, n:] == 7).all())
+
+
 @requires_hopper
 @pytest.mark.gpu
 class TestFusedConstraints:
@@ -324,6 +377,12 @@ class TestFusedConstraints:
         prog = tg.epilogue.Program().per_row(torch.ones(64, device="cuda")).store(out)
         with pytest.raises(ValueError, match="N to be a multiple of 8"):
             tg.epilogue.matmul(a, b, prog)
+
+    def test_glu_needs_n_multiple_of_16(self):
+        a, b = cuda_product(64, 264, 64)
+        out = torch.empty(64, 136, dtype=torch.bfloat16, device="cuda")[:, :132]
+        with pytest.raises(ValueError, match="multiple of 16"):
+            tg.epilogue.matmul(a, b, tg.epilogue.Program().glu("silu").store(out))
 
     def test_row_partials_tile_must_be_the_kernel_tile(self):
         a, b = cuda_product(64, 512, 64)

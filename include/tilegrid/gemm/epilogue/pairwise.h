@@ -34,6 +34,12 @@ struct Rope {
   bool inverse = false;
 };
 
+// One gated pair (g, u) -> act(g) * u: the CPU evaluator's and the fused kernel's formula.
+template <class T>
+TG_HOST_DEVICE T glu(Activation act, T g, T u) {
+  return activate(act, g) * u;
+}
+
 // sin t and cos t. In float32 on the GPU: one range reduction to [-pi, pi] (2 pi in two
 // float32 parts; the reduced angle is off by less than 1e-6 for |t| < 2^17, against an error
 // of |t| * 6e-8 that the float32 angle position * frequency already carries) and the
