@@ -44,8 +44,12 @@ if [ $build_rc -ne 0 ]; then tail -40 "$OUT/build.log"; cat "$summary"; exit 1; 
 # Every step after the build is bounded (TILEGRID_STEP_TIMEOUT seconds, default 1800): a hung
 # kernel ends its step with rc=124 instead of holding the GPU machine.
 step() { timeout "${TILEGRID_STEP_TIMEOUT:-1800}" "$@"; }
-step ctest --test-dir build/gpu --output-on-failure -j 8 >"$OUT/tests.log" 2>&1
-note "ctest: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/tests.log")"
+# TILEGRID_CTEST=0 skips the C++ tests (a quick run on one Python-tested kernel).
+: >"$OUT/tests.log"
+if [ "${TILEGRID_CTEST:-1}" != 0 ]; then
+  step ctest --test-dir build/gpu --output-on-failure -j 8 >"$OUT/tests.log" 2>&1
+  note "ctest: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/tests.log")"
+fi
 # TILEGRID_PYTEST="tests/python/attention -k sm90" narrows pytest (default: every test).
 step $PY -m pytest -q -rs ${TILEGRID_PYTEST:-tests/python} >>"$OUT/tests.log" 2>&1
 note "pytest: rc=$? $(tail -1 "$OUT/tests.log")"
