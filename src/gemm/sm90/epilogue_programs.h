@@ -5,7 +5,8 @@
 // fallback on the GPU: a program that silently ran as several kernels would hide the cost
 // the fusion exists to remove). Every fused program is compiled for bfloat16 a and b in the
 // forward layout (a [M, K] row-major, b = w^T of a row-major w [N, K]) with the cooperative
-// 128x256x64 kernel; each is one translation unit epilogue_<name>.cu of about 45 s of compile.
+// 128x256x64 kernel, one translation unit epilogue_<name>.cu per program (the glu ones hold
+// the silu and the gelu_tanh kernel), about 45 s of compile a kernel.
 #include <string>
 #include <vector>
 
