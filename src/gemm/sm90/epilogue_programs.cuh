@@ -109,6 +109,17 @@ inline MatrixStride matrix_stride(int64_t ld) {
   return s;
 }
 
+// A TMA store of the values it visits into an auxiliary [M, N] row-major bf16 matrix (e.g. a
+// pre-activation saved for the backward), staged like the main output.
+template <class Descriptor>
+using Bf16AuxStore = fusion::Sm90AuxStore<
+    Descriptor::StagesD, typename Descriptor::EpilogueTile, cutlass::bfloat16_t, kRound,
+    MatrixStride,
+    typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
+        Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::SmemLayoutAtom,
+    typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
+        Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::CopyOpR2S>;
+
 // The tile shape of every fused program (Cooperative128x256).
 using Config = Cooperative128x256;
 constexpr int kTileM = 128;
@@ -128,13 +139,7 @@ struct BiasActivationAux {
   using Callbacks = fusion::Sm90EVT<
       fusion::Sm90Compute<ActivationOp<Fn>::template Op, ElementD, float, kRound>,
       fusion::Sm90EVT<
-          fusion::Sm90AuxStore<
-              Descriptor::StagesD, typename Descriptor::EpilogueTile, cutlass::bfloat16_t, kRound,
-              MatrixStride,
-              typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
-                  Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::SmemLayoutAtom,
-              typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
-                  Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::CopyOpR2S>,
+          Bf16AuxStore<Descriptor>,
           fusion::Sm90EVT<
               fusion::Sm90Compute<cutlass::plus, float, float, kRound>, fusion::Sm90AccFetch,
               fusion::Sm90RowBroadcast<0, typename Descriptor::TileShape, cutlass::bfloat16_t,
@@ -224,13 +229,7 @@ struct StoreGatedPairs {
   using Callbacks = fusion::Sm90EVT<
       GluAsBytes<Fn>,
       fusion::Sm90EVT<
-          fusion::Sm90AuxStore<
-              Descriptor::StagesD, typename Descriptor::EpilogueTile, cutlass::bfloat16_t, kRound,
-              MatrixStride,
-              typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
-                  Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::SmemLayoutAtom,
-              typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
-                  Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::CopyOpR2S>,
+          Bf16AuxStore<Descriptor>,
           fusion::Sm90AccFetch>>;
 };
 
@@ -239,21 +238,20 @@ template <class Program>
 using FusedGluGemm = Sm90Gemm<Config, cutlass::bfloat16_t, cutlass::layout::RowMajor,
                               cutlass::layout::ColumnMajor, int8_t, Program>;
 
-// The product of `p` with D = the bytes of a glu program's [M, N / 2] bf16 output: a row
-// of N bytes, the row stride doubled.
-inline Problem with_glu_output(Problem p, const TensorView& out) {
-  p.out = out.data;
-  p.out_dtype = out.dtype;
-  p.ldo = 2 * tma_row_stride(out);
-  return p;
-}
-
 // The product of `p` with D = the program's final store (out, ldo).
 inline Problem with_output(Problem p, const TensorView& out) {
   p.out = out.data;
   p.out_dtype = out.dtype;
   p.ldo = tma_row_stride(out);
   return p;
+}
+
+// The same with D = the bytes of a glu program's [M, N / 2] bf16 output: rows of N bytes,
+// the row stride doubled.
+inline Problem with_glu_output(const Problem& p, const TensorView& out) {
+  Problem bytes = with_output(p, out);
+  bytes.ldo *= 2;
+  return bytes;
 }
 
 }  // namespace tilegrid::gemm::sm90::programs
