@@ -17,6 +17,16 @@ Programs and shapes:
                                             [8192, 14336] (half the product's width)
   swiglu_aux         gate_up 4096 -> 28672: the same with the [8192, 28672] pre-activation
                                             saved for the backward
+  scalar             o 4096 -> 4096:        out = (x w^T) * 0.125
+  row_max            o 4096 -> 4096:        out = x w^T stored, and its per-256-column row
+                                            maxima, finished on the GPU
+  lm_head_logsumexp  lm_head 4096 -> 128256: the logits stored and their row log-sum-exp (a
+                                            cross-entropy's normaliser), finished on the GPU
+  swiglu_grad        down dgrad 4096 -> 14336: dh = dy w_down (w_down [4096, 14336]) and
+                                            with the saved [8192, 28672] (g, u) pairs the
+                                            interleaved (dg, du) = dh * (u silu'(g), silu(g))
+  gelu_grad_bias     down dgrad 4096 -> 14336: d(pre) = (dy w) * gelu'(pre) stored and its
+                                            column sums (the bias gradient)
 Times are CUDA-graph replays where the system can be captured (see harness.run_each).
 """
 
@@ -55,8 +65,10 @@ class Case:
     def make(self, i):
         """(a, b, plain_out, program, torch_fn) for input set i."""
         m, k, n = self.m, self.k, self.n
-        x, w = randn(m, k), randn(n, k)
         plain = torch.empty(m, n, device="cuda", dtype=BF16)
+        if self.name in ("swiglu_grad", "gelu_grad_bias"):  # data-gradient layout: dy w
+            return self.make_backward(plain)
+        x, w = randn(m, k), randn(n, k)
         if self.name == "bias_gelu_aux":
             bias = randn(n)
             pre, out = torch.empty_like(plain), torch.empty_like(plain)
@@ -94,6 +106,22 @@ class Case:
                 c, s = torch.cos(t), torch.sin(t)
                 y0, y1 = y[..., 0], y[..., 1]
                 return torch.stack([y0 * c - y1 * s, y0 * s + y1 * c], -1).view(m, n).to(BF16)
+        elif self.name == "scalar":
+            out = torch.empty_like(plain)
+            prog = tg.epilogue.Program().scalar(0.125).store(out)
+
+            def torch_fn(x=x, w=w):
+                return (x @ w.t()) * 0.125
+        elif self.name in ("row_max", "lm_head_logsumexp"):
+            op = "max" if self.name == "row_max" else "logsumexp"
+            out = torch.empty_like(plain)
+            partials = torch.empty(m, math.ceil(n / 256), device="cuda")
+            prog = tg.epilogue.Program().store(out).row_partials(op, partials, 256)
+            prog.finish = (op, partials, torch.empty(m, device="cuda"))
+
+            def torch_fn(x=x, w=w, op=op):
+                y = x @ w.t()
+                return y, (y.float().amax(1) if op == "max" else torch.logsumexp(y.float(), 1))
         elif self.name in ("swiglu", "swiglu_aux"):
             out = torch.empty(m, n // 2, device="cuda", dtype=BF16)
             prog = tg.epilogue.Program()
@@ -111,19 +139,43 @@ class Case:
             total = torch.empty(m, device="cuda")
             prog = tg.epilogue.Program().tile(residual).store(out) \
                 .row_partials("sum_squares", partials, 256)
-            prog.finish = (partials, total)
+            prog.finish = ("sum_squares", partials, total)
 
             def torch_fn(x=x, w=w, residual=residual):
                 h = x @ w.t() + residual
                 return h, h.float().square().sum(1)
         return x, w.t(), plain, prog, torch_fn
 
+    def make_backward(self, plain):
+        m, k, n = self.m, self.k, self.n
+        dy, w = randn(m, k), randn(k, n)
+        if self.name == "swiglu_grad":
+            pre = randn(m, 2 * n)
+            out = torch.empty(m, 2 * n, device="cuda", dtype=BF16)
+            prog = tg.epilogue.Program().glu_grad(pre, "silu").store(out)
+
+            def torch_fn(dy=dy, w=w, pre=pre):
+                dh = dy @ w
+                g, u = pre[:, 0::2], pre[:, 1::2]
+                s = torch.sigmoid(g)
+                return torch.stack([dh * u * s * (1 + g * (1 - s)), dh * g * s], -1).view(m, 2 * n)
+        else:
+            pre = randn(m, n)
+            out, sums = torch.empty_like(plain), torch.empty(n, device="cuda")
+            prog = tg.epilogue.Program().elementwise_grad("gelu_tanh", pre).store(out) \
+                .column_sum(sums)
+
+            def torch_fn(dy=dy, w=w, pre=pre):
+                dpre = torch.ops.aten.gelu_backward(dy @ w, pre, approximate="tanh")
+                return dpre, dpre.sum(0, dtype=torch.float32)
+        return dy, w, plain, prog, torch_fn
+
 
 def run_program(a, b, prog):
     tg.epilogue.matmul(a, b, prog)
     finish = getattr(prog, "finish", None)
-    if finish is not None:  # the statistic a norm needs: finish the partials as part of it
-        tg.epilogue.finish_row_partials("sum_squares", finish[0], finish[1])
+    if finish is not None:  # the statistic a norm or a loss needs: finished as part of it
+        tg.epilogue.finish_row_partials(*finish)
 
 
 def main() -> None:
@@ -148,7 +200,12 @@ def main() -> None:
              Case("column_sum", "o", t, 4096, 4096),
              Case("rope", "qkv", t, 4096, 6144),
              Case("swiglu", "gate_up", t, 4096, 28672),
-             Case("swiglu_aux", "gate_up", t, 4096, 28672)]
+             Case("swiglu_aux", "gate_up", t, 4096, 28672),
+             Case("scalar", "o", t, 4096, 4096),
+             Case("row_max", "o", t, 4096, 4096),
+             Case("lm_head_logsumexp", "lm_head", t, 4096, 128256),
+             Case("swiglu_grad", "down dgrad", t, 4096, 14336),
+             Case("gelu_grad_bias", "down dgrad", t, 4096, 14336)]
     if args.programs is not None:
         unknown = sorted(set(args.programs) - {c.name for c in cases})
         if unknown:
@@ -168,15 +225,19 @@ def main() -> None:
             run_program(a0, b0, prog0)
             ref = torch0()
             last = case.name in ("bias_gelu_aux", "swiglu", "swiglu_aux")
-            ref = ref[-1] if last else (ref[0] if isinstance(ref, tuple)
-                                                                  else ref)
+            ref = ref[-1] if last else (ref[0] if isinstance(ref, tuple) else ref)
             got = [s for s in prog0.steps if s[0] == "store"][-1][2]
             report.checks[f"{problem} rel_err vs torch"] = (
                 (got.float() - ref.float()).norm() / ref.float().norm()).item()
-            if case.name == "column_sum":
-                sums, want = [s for s in prog0.steps if s[0] == "column_sum"][-1][2], torch0()[1]
-                report.checks[f"{problem} column sums rel_err vs torch"] = (
-                    (sums - want).norm() / want.norm()).item()
+            # The second result (column sums; finished row partials) against torch's.
+            sums = [s[2] for s in prog0.steps if s[0] == "column_sum"]
+            finish = getattr(prog0, "finish", None)
+            second = sums[-1] if sums else (finish[-1] if finish is not None else None)
+            if second is not None:
+                want = torch0()[1]
+                label = "column sums" if sums else f"row {finish[0]}"
+                report.checks[f"{problem} {label} rel_err vs torch"] = (
+                    (second - want).norm() / want.norm()).item()
         except Exception as e:  # recorded, not fatal
             report.checks[f"{problem} rel_err vs torch"] = f"failed: {type(e).__name__}: {e}"
 

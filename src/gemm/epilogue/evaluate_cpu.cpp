@@ -99,9 +99,8 @@ void apply(Values& val, const GluGrad& s) {
   Values out{val.rows, val.width * 2, std::vector<double>(val.v.size() * 2)};
   for (int64_t i = 0; i < val.rows; ++i)
     for (int64_t j = 0; j < val.width; ++j) {
-      const double dy = val.at(i, j), g = load(s.input, i, 2 * j), u = load(s.input, i, 2 * j + 1);
-      out.at(i, 2 * j) = dy * u * activate_grad(s.act, g);
-      out.at(i, 2 * j + 1) = dy * activate(s.act, g);
+      const double g = load(s.input, i, 2 * j), u = load(s.input, i, 2 * j + 1);
+      glu_grad(s.act, val.at(i, j), g, u, out.at(i, 2 * j), out.at(i, 2 * j + 1));
     }
   val = std::move(out);
 }

@@ -18,7 +18,10 @@ using Launcher = void (*)(const Problem&, const epilogue::Program&, int, Stream)
 struct FusedProgram {
   const char* signature;
   Launcher launch;
+  Layout layout = Layout::Fprop;  // of a and b: the products the program belongs to
 };
+
+constexpr Layout kDgrad = Layout::Dgrad;
 
 // In the order of the fusion issue's priorities; the signatures are those that
 // epilogue::signature() prints.
@@ -36,11 +39,39 @@ constexpr FusedProgram kPrograms[] = {
     {"glu(gelu_tanh) > store(bfloat16)", run_glu},
     {"store(bfloat16) > glu(silu) > store(bfloat16)", run_store_glu},
     {"store(bfloat16) > glu(gelu_tanh) > store(bfloat16)", run_store_glu},
+    {"scalar(multiply) > store(bfloat16)", run_scalar},
+    {"scalar(add) > store(bfloat16)", run_scalar},
+    {"store(bfloat16) > row_partials(sum, 256)", run_store_row_sum},
+    {"row_partials(sum, 256) > store(bfloat16)", run_store_row_sum},
+    {"store(bfloat16) > row_partials(max, 256)", run_store_row_max},
+    {"row_partials(max, 256) > store(bfloat16)", run_store_row_max},
+    {"store(bfloat16) > row_partials(logsumexp, 256)", run_store_row_logsumexp},
+    {"row_partials(logsumexp, 256) > store(bfloat16)", run_store_row_logsumexp},
+    // The backward programs, on the data-gradient products where they occur.
+    {"glu_grad(silu, bfloat16) > store(bfloat16)", run_glu_grad, kDgrad},
+    {"glu_grad(gelu_tanh, bfloat16) > store(bfloat16)", run_glu_grad, kDgrad},
+    {"elementwise_grad(gelu_tanh, bfloat16) > store(bfloat16) > column_sum",
+     run_gelu_grad_column_sum, kDgrad},
+    {"elementwise_grad(gelu_tanh, bfloat16) > column_sum > store(bfloat16)",
+     run_gelu_grad_column_sum, kDgrad},
 };
+
+const char* layout_name(Layout layout) {
+  switch (layout) {
+    case Layout::Fprop:
+      return "forward layout (a [M, K] row-major, b = w.t() of a row-major w [N, K])";
+    case Layout::Dgrad:
+      return "data-gradient layout (a [M, K] row-major, b = w, [K, N] row-major)";
+    case Layout::Wgrad:
+      break;
+  }
+  return "weight-gradient layout (a transposed)";
+}
 
 std::string available() {
   std::string s;
-  for (const FusedProgram& f : kPrograms) s += detail::concat("\n  ", f.signature);
+  for (const FusedProgram& f : kPrograms)
+    s += detail::concat("\n  ", f.signature, f.layout == kDgrad ? "  [data-gradient layout]" : "");
   return s;
 }
 
@@ -70,6 +101,9 @@ void check_operands(const epilogue::Program& program) {
           using S = std::decay_t<decltype(s)>;
           if constexpr (std::is_same_v<S, epilogue::Store>) check_matrix(index, "out", s.out);
           if constexpr (std::is_same_v<S, epilogue::Tile>) check_matrix(index, "values", s.values);
+          if constexpr (std::is_same_v<S, epilogue::ElementwiseGrad> ||
+                        std::is_same_v<S, epilogue::GluGrad>)
+            check_matrix(index, "input", s.input);
           if constexpr (std::is_same_v<S, epilogue::PerRow> ||
                         std::is_same_v<S, epilogue::PerColumn>)
             check_aligned(index, "values", s.values);
@@ -101,27 +135,23 @@ std::vector<std::string> fused_program_signatures() {
 void run_fused_program(const Problem& p, const epilogue::Program& program, int device,
                        Stream stream) {
   const std::string sig = epilogue::signature(program);
-  Launcher launch = nullptr;
+  const FusedProgram* fused = nullptr;
   for (const FusedProgram& f : kPrograms)
-    if (sig == f.signature) launch = f.launch;
-  TG_CHECK_VALUE(launch != nullptr, kOp, ": no fused CUDA kernel for the program ", sig,
+    if (sig == f.signature) fused = &f;
+  TG_CHECK_VALUE(fused != nullptr, kOp, ": no fused CUDA kernel for the program ", sig,
                  "; the sm90 kernels compiled in this build are:", available(),
                  "\n(on CPU tensors every program runs, unfused)");
-  TG_CHECK_VALUE(p.dtype == DType::BFloat16 && p.layout == Layout::Fprop, kOp,
-                 ": the fused kernels are compiled for bfloat16 a and b in the forward layout "
-                 "(a [M, K] row-major, b = w.t() of a row-major w [N, K]), got ",
-                 p.dtype, " a and b in the ",
-                 p.layout == Layout::Fprop   ? "forward"
-                 : p.layout == Layout::Dgrad ? "data-gradient (b row-major [K, N])"
-                                             : "weight-gradient (a transposed)",
-                 " layout");
+  TG_CHECK_VALUE(p.dtype == DType::BFloat16 && p.layout == fused->layout, kOp,
+                 ": the fused kernel of ", sig, " is compiled for bfloat16 a and b in the ",
+                 layout_name(fused->layout), ", got ", p.dtype, " a and b in the ",
+                 layout_name(p.layout));
   TG_CHECK_VALUE(
       p.n % kAlignElements == 0, kOp,
       ": the fused kernels need N to be a multiple of 8 (16-byte output rows), got N=", p.n);
   TG_CHECK_VALUE(p.k > 0, kOp, ": the fused kernels need K > 0, got K=0");
   check_operands(program);
   if (p.m == 0 || p.n == 0) return zero_column_sums(program, device, stream);
-  launch(p, program, device, stream);
+  fused->launch(p, program, device, stream);
 }
 
 }  // namespace tilegrid::gemm::sm90

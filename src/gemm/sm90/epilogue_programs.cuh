@@ -14,7 +14,9 @@
 #include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
 #include "cutlass/epilogue/thread/activation.h"
 #include "cutlass/functional.h"
+#include "gemm/sm90/epilogue_partials.h"
 #include "gemm/sm90/epilogue_programs.h"
+#include "tilegrid/core/tensor.h"
 #include "tilegrid/gemm/epilogue/elementwise.h"
 #include "tilegrid/gemm/epilogue/pairwise.h"
 
@@ -120,15 +122,30 @@ using Bf16AuxStore = fusion::Sm90AuxStore<
     typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
         Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::CopyOpR2S>;
 
+// A TMA load of an auxiliary [M, N] row-major matrix of `Element` (a residual, a saved
+// pre-activation), staged like a source matrix C; visit() hands the raw elements on.
+template <class Descriptor, class Element>
+using AuxLoad = fusion::Sm90AuxLoad<
+    Descriptor::StagesC, typename Descriptor::EpilogueTile, Element, MatrixStride,
+    typename cutlass::epilogue::collective::detail::AuxLoadDescriptor<
+        Descriptor, cutlass::layout::RowMajor, Element>::SmemLayoutAtom,
+    typename cutlass::epilogue::collective::detail::AuxLoadDescriptor<
+        Descriptor, cutlass::layout::RowMajor, Element>::CopyOpS2R>;
+
 // The tile shape of every fused program (Cooperative128x256).
 using Config = Cooperative128x256;
 constexpr int kTileM = 128;
 constexpr int kTileN = 256;
 static_assert(kTileN == kFusedTileN, "epilogue_programs.h states the fused tile width");
 
-template <class Program>
-using FusedGemm = Sm90Gemm<Config, cutlass::bfloat16_t, cutlass::layout::RowMajor,
-                           cutlass::layout::ColumnMajor, cutlass::bfloat16_t, Program>;
+// The fused GEMM in the forward layout (b K-contiguous: CUTLASS's ColumnMajor B) or, for the
+// backward programs, the data-gradient layout (b = w, [K, N] row-major: RowMajor B), with D
+// of type ElementD (bf16, or the bytes / words of a result whose width differs from N).
+using ForwardB = cutlass::layout::ColumnMajor;
+using DgradB = cutlass::layout::RowMajor;
+template <class Program, class LayoutB = ForwardB, class ElementD = cutlass::bfloat16_t>
+using FusedGemm = Sm90Gemm<Config, cutlass::bfloat16_t, cutlass::layout::RowMajor, LayoutB,
+                           ElementD, Program>;
 
 // 1. per_column(add, bfloat16) > store(bfloat16) > elementwise(Fn) > store(bfloat16):
 //    a linear layer's bias and activation, with the pre-activation saved for the backward.
@@ -159,7 +176,7 @@ struct RowScale {
 //    stream h = acc + residual (TMA-loaded) and its per-tile row sums of squares, the RMSNorm
 //    statistic of the next norm. The column reduction node (non-final) writes one float32
 //    per (row, N tile) into an M-major [ceil(N / 256), round_up(M, 128)] buffer, which
-//    transpose_partials turns into the program's [M, ceil(N / 256)] layout.
+//    transpose_row_partials turns into the program's [M, ceil(N / 256)] layout.
 struct ResidualSumSquares {
   template <class ElementD, class Descriptor>
   // The reduction sees the float32 sum and the rounding to bf16 comes last (the root's
@@ -170,15 +187,8 @@ struct ResidualSumSquares {
           fusion::Sm90ColReduction<SumSquaresOp, cutlass::plus, cutlass::plus, 0,
                                    typename Descriptor::TileShape, float, float, kRound,
                                    RowVectorStride, 4, true, /*FinalReduction=*/false>,
-          fusion::Sm90EVT<
-              fusion::Sm90Compute<cutlass::plus, float, float, kRound>, fusion::Sm90AccFetch,
-              fusion::Sm90AuxLoad<
-                  Descriptor::StagesC, typename Descriptor::EpilogueTile, cutlass::bfloat16_t,
-                  MatrixStride,
-                  typename cutlass::epilogue::collective::detail::AuxLoadDescriptor<
-                      Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::SmemLayoutAtom,
-                  typename cutlass::epilogue::collective::detail::AuxLoadDescriptor<
-                      Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::CopyOpS2R>>>>;
+          fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, float, kRound>,
+                          fusion::Sm90AccFetch, AuxLoad<Descriptor, cutlass::bfloat16_t>>>>;
 };
 
 // 4. rope > store(bfloat16): rotary position embedding on the product, e.g. the q and k
@@ -196,7 +206,7 @@ struct RopeRotation {
 // 5. store(bfloat16) > column_sum (either order): the product and its sums along M, one
 //    float32 per column (a bias or norm-weight gradient). The row reduction node (in CUTLASS's
 //    naming: it reduces into a row vector) adds the float32 values in registers and across
-//    threads, and writes one partial row per M tile; sum_partial_rows adds those. Not the
+//    threads, and writes one partial row per M tile; sum_column_partials adds those. Not the
 //    node's own final reduction: there the CTA that finishes a column tile last reads the
 //    other tiles' partials one dependent volatile load at a time (64 at M = 8192), and the
 //    program took 1.11x the plain product's time
@@ -235,8 +245,7 @@ struct StoreGatedPairs {
 
 // The GEMM of a glu program: D as int8 (the result's bytes).
 template <class Program>
-using FusedGluGemm = Sm90Gemm<Config, cutlass::bfloat16_t, cutlass::layout::RowMajor,
-                              cutlass::layout::ColumnMajor, int8_t, Program>;
+using FusedGluGemm = FusedGemm<Program, ForwardB, int8_t>;
 
 // The product of `p` with D = the program's final store (out, ldo).
 inline Problem with_output(Problem p, const TensorView& out) {
@@ -252,6 +261,39 @@ inline Problem with_glu_output(const Problem& p, const TensorView& out) {
   Problem bytes = with_output(p, out);
   bytes.ldo *= 2;
   return bytes;
+}
+
+// Runs Gemm with D = out, then sums the per-M-tile column partials of its row reduction
+// node (non-final: one partial row of round_up(N, 256) float32 per M tile) into sums [N].
+// make_args(float* partials) returns the tree's arguments.
+template <class Gemm, class MakeArgs>
+void launch_with_column_sums(const Problem& p, const TensorView& out, const TensorView& sums,
+                             MakeArgs make_args, int device, Stream stream) {
+  CudaDeviceGuard guard(device);
+  const auto s = static_cast<cudaStream_t>(stream.handle);
+  const int64_t tiles = (p.m + kTileM - 1) / kTileM;
+  const int64_t ld = (p.n + kTileN - 1) / kTileN * kTileN;
+  Tensor partials = Tensor::empty({tiles * ld}, DType::Float32, Device::cuda(device), stream);
+  auto* buffer = static_cast<float*>(partials.data());
+  launch<Gemm>(with_output(p, out), make_args(buffer), device, s);
+  sum_column_partials(buffer, tiles, ld, p.n, sums.data_ptr<float>(), s);
+}
+
+// Runs Gemm with D = out, then lays the row partials of its column reduction node
+// (non-final: M-major, [ceil(N / 256), round_up(M, 128)]) out as the program's
+// [M, ceil(N / 256)]. make_args(float* buffer) returns the tree's arguments.
+template <class Gemm, class MakeArgs>
+void launch_with_row_partials(const Problem& p, const TensorView& out,
+                              const TensorView& partials, MakeArgs make_args, int device,
+                              Stream stream) {
+  CudaDeviceGuard guard(device);
+  const auto s = static_cast<cudaStream_t>(stream.handle);
+  const int64_t count = (p.n + kTileN - 1) / kTileN;
+  const int64_t m_pad = (p.m + kTileM - 1) / kTileM * kTileM;
+  Tensor buffer = Tensor::empty({count * m_pad}, DType::Float32, Device::cuda(device), stream);
+  auto* data = static_cast<float*>(buffer.data());
+  launch<Gemm>(with_output(p, out), make_args(data), device, s);
+  transpose_row_partials(data, p.m, m_pad, count, partials.data_ptr<float>(), s);
 }
 
 }  // namespace tilegrid::gemm::sm90::programs

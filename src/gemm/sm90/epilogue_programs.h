@@ -3,10 +3,12 @@
 // this without CUTLASS). A program runs fused when its signature() is one of
 // fused_program_signatures(); anything else is an error that lists them (no unfused
 // fallback on the GPU: a program that silently ran as several kernels would hide the cost
-// the fusion exists to remove). Every fused program is compiled for bfloat16 a and b in the
-// forward layout (a [M, K] row-major, b = w^T of a row-major w [N, K]) with the cooperative
-// 128x256x64 kernel, one translation unit epilogue_<name>.cu per program (the glu ones hold
-// the silu and the gelu_tanh kernel), about 45 s of compile a kernel.
+// the fusion exists to remove). Every fused program is compiled for bfloat16 a and b with
+// the cooperative 128x256x64 kernel in one layout: the forward programs in the forward
+// layout (a [M, K] row-major, b = w^T of a row-major w [N, K]), the backward ones (glu_grad,
+// elementwise_grad) in the data-gradient layout (b = w, [K, N] row-major), where their
+// products are. One translation unit epilogue_<name>.cu per program (the glu ones hold the
+// silu and the gelu_tanh kernel), about 45 s of compile a kernel.
 #include <string>
 #include <vector>
 
@@ -48,5 +50,16 @@ void run_store_glu(const Problem& p, const epilogue::Program& program, int devic
                    Stream stream);
 void run_store_column_sum(const Problem& p, const epilogue::Program& program, int device,
                           Stream stream);
+void run_scalar(const Problem& p, const epilogue::Program& program, int device, Stream stream);
+void run_store_row_sum(const Problem& p, const epilogue::Program& program, int device,
+                       Stream stream);
+void run_store_row_max(const Problem& p, const epilogue::Program& program, int device,
+                       Stream stream);
+void run_store_row_logsumexp(const Problem& p, const epilogue::Program& program, int device,
+                             Stream stream);
+void run_glu_grad(const Problem& p, const epilogue::Program& program, int device,
+                  Stream stream);
+void run_gelu_grad_column_sum(const Problem& p, const epilogue::Program& program, int device,
+                              Stream stream);
 
 }  // namespace tilegrid::gemm::sm90

@@ -355,6 +355,147 @@ def test_fused_glu_with_strided_outputs():
 
 @requires_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("combine,value", [("multiply", 0.37), ("add", -2.5)])
+def test_fused_scalar(m, n, k, combine, value):
+    a, b = cuda_product(m, n, k)
+    build = Builder(lambda out: tg.epilogue.Program().scalar(value, combine).store(out))
+    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    assert build(out).signature() == f"scalar({combine}) > store(bfloat16)"
+    gpu, cpu = run_both(a, b, build, [out])
+    torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
+
+
+# Row partials of float32 values (float32 products of K <= 256 terms): against the float64
+# CPU evaluator, rtol 1e-4 with an atol for sums near 0; max and log-sum-exp are within
+# float32 rounding of the products (logsumexp adds the SFU's ~1e-7 relative error).
+PARTIALS_TOL = {"sum": dict(rtol=1e-4, atol=1e-2), "max": dict(rtol=1e-5, atol=1e-4),
+                "logsumexp": dict(rtol=1e-5, atol=1e-4)}
+FINISH = {"sum": lambda y: y.sum(1), "max": lambda y: y.amax(1),
+          "logsumexp": lambda y: torch.logsumexp(y, 1)}
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("op", ["sum", "max", "logsumexp"])
+@pytest.mark.parametrize("store_first", [True, False])
+def test_fused_store_row_partials(m, n, k, op, store_first):
+    """The product and its per-256-column row partials; finished, they are torch's reduction
+    of the float64 product."""
+    a, b = cuda_product(m, n, k)
+
+    def program(out, partials):
+        p = tg.epilogue.Program()
+        return (p.store(out).row_partials(op, partials, 256) if store_first
+                else p.row_partials(op, partials, 256).store(out))
+
+    build = Builder(program)
+    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda"),
+            torch.empty(m, math.ceil(n / 256), device="cuda")]
+    assert build(*outs).signature() == ("store(bfloat16) > " if store_first else "") + \
+        f"row_partials({op}, 256)" + ("" if store_first else " > store(bfloat16)")
+    gpu, cpu = run_both(a, b, build, outs)
+    torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
+    torch.testing.assert_close(gpu[1], cpu[1], **PARTIALS_TOL[op])
+    finished = tg.epilogue.finish_row_partials(op, outs[1]).cpu().double()
+    want = FINISH[op](a.cpu().double() @ b.cpu().double())
+    torch.testing.assert_close(finished, want, **PARTIALS_TOL[op])
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["max", "logsumexp"])
+def test_fused_row_partials_skip_columns_past_n(op):
+    """A negative product with a last N tile of 8 columns: were the tile's 248 columns past N
+    (zeros in the accumulator) reduced, its max would be 0 and its log-sum-exp >= log 248."""
+    m, n, k = 300, 264, 64
+    x = torch.randn(m, k, device="cuda").abs().bfloat16()
+    w = -torch.randn(n, k, device="cuda").abs().bfloat16()
+    partials = poison_(torch.empty(m, 2, device="cuda"))
+    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    tg.epilogue.matmul(x, w.t(), tg.epilogue.Program().store(out).row_partials(op, partials))
+    y = x.double() @ w.t().double()
+    want = torch.stack([FINISH[op](y[:, :256]), FINISH[op](y[:, 256:])], 1)
+    torch.testing.assert_close(partials.double(), want, **PARTIALS_TOL[op])
+
+
+def dgrad_product(m, n, k):
+    """bfloat16 operands in the data-gradient layout: dy [M, K] and w [K, N], both row-major."""
+    dy = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(k, n, dtype=torch.bfloat16, device="cuda") / 4
+    return dy, w
+
+
+def torch_act(act):
+    return F.silu if act == "silu" else (lambda x: F.gelu(x, approximate="tanh"))
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_fused_glu_grad(m, n, k, act):
+    """The backward of SwiGLU / GeGLU on the down projection's data gradient dh = dy w: with
+    the saved pre-activation pairs (g, u) [M, 2N], the interleaved (dg, du) [M, 2N]."""
+    dy, w = dgrad_product(m, n, k)
+    pre = torch.randn(m, 2 * n, dtype=torch.bfloat16, device="cuda") * 2
+    build = Builder(lambda pre, out: tg.epilogue.Program().glu_grad(pre, act).store(out), pre)
+    out = torch.empty(m, 2 * n, dtype=torch.bfloat16, device="cuda")
+    assert build(out).signature() == f"glu_grad({act}, bfloat16) > store(bfloat16)"
+    gpu, cpu = run_both(dy, w, build, [out])
+    torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
+    # Against torch's autograd of act(g) * u, in float64.
+    gu = pre.cpu().double().requires_grad_()
+    h = torch_act(act)(gu[:, 0::2]) * gu[:, 1::2]
+    h.backward(dy.cpu().double() @ w.cpu().double())
+    torch.testing.assert_close(gpu[0].double(), gu.grad, **BF16)
+
+
+@requires_hopper
+@pytest.mark.gpu
+def test_fused_glu_grad_with_strided_operands():
+    """The saved pairs and the output may have row strides above 2N; the columns past the
+    output view are not written."""
+    m, n, k = 300, 256, 64
+    dy, w = dgrad_product(m, n, k)
+    pre = torch.randn(m, 2 * n + 64, dtype=torch.bfloat16, device="cuda")[:, :2 * n]
+    out_wide = torch.full((m, 2 * n + 128), 7.0, dtype=torch.bfloat16, device="cuda")
+    build = Builder(lambda pre, out: tg.epilogue.Program().glu_grad(pre, "silu").store(out), pre)
+    gpu, cpu = run_both(dy, w, build, [out_wide[:, :2 * n]])
+    torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
+    assert bool((out_wide[:, 2 * n:] == 7).all())
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("store_first", [True, False])
+def test_fused_gelu_grad_column_sum(m, n, k, store_first):
+    """The backward of bias + GELU on the next layer's data gradient: d(pre) = (dy w) *
+    gelu'(pre), stored, and its sums over M (the bias gradient)."""
+    dy, w = dgrad_product(m, n, k)
+    pre = torch.randn(m, n, dtype=torch.bfloat16, device="cuda") * 2
+
+    def program(pre, out, sums):
+        p = tg.epilogue.Program().elementwise_grad("gelu_tanh", pre)
+        return p.store(out).column_sum(sums) if store_first else p.column_sum(sums).store(out)
+
+    build = Builder(program, pre)
+    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda"), torch.empty(n, device="cuda")]
+    gpu, cpu = run_both(dy, w, build, outs)
+    torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
+    torch.testing.assert_close(gpu[1], cpu[1], rtol=1e-4, atol=1e-2)
+    # Against torch's autograd of gelu(pre + bias) in float64.
+    x = pre.cpu().double().requires_grad_()
+    bias = torch.zeros(n, dtype=torch.float64, requires_grad=True)
+    F.gelu(x + bias, approximate="tanh").backward(dy.cpu().double() @ w.cpu().double())
+    torch.testing.assert_close(gpu[0].double(), x.grad, **BF16)
+    torch.testing.assert_close(gpu[1].double(), bias.grad, rtol=1e-4, atol=1e-2)
+
+
+@requires_hopper
+@pytest.mark.gpu
 class TestFusedConstraints:
     def test_unknown_program_lists_the_compiled_ones(self):
         a, b = cuda_product(64, 64, 64)
@@ -370,6 +511,14 @@ class TestFusedConstraints:
         prog = tg.epilogue.Program().per_row(torch.ones(64, device="cuda")).store(out)
         with pytest.raises(ValueError, match="forward layout"):
             tg.epilogue.matmul(a, b, prog)
+
+    def test_backward_programs_need_the_data_gradient_layout(self):
+        a, b = cuda_product(64, 64, 64)
+        pre = torch.randn(64, 128, dtype=torch.bfloat16, device="cuda")
+        out = torch.empty(64, 128, dtype=torch.bfloat16, device="cuda")
+        with pytest.raises(ValueError, match="glu_grad.* data-gradient layout .*got bfloat16 a "
+                                             "and b in the forward layout"):
+            tg.epilogue.matmul(a, b, tg.epilogue.Program().glu_grad(pre, "silu").store(out))
 
     def test_n_multiple_of_8(self):
         a, b = cuda_product(64, 36, 64)

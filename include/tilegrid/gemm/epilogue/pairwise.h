@@ -40,6 +40,14 @@ TG_HOST_DEVICE T glu(Activation act, T g, T u) {
   return activate(act, g) * u;
 }
 
+// The backward of one gated pair: dy = d(act(g) * u) -> (dg, du) = (dy * u * act'(g),
+// dy * act(g)): the CPU evaluator's and the fused kernel's formula.
+template <class T>
+TG_HOST_DEVICE void glu_grad(Activation act, T dy, T g, T u, T& dg, T& du) {
+  dg = dy * u * activate_grad(act, g);
+  du = dy * activate(act, g);
+}
+
 // sin t and cos t. In float32 on the GPU: one range reduction to [-pi, pi] (2 pi in two
 // float32 parts; the reduced angle is off by less than 1e-6 for |t| < 2^17, against an error
 // of |t| * 6e-8 that the float32 angle position * frequency already carries) and the

@@ -1,0 +1,68 @@
+// Fused program: elementwise_grad(gelu_tanh, bfloat16) > store(bfloat16) > column_sum (or
+// column_sum > store(bfloat16)), in the data-gradient layout - the backward of a linear
+// layer's bias + GELU (program 1 of epilogue_programs.h) fused into the next layer's data
+// gradient: d(pre) = (dy * w) * gelu'(pre) with the saved pre-activation TMA-loaded, stored,
+// and its sums over M, the bias gradient (a column reduction after another step).
+#include "gemm/sm90/epilogue_programs.cuh"
+
+namespace tilegrid::gemm::sm90 {
+namespace {
+
+namespace fusion = programs::fusion;
+
+// v * f'(x) per element (x the pre-activation, converted to float32 by Sm90Compute).
+template <epilogue::Activation Fn>
+struct ActivationGradOp {
+  template <class Fragment>
+  struct Op {
+    CUTLASS_DEVICE Fragment operator()(const Fragment& v, const Fragment& x) const {
+      Fragment out;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < Fragment::kElements; ++i)
+        out[i] = v[i] * epilogue::activate_grad(Fn, x[i]);
+      return out;
+    }
+  };
+};
+
+// The column sums see the float32 gradient; the rounding to bf16 comes last.
+struct GeluGradColumnSum {
+  template <class ElementD, class Descriptor>
+  using Callbacks = fusion::Sm90EVT<
+      fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, programs::kRound>,
+      fusion::Sm90EVT<
+          fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0,
+                                   typename Descriptor::TileShape, float, float, programs::kRound,
+                                   programs::ColumnVectorStride, 4, true,
+                                   /*FinalReduction=*/false>,
+          fusion::Sm90EVT<fusion::Sm90Compute<ActivationGradOp<epilogue::Activation::GeluTanh>::Op,
+                                              float, float, programs::kRound>,
+                          fusion::Sm90AccFetch,
+                          programs::AuxLoad<Descriptor, cutlass::bfloat16_t>>>>;
+};
+
+}  // namespace
+
+void run_gelu_grad_column_sum(const Problem& p, const epilogue::Program& program, int device,
+                              Stream stream) {
+  using Gemm = programs::FusedGemm<GeluGradColumnSum, programs::DgradB>;
+  const TensorView& pre = std::get<epilogue::ElementwiseGrad>(program.steps[0]).input;
+  const TensorView* out = nullptr;
+  const TensorView* sums = nullptr;
+  for (const epilogue::Step& step : program.steps) {
+    if (const auto* s = std::get_if<epilogue::Store>(&step)) out = &s->out;
+    if (const auto* s = std::get_if<epilogue::ColumnSum>(&step)) sums = &s->out;
+  }
+  auto make_args = [&](float* partials) {
+    return typename Gemm::Callbacks::Arguments{
+        {{{},  // dy * w
+          {pre.data_ptr<const cutlass::bfloat16_t>(), cutlass::bfloat16_t(0),
+           programs::matrix_stride(tma_row_stride(pre))},  // pre(i, j)
+          {}},                                             // * gelu'(pre)
+         {partials, 0.0f, {}}},                            // column partials
+        {}};                                               // round to D's type
+  };
+  programs::launch_with_column_sums<Gemm>(p, *out, *sums, make_args, device, stream);
+}
+
+}  // namespace tilegrid::gemm::sm90

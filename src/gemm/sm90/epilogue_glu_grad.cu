@@ -1,0 +1,97 @@
+// Fused programs: glu_grad(silu, bfloat16) > store(bfloat16) and glu_grad(gelu_tanh,
+// bfloat16) > store(bfloat16), in the data-gradient layout - the backward of a SwiGLU / GeGLU
+// MLP's activation fused into the down projection's data gradient dh = dy * w_down: with the
+// saved [M, 2N] pre-activation pairs (g, u), the gradient of the gate+up product,
+// interleaved (dg, du), [M, 2N] - twice the product's width.
+//
+// CUTLASS's stores and loads move tiles of the accumulator's shape. One bf16 pair is 32
+// bits, so both the saved pairs and the result travel as int32 words: the input is read as
+// an int32 [M, N] matrix (an auxiliary TMA load), D is declared int32 [M, N] over the bf16
+// [M, 2N] output (row strides halved), and word j of a row holds pair j, g (or dg) in its low
+// half - the little-endian layout of the bf16 pairs in memory.
+#include "gemm/sm90/epilogue_programs.cuh"
+
+namespace tilegrid::gemm::sm90 {
+namespace {
+
+namespace fusion = programs::fusion;
+
+// bf16 -> float is a shift of the bits; float -> bf16 rounds to nearest.
+CUTLASS_DEVICE float low_bf16(uint32_t w) {
+  return __uint_as_float(w << 16);
+}
+CUTLASS_DEVICE float high_bf16(uint32_t w) {
+  return __uint_as_float(w & 0xffff0000u);
+}
+CUTLASS_DEVICE int32_t pack_bf16(float lo, float hi) {
+  return static_cast<int32_t>(uint32_t(cutlass::bfloat16_t(lo).raw()) |
+                              uint32_t(cutlass::bfloat16_t(hi).raw()) << 16);
+}
+
+// dy (the accumulator) and the (g, u) words -> the (dg, du) words.
+template <epilogue::Activation Fn>
+struct GluGradWords : fusion::Sm90VisitorImpl<> {
+  using fusion::Sm90VisitorImpl<>::Sm90VisitorImpl;
+
+  struct ConsumerStoreCallbacks : fusion::EmptyConsumerStoreCallbacks {
+    template <class ElementAccumulator, class ElementInput, int FragmentSize>
+    CUTLASS_DEVICE cutlass::Array<int32_t, FragmentSize> visit(
+        cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int, int,
+        cutlass::Array<ElementInput, FragmentSize> const& dy,
+        cutlass::Array<int32_t, FragmentSize> const& pairs) {
+      cutlass::Array<int32_t, FragmentSize> out;
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < FragmentSize; ++k) {
+        const auto w = static_cast<uint32_t>(pairs[k]);
+        float dg, du;
+        epilogue::glu_grad(Fn, float(dy[k]), low_bf16(w), high_bf16(w), dg, du);
+        out[k] = pack_bf16(dg, du);
+      }
+      return out;
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(fusion::ConsumerStoreArgs<Args...> const&) {
+    return ConsumerStoreCallbacks();
+  }
+};
+
+template <epilogue::Activation Fn>
+struct GatedPairsGrad {
+  template <class ElementD, class Descriptor>
+  using Callbacks = fusion::Sm90EVT<GluGradWords<Fn>, fusion::Sm90AccFetch,
+                                    programs::AuxLoad<Descriptor, int32_t>>;
+};
+
+// An [M, 2N] bf16 matrix as int32 [M, N]: its row stride in words.
+int64_t word_row_stride(const TensorView& t) {
+  return tma_row_stride(t) / 2;
+}
+
+template <epilogue::Activation Fn>
+void run(const Problem& p, const TensorView& input, const TensorView& out, int device,
+         Stream stream) {
+  using Gemm = programs::FusedGemm<GatedPairsGrad<Fn>, programs::DgradB, int32_t>;
+  const typename Gemm::Callbacks::Arguments args{
+      {},  // dy
+      {static_cast<const int32_t*>(input.data), 0,
+       programs::matrix_stride(word_row_stride(input))},  // (g, u) words
+      {}};                                                // (dg, du) words
+  Problem words = programs::with_output(p, out);
+  words.ldo = word_row_stride(out);
+  CudaDeviceGuard guard(device);
+  launch<Gemm>(words, args, device, static_cast<cudaStream_t>(stream.handle));
+}
+
+}  // namespace
+
+void run_glu_grad(const Problem& p, const epilogue::Program& program, int device, Stream stream) {
+  const auto& step = std::get<epilogue::GluGrad>(program.steps[0]);
+  const TensorView& out = std::get<epilogue::Store>(program.steps[1]).out;
+  if (step.act == epilogue::Activation::Silu)
+    return run<epilogue::Activation::Silu>(p, step.input, out, device, stream);
+  return run<epilogue::Activation::GeluTanh>(p, step.input, out, device, stream);
+}
+
+}  // namespace tilegrid::gemm::sm90
