@@ -1,9 +1,17 @@
-"""Flash attention forward on the GPU: tilegrid vs torch SDPA's cuDNN and flash backends, in
-FlashAttention-3's setup: 16k tokens per batch (batch = 16384 / seqlen), hidden 2048
-(heads = 2048 / head_dim), head dims 64/128/256, seqlen 512..16k, causal and not, bf16.
+"""Flash attention forward on the GPU: tilegrid vs torch SDPA's cuDNN and flash backends and,
+when present, FlashAttention-3, in FlashAttention-3's setup: 16k tokens per batch
+(batch = 16384 / seqlen), hidden 2048 (heads = 2048 / head_dim), head dims 64/128/256,
+seqlen 512..16k, causal and not, bf16.
 
     python bench/bench_attention.py --out results.json [--head-dims 64 128] [--seqlens 512 1024]
                                     [--no-variants] [--systems tilegrid "torch SDPA cuDNN"]
+
+FlashAttention-3 (the hopper/ part of github.com/Dao-AILab/flash-attention; not a dependency of
+tilegrid) runs as the system "FlashAttention-3" when `import flash_attn_interface` works: the
+package installed, or its in-place build directory on PYTHONPATH. A build with only bf16
+forward for head dims 64/128/256 is enough. Without it the results' checks say
+"FlashAttention-3: not measured: <import error>", and the run goes on; naming it in --systems
+is never an error either.
 
 FLOPs counted as FlashAttention does: 4 * batch * heads * seqlen^2 * head_dim (two matrix
 products), halved for causal. Each result's extra holds its TFLOP/s. Every system's output is
@@ -46,6 +54,20 @@ def sdpa(backend):
     return run
 
 
+# Imported once here: the extension registers its operators with torch when it loads.
+fa3, FA3_ERROR = harness.optional_import("flash_attn_interface")
+FA3 = "FlashAttention-3"
+
+
+def flash_attention_3(q, k, v, causal):
+    """FA3's flash_attn_func on (b, s, h, d) tensors, its native layout. Sources before
+    2025-08-29 return (out, softmax_lse), later ones out alone (the lse only on request).
+    FA3 aligns the causal mask to the bottom right, SDPA to the top left: the same mask here,
+    as seqlen_q == seqlen_k."""
+    out = fa3.flash_attn_func(q, k, v, causal=causal)
+    return out[0] if isinstance(out, tuple) else out
+
+
 def tilegrid_kernel(kernel, sm90_switches=-1):
     """tg.flash_attn_func with the CUDA kernel chosen through the private selector hook (an
     atomic store per call, microseconds against the kernel's time)."""
@@ -66,7 +88,7 @@ SYSTEMS = [
     ("tilegrid", tilegrid_kernel(os.environ.get("TILEGRID_ATTENTION_KERNEL", "auto"))),
     ("torch SDPA cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
     ("torch SDPA flash", sdpa(SDPBackend.FLASH_ATTENTION)),
-]
+] + ([(FA3, flash_attention_3)] if fa3 is not None else [])
 SM90_SYSTEMS = [("tilegrid portable", tilegrid_kernel("portable"))]
 SM90_SWITCH_SYSTEMS = [
     ("sm90 plain", tilegrid_kernel("sm90", 0)),
@@ -147,12 +169,20 @@ def main() -> None:
     if torch.cuda.get_device_capability() == (9, 0) and not args.no_variants:
         SYSTEMS[1:1] = SM90_SYSTEMS + (SM90_SWITCH_SYSTEMS if dtype == torch.bfloat16 else [])
     if args.systems is not None:
-        unknown = sorted(set(args.systems) - {name for name, _ in SYSTEMS})
+        # FA3 is a known name even when it does not import: its absence goes into the checks.
+        known = [n for n, _ in SYSTEMS] + ([FA3] if fa3 is None else [])
+        unknown = sorted(set(args.systems) - set(known))
         if unknown:
-            parser.error(f"unknown systems {unknown}; expected names from {[n for n, _ in SYSTEMS]}")
+            parser.error(f"unknown systems {unknown}; expected names from {known}")
         SYSTEMS[:] = [(name, fn) for name, fn in SYSTEMS if name in args.systems]
 
     report = harness.Report("attention")
+    if fa3 is None:
+        report.checks[FA3] = f"not measured: {FA3_ERROR}"
+    elif args.systems is not None and FA3 not in args.systems:
+        report.checks[FA3] = "not measured: not among --systems"
+    else:
+        report.checks[FA3] = f"flash_attn_interface from {fa3.__file__}"
     report.measure_ceilings()
     for head_dim in args.head_dims:
         reference_check(report, head_dim, dtype)
