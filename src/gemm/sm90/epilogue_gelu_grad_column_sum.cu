@@ -45,7 +45,8 @@ struct GeluGradColumnSum {
 
 void run_gelu_grad_column_sum(const Problem& p, const epilogue::Program& program, int device,
                               Stream stream) {
-  using Gemm = programs::FusedGemm<GeluGradColumnSum, programs::DgradB>;
+  using Gemm = programs::FusedGemm<GeluGradColumnSum, programs::DgradB, cutlass::bfloat16_t,
+                                   Pingpong128x128>;
   const TensorView& pre = std::get<epilogue::ElementwiseGrad>(program.steps[0]).input;
   const TensorView* out = nullptr;
   const TensorView* sums = nullptr;

@@ -72,7 +72,8 @@ int64_t word_row_stride(const TensorView& t) {
 template <epilogue::Activation Fn>
 void run(const Problem& p, const TensorView& input, const TensorView& out, int device,
          Stream stream) {
-  using Gemm = programs::FusedGemm<GatedPairsGrad<Fn>, programs::DgradB, int32_t>;
+  using Gemm =
+      programs::FusedGemm<GatedPairsGrad<Fn>, programs::DgradB, int32_t, Pingpong128x128>;
   const typename Gemm::Callbacks::Arguments args{
       {},  // dy
       {static_cast<const int32_t*>(input.data), 0,

@@ -143,9 +143,19 @@ static_assert(kTileN == kFusedTileN, "epilogue_programs.h states the fused tile 
 // of type ElementD (bf16, or the bytes / words of a result whose width differs from N).
 using ForwardB = cutlass::layout::ColumnMajor;
 using DgradB = cutlass::layout::RowMajor;
-template <class Program, class LayoutB = ForwardB, class ElementD = cutlass::bfloat16_t>
-using FusedGemm = Sm90Gemm<Config, cutlass::bfloat16_t, cutlass::layout::RowMajor, LayoutB,
+// The configuration is the cooperative 128x256 kernel unless a program names another: the
+// ping-pong 128x128 one overlaps one warpgroup's epilogue with the other's mainloop, which
+// pays where the epilogue moves as many bytes as the product (the backward programs).
+template <class Program, class LayoutB = ForwardB, class ElementD = cutlass::bfloat16_t,
+          class Cfg = Config>
+using FusedGemm = Sm90Gemm<Cfg, cutlass::bfloat16_t, cutlass::layout::RowMajor, LayoutB,
                            ElementD, Program>;
+
+// The output tile of a fused GEMM.
+template <class Gemm>
+constexpr int64_t tile_m = cute::size<0>(typename Gemm::TileShape{});
+template <class Gemm>
+constexpr int64_t tile_n = cute::size<1>(typename Gemm::TileShape{});
 
 // 1. per_column(add, bfloat16) > store(bfloat16) > elementwise(Fn) > store(bfloat16):
 //    a linear layer's bias and activation, with the pre-activation saved for the backward.
@@ -264,15 +274,15 @@ inline Problem with_glu_output(const Problem& p, const TensorView& out) {
 }
 
 // Runs Gemm with D = out, then sums the per-M-tile column partials of its row reduction
-// node (non-final: one partial row of round_up(N, 256) float32 per M tile) into sums [N].
+// node (non-final: one partial row of round_up(N, tile N) float32 per M tile) into sums [N].
 // make_args(float* partials) returns the tree's arguments.
 template <class Gemm, class MakeArgs>
 void launch_with_column_sums(const Problem& p, const TensorView& out, const TensorView& sums,
                              MakeArgs make_args, int device, Stream stream) {
   CudaDeviceGuard guard(device);
   const auto s = static_cast<cudaStream_t>(stream.handle);
-  const int64_t tiles = (p.m + kTileM - 1) / kTileM;
-  const int64_t ld = (p.n + kTileN - 1) / kTileN * kTileN;
+  const int64_t tiles = (p.m + tile_m<Gemm> - 1) / tile_m<Gemm>;
+  const int64_t ld = (p.n + tile_n<Gemm> - 1) / tile_n<Gemm> * tile_n<Gemm>;
   Tensor partials = Tensor::empty({tiles * ld}, DType::Float32, Device::cuda(device), stream);
   auto* buffer = static_cast<float*>(partials.data());
   launch<Gemm>(with_output(p, out), make_args(buffer), device, s);
@@ -288,8 +298,9 @@ void launch_with_row_partials(const Problem& p, const TensorView& out,
                               Stream stream) {
   CudaDeviceGuard guard(device);
   const auto s = static_cast<cudaStream_t>(stream.handle);
+  static_assert(tile_n<Gemm> == kFusedTileN, "row partials are per 256 columns");
   const int64_t count = (p.n + kTileN - 1) / kTileN;
-  const int64_t m_pad = (p.m + kTileM - 1) / kTileM * kTileM;
+  const int64_t m_pad = (p.m + tile_m<Gemm> - 1) / tile_m<Gemm> * tile_m<Gemm>;
   Tensor buffer = Tensor::empty({count * m_pad}, DType::Float32, Device::cuda(device), stream);
   auto* data = static_cast<float*>(buffer.data());
   launch<Gemm>(with_output(p, out), make_args(data), device, s);
