@@ -8,8 +8,7 @@ namespace tilegrid::gemm::sm90 {
 void run_bias_gelu_aux(const Problem& p, const epilogue::Program& program, int device,
                        Stream stream) {
   using namespace programs;
-  using Gemm = FusedGemm<BiasActivationAux<epilogue::Activation::GeluTanh>, ForwardB,
-                         cutlass::bfloat16_t, Pingpong128x128>;
+  using Gemm = FusedGemm<BiasActivationAux<epilogue::Activation::GeluTanh>>;
   const TensorView& bias = std::get<epilogue::PerColumn>(program.steps[0]).values;
   const TensorView& pre = std::get<epilogue::Store>(program.steps[1]).out;
   const TensorView& out = std::get<epilogue::Store>(program.steps[3]).out;

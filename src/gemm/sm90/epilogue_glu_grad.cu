@@ -72,6 +72,10 @@ int64_t word_row_stride(const TensorView& t) {
 template <epilogue::Activation Fn>
 void run(const Problem& p, const TensorView& input, const TensorView& out, int device,
          Stream stream) {
+  // Ping-pong 128x128: the epilogue reads and writes twice the product's bytes. On the
+  // cooperative kernel the int32 load and store stages (96 KB of shared memory) left two
+  // mainloop stages and no overlap: 1.481x the plain product against 1.067x here
+  // (2026-12-01_h200_gemm_epilogue_backward_scalar_rows.json, ..._pingpong_trial.json).
   using Gemm =
       programs::FusedGemm<GatedPairsGrad<Fn>, programs::DgradB, int32_t, Pingpong128x128>;
   const typename Gemm::Callbacks::Arguments args{

@@ -4,7 +4,7 @@
 // fused_program_signatures(); anything else is an error that lists them (no unfused
 // fallback on the GPU: a program that silently ran as several kernels would hide the cost
 // the fusion exists to remove). Every fused program is compiled for bfloat16 a and b with
-// the cooperative 128x256x64 kernel in one layout: the forward programs in the forward
+// the cooperative 128x256x64 kernel (glu_grad: the ping-pong 128x128 one) in one layout: the forward programs in the forward
 // layout (a [M, K] row-major, b = w^T of a row-major w [N, K]), the backward ones (glu_grad,
 // elementwise_grad) in the data-gradient layout (b = w, [K, N] row-major), where their
 // products are. One translation unit epilogue_<name>.cu per program (the glu ones hold the
