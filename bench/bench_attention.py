@@ -182,7 +182,8 @@ def main() -> None:
     elif args.systems is not None and FA3 not in args.systems:
         report.checks[FA3] = "not measured: not among --systems"
     else:
-        report.checks[FA3] = f"flash_attn_interface from {fa3.__file__}"
+        # Relative to the working directory (the repository root when run from there).
+        report.checks[FA3] = f"flash_attn_interface from {os.path.relpath(fa3.__file__)}"
     report.measure_ceilings()
     for head_dim in args.head_dims:
         reference_check(report, head_dim, dtype)
