@@ -30,32 +30,26 @@ CUTLASS_DEVICE int32_t pack_bf16(float lo, float hi) {
 
 // dy (the accumulator) and the (g, u) words -> the (dg, du) words.
 template <epilogue::Activation Fn>
-struct GluGradWords : fusion::Sm90VisitorImpl<> {
-  using fusion::Sm90VisitorImpl<>::Sm90VisitorImpl;
-
-  struct ConsumerStoreCallbacks : fusion::EmptyConsumerStoreCallbacks {
-    template <class ElementAccumulator, class ElementInput, int FragmentSize>
-    CUTLASS_DEVICE cutlass::Array<int32_t, FragmentSize> visit(
-        cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int, int,
-        cutlass::Array<ElementInput, FragmentSize> const& dy,
-        cutlass::Array<int32_t, FragmentSize> const& pairs) {
-      cutlass::Array<int32_t, FragmentSize> out;
-      CUTLASS_PRAGMA_UNROLL
-      for (int k = 0; k < FragmentSize; ++k) {
-        const auto w = static_cast<uint32_t>(pairs[k]);
-        float dg, du;
-        epilogue::glu_grad(Fn, float(dy[k]), low_bf16(w), high_bf16(w), dg, du);
-        out[k] = pack_bf16(dg, du);
-      }
-      return out;
+struct GluGradWordsCallbacks : fusion::EmptyConsumerStoreCallbacks {
+  template <class ElementAccumulator, class ElementInput, int FragmentSize>
+  CUTLASS_DEVICE cutlass::Array<int32_t, FragmentSize> visit(
+      cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int, int,
+      cutlass::Array<ElementInput, FragmentSize> const& dy,
+      cutlass::Array<int32_t, FragmentSize> const& pairs) {
+    cutlass::Array<int32_t, FragmentSize> out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int k = 0; k < FragmentSize; ++k) {
+      const auto w = static_cast<uint32_t>(pairs[k]);
+      float dg, du;
+      epilogue::glu_grad(Fn, float(dy[k]), low_bf16(w), high_bf16(w), dg, du);
+      out[k] = pack_bf16(dg, du);
     }
-  };
-
-  template <bool ReferenceSrc, class... Args>
-  CUTLASS_DEVICE auto get_consumer_store_callbacks(fusion::ConsumerStoreArgs<Args...> const&) {
-    return ConsumerStoreCallbacks();
+    return out;
   }
 };
+
+template <epilogue::Activation Fn>
+using GluGradWords = programs::StatelessNode<GluGradWordsCallbacks<Fn>>;
 
 template <epilogue::Activation Fn>
 struct GatedPairsGrad {
@@ -76,8 +70,7 @@ void run(const Problem& p, const TensorView& input, const TensorView& out, int d
   // cooperative kernel the int32 load and store stages (96 KB of shared memory) left two
   // mainloop stages and no overlap: 1.481x the plain product against 1.067x here
   // (2026-12-01_h200_gemm_epilogue_backward_scalar_rows.json, ..._pingpong_trial.json).
-  using Gemm =
-      programs::FusedGemm<GatedPairsGrad<Fn>, programs::DgradB, int32_t, Pingpong128x128>;
+  using Gemm = programs::FusedGemm<GatedPairsGrad<Fn>, programs::DgradB, int32_t, Pingpong128x128>;
   const typename Gemm::Callbacks::Arguments args{
       {},  // dy
       {static_cast<const int32_t*>(input.data), 0,

@@ -60,6 +60,18 @@ struct RopeOp {
   };
 };
 
+// A node whose visit() keeps no state and loads nothing: the tree hands each sub-tile's
+// fragments (the accumulator and the children's results) to Callbacks::visit.
+template <class Callbacks>
+struct StatelessNode : fusion::Sm90VisitorImpl<> {
+  using fusion::Sm90VisitorImpl<>::Sm90VisitorImpl;
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(fusion::ConsumerStoreArgs<Args...> const&) {
+    return Callbacks();
+  }
+};
+
 // The gated pairs of an interleaved [g0, u0, g1, u1, ...] tile -> act(g_j) * u_j, half as
 // many values. CUTLASS's store writes the accumulator tile's shape (N columns), so the
 // halved bf16 result leaves as bytes: D is declared int8 [M, N] over the [M, N / 2] bf16
@@ -69,28 +81,22 @@ struct RopeOp {
 // A node of its own rather than an Sm90Compute: that one converts its float result to the
 // output type element by element.
 template <epilogue::Activation Fn>
-struct GluAsBytes : fusion::Sm90VisitorImpl<> {
-  using fusion::Sm90VisitorImpl<>::Sm90VisitorImpl;
-
-  struct ConsumerStoreCallbacks : fusion::EmptyConsumerStoreCallbacks {
-    template <class ElementAccumulator, class ElementInput, int FragmentSize>
-    CUTLASS_DEVICE cutlass::Array<int8_t, FragmentSize> visit(
-        cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int, int,
-        cutlass::Array<ElementInput, FragmentSize> const& x) {
-      static_assert(FragmentSize % 2 == 0, "column pairs must stay in one fragment");
-      cutlass::Array<cutlass::bfloat16_t, FragmentSize / 2> h;
-      CUTLASS_PRAGMA_UNROLL
-      for (int k = 0; k < FragmentSize / 2; ++k)
-        h[k] = cutlass::bfloat16_t(epilogue::glu(Fn, float(x[2 * k]), float(x[2 * k + 1])));
-      return reinterpret_cast<cutlass::Array<int8_t, FragmentSize> const&>(h);
-    }
-  };
-
-  template <bool ReferenceSrc, class... Args>
-  CUTLASS_DEVICE auto get_consumer_store_callbacks(fusion::ConsumerStoreArgs<Args...> const&) {
-    return ConsumerStoreCallbacks();
+struct GluBytes : fusion::EmptyConsumerStoreCallbacks {
+  template <class ElementAccumulator, class ElementInput, int FragmentSize>
+  CUTLASS_DEVICE cutlass::Array<int8_t, FragmentSize> visit(
+      cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int, int,
+      cutlass::Array<ElementInput, FragmentSize> const& x) {
+    static_assert(FragmentSize % 2 == 0, "column pairs must stay in one fragment");
+    cutlass::Array<cutlass::bfloat16_t, FragmentSize / 2> h;
+    CUTLASS_PRAGMA_UNROLL
+    for (int k = 0; k < FragmentSize / 2; ++k)
+      h[k] = cutlass::bfloat16_t(epilogue::glu(Fn, float(x[2 * k]), float(x[2 * k + 1])));
+    return reinterpret_cast<cutlass::Array<int8_t, FragmentSize> const&>(h);
   }
 };
+
+template <epilogue::Activation Fn>
+using GluAsBytes = StatelessNode<GluBytes<Fn>>;
 
 // The register stage of the row partials of Reduce::SumSquares: acc + x^2 per element; the
 // shuffle and shared-memory stages then add the per-thread sums (cutlass::plus).

@@ -29,8 +29,21 @@ CUTLASS_DEVICE float log_add_exp(float a, float b) {
   return fmaf(l, 0.693147181f, hi);
 }
 
-// The three combinations, on a float (register stage) and on an Array of floats (shuffle and
+// f on two floats (register stage), or lane by lane on two Arrays of floats (shuffle and
 // shared-memory stages).
+template <class T, class F>
+CUTLASS_DEVICE T lanewise(const T& a, const T& b, F f) {
+  if constexpr (std::is_same_v<T, float>) {
+    return f(a, b);
+  } else {
+    T out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < T::kElements; ++i) out[i] = f(a[i], b[i]);
+    return out;
+  }
+}
+
+// The three combinations.
 template <class T>
 struct SumOp {
   CUTLASS_HOST_DEVICE T operator()(const T& a, const T& b) const {
@@ -41,28 +54,14 @@ struct SumOp {
 template <class T>
 struct MaxOp {
   CUTLASS_DEVICE T operator()(const T& a, const T& b) const {
-    if constexpr (std::is_same_v<T, float>) {
-      return fmaxf(a, b);
-    } else {
-      T out;
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < T::kElements; ++i) out[i] = fmaxf(a[i], b[i]);
-      return out;
-    }
+    return lanewise(a, b, [](float x, float y) { return fmaxf(x, y); });
   }
 };
 
 template <class T>
 struct LogSumExpOp {
   CUTLASS_DEVICE T operator()(const T& a, const T& b) const {
-    if constexpr (std::is_same_v<T, float>) {
-      return log_add_exp(a, b);
-    } else {
-      T out;
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < T::kElements; ++i) out[i] = log_add_exp(a[i], b[i]);
-      return out;
-    }
+    return lanewise(a, b, [](float x, float y) { return log_add_exp(x, y); });
   }
 };
 
