@@ -138,11 +138,8 @@ using AuxLoad = fusion::Sm90AuxLoad<
     typename cutlass::epilogue::collective::detail::AuxLoadDescriptor<
         Descriptor, cutlass::layout::RowMajor, Element>::CopyOpS2R>;
 
-// The tile shape of every fused program (Cooperative128x256).
+// The default configuration of the fused programs (FusedGemm below).
 using Config = Cooperative128x256;
-constexpr int kTileM = 128;
-constexpr int kTileN = 256;
-static_assert(kTileN == kFusedTileN, "epilogue_programs.h states the fused tile width");
 
 // The fused GEMM in the forward layout (b K-contiguous: CUTLASS's ColumnMajor B) or, for the
 // backward programs, the data-gradient layout (b = w, [K, N] row-major: RowMajor B), with D
@@ -304,8 +301,8 @@ void launch_with_row_partials(const Problem& p, const TensorView& out,
                               Stream stream) {
   CudaDeviceGuard guard(device);
   const auto s = static_cast<cudaStream_t>(stream.handle);
-  static_assert(tile_n<Gemm> == kFusedTileN, "row partials are per 256 columns");
-  const int64_t count = (p.n + kTileN - 1) / kTileN;
+  static_assert(tile_n<Gemm> == kFusedTileN, "epilogue_programs.h states the row partials' tile");
+  const int64_t count = (p.n + tile_n<Gemm> - 1) / tile_n<Gemm>;
   const int64_t m_pad = (p.m + tile_m<Gemm> - 1) / tile_m<Gemm> * tile_m<Gemm>;
   Tensor buffer = Tensor::empty({count * m_pad}, DType::Float32, Device::cuda(device), stream);
   auto* data = static_cast<float*>(buffer.data());
