@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include "tilegrid/gemm/epilogue/log_sum_exp_state.h"
+
 namespace tilegrid::gemm::sm90 {
 
 // Row partials: CUTLASS's column reduction node leaves partial t of row i at
@@ -14,6 +16,9 @@ namespace tilegrid::gemm::sm90 {
 // microseconds next to the GEMM.
 void transpose_row_partials(const float* buffer, int64_t m, int64_t m_pad, int64_t count,
                             float* partials, cudaStream_t stream);
+// The same for running log-sum-exps, each written as its value.
+void transpose_row_partials(const epilogue::LogSumExpState* buffer, int64_t m, int64_t m_pad,
+                            int64_t count, float* partials, cudaStream_t stream);
 
 // Column sums: sums[j] = the sum over the M tiles t of partials[t * ld + j], in tile order
 // (deterministic). At 8192 x 4096: 64 x 4096 partials, 1 MiB read.

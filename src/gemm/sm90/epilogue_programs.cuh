@@ -293,19 +293,23 @@ void launch_with_column_sums(const Problem& p, const TensorView& out, const Tens
 }
 
 // Runs Gemm with D = out, then lays the row partials of its column reduction node
-// (non-final: M-major, [ceil(N / 256), round_up(M, 128)]) out as the program's
-// [M, ceil(N / 256)]. make_args(float* buffer) returns the tree's arguments.
-template <class Gemm, class MakeArgs>
+// (non-final: M-major, [ceil(N / 256), round_up(M, 128)] States - float32, or running
+// log-sum-exps) out as the program's float32 [M, ceil(N / 256)]. make_args(State* buffer)
+// returns the tree's arguments.
+template <class Gemm, class State = float, class MakeArgs>
 void launch_with_row_partials(const Problem& p, const TensorView& out,
                               const TensorView& partials, MakeArgs make_args, int device,
                               Stream stream) {
   CudaDeviceGuard guard(device);
   const auto s = static_cast<cudaStream_t>(stream.handle);
   static_assert(tile_n<Gemm> == kFusedTileN, "epilogue_programs.h states the row partials' tile");
+  static_assert(sizeof(State) % sizeof(float) == 0, "the buffer is allocated in floats");
   const int64_t count = (p.n + tile_n<Gemm> - 1) / tile_n<Gemm>;
   const int64_t m_pad = (p.m + tile_m<Gemm> - 1) / tile_m<Gemm> * tile_m<Gemm>;
-  Tensor buffer = Tensor::empty({count * m_pad}, DType::Float32, Device::cuda(device), stream);
-  auto* data = static_cast<float*>(buffer.data());
+  constexpr int64_t kFloatsPerState = sizeof(State) / sizeof(float);
+  Tensor buffer = Tensor::empty({count * m_pad * kFloatsPerState}, DType::Float32,
+                                Device::cuda(device), stream);
+  auto* data = static_cast<State*>(buffer.data());
   launch<Gemm>(with_output(p, out), make_args(data), device, s);
   transpose_row_partials(data, p.m, m_pad, count, partials.data_ptr<float>(), s);
 }

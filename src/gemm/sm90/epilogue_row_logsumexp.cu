@@ -7,7 +7,8 @@ namespace tilegrid::gemm::sm90 {
 
 void run_store_row_logsumexp(const Problem& p, const epilogue::Program& program, int device,
                              Stream stream) {
-  programs::run_store_row_partials<programs::LogSumExpOp>(p, program, -INFINITY, device, stream);
+  programs::run_store_row_partials<programs::LogSumExpOp>(p, program, programs::LseState{}, device,
+                                                          stream);
 }
 
 }  // namespace tilegrid::gemm::sm90

@@ -10,30 +10,50 @@
 // same associative, commutative combination. Out-of-bounds columns are skipped (the node's
 // VisitCheckOOB), so a tile's partial covers exactly its columns.
 #include <cmath>
+#include <type_traits>
 
 #include "gemm/sm90/epilogue_programs.cuh"
+#include "tilegrid/gemm/epilogue/log_sum_exp_state.h"
+
+// The node converts its float32 input to its compute type element by element; for LseState
+// that is LseState::of (CUTLASS's generic converter would static_cast).
+namespace cutlass {
+template <int N, FloatRoundStyle Round>
+struct NumericArrayConverter<tilegrid::epilogue::LogSumExpState, float, N, Round,
+                             transform::thread::UnaryTransform::Identity> {
+  using result_type = Array<tilegrid::epilogue::LogSumExpState, N>;
+  using source_type = Array<float, N>;
+  CUTLASS_HOST_DEVICE static result_type convert(const source_type& s) {
+    result_type out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) out[i] = tilegrid::epilogue::LogSumExpState::of(s[i]);
+    return out;
+  }
+  CUTLASS_HOST_DEVICE result_type operator()(const source_type& s) const { return convert(s); }
+};
+}  // namespace cutlass
 
 namespace tilegrid::gemm::sm90::programs {
 
-// log(e^a + e^b) = hi + log(1 + e^(lo - hi)) with hi = max(a, b), in base 2 on the
-// special-function unit: ex2.approx (relative error 2^-22) and lg2.approx of a value in
-// [1, 2] (absolute error ~2^-22), so the result is off by ~1e-7 of |hi| + 1. Two MUFU
-// operations per element of the tile. -inf (the identity, and a partial of no columns)
-// combines exactly: e^-inf = 0 without computing -inf - -inf.
-CUTLASS_DEVICE float log_add_exp(float a, float b) {
-  const float hi = fmaxf(a, b), lo = fminf(a, b);
-  if (lo == -INFINITY) return hi;
-  float e, l;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"((lo - hi) * 1.44269504f));
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l) : "f"(1.0f + e));
-  return fmaf(l, 0.693147181f, hi);
-}
+// The running log-sum-exp of the values a thread, a row of lanes, a tile has seen
+// (log_sum_exp_state.h): its partials travel through the node's stages as 8-byte states (a
+// shuffle moves one, the shared-memory stage one a lane) and become values in the finishing
+// kernel. One exponential per element; combining log-sum-exps directly (hi + log(1 + e^(lo -
+// hi))) took an exponential and a logarithm per element, each in a chain of dependent
+// combinations per row, and the program 1.149x the plain product's time on the Llama-3 LM
+// head (bench/results/2026-12-01_h200_gemm_epilogue_backward_scalar_rows_final.json).
+using LseState = epilogue::LogSumExpState;
 
-// f on two floats (register stage), or lane by lane on two Arrays of floats (shuffle and
+template <class T>
+struct IsFragment : std::false_type {};
+template <class T, int N, bool RegisterSized>
+struct IsFragment<cutlass::Array<T, N, RegisterSized>> : std::true_type {};
+
+// f on two values (register stage), or lane by lane on two Arrays of them (shuffle and
 // shared-memory stages).
 template <class T, class F>
 CUTLASS_DEVICE T lanewise(const T& a, const T& b, F f) {
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (!IsFragment<T>::value) {
     return f(a, b);
   } else {
     T out;
@@ -43,7 +63,7 @@ CUTLASS_DEVICE T lanewise(const T& a, const T& b, F f) {
   }
 }
 
-// The three combinations.
+// The three combinations: on float32 values (sum, max), on LseState (log-sum-exp).
 template <class T>
 struct SumOp {
   CUTLASS_HOST_DEVICE T operator()(const T& a, const T& b) const {
@@ -61,40 +81,42 @@ struct MaxOp {
 template <class T>
 struct LogSumExpOp {
   CUTLASS_DEVICE T operator()(const T& a, const T& b) const {
-    return lanewise(a, b, [](float x, float y) { return log_add_exp(x, y); });
+    return lanewise(a, b, [](const LseState& x, const LseState& y) { return combine(x, y); });
   }
 };
 
-// D = round(acc) and the row partials of acc in float32, before the rounding.
-template <template <class> class Combine>
+// D = round(acc) and the row partials of acc in float32, before the rounding; the node
+// combines `State`s (float, or LseState: the node converts each float32 value to one).
+template <template <class> class Combine, class State>
 struct StoreRowPartials {
   template <class ElementD, class Descriptor>
   using Callbacks = fusion::Sm90EVT<
       fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>,
       fusion::Sm90EVT<
           fusion::Sm90ColReduction<Combine, Combine, Combine, 0, typename Descriptor::TileShape,
-                                   float, float, kRound, RowVectorStride, 4, true,
+                                   float, State, kRound, RowVectorStride, 4, true,
                                    /*FinalReduction=*/false>,
           fusion::Sm90AccFetch>>;
 };
 
-// The launcher of one op; `identity` is the combination's neutral element (0 or -inf).
-template <template <class> class Combine>
-void run_store_row_partials(const Problem& p, const epilogue::Program& program, float identity,
+// The launcher of one op; `identity` is the combination's neutral element (0, -inf, or the
+// empty LseState).
+template <template <class> class Combine, class State>
+void run_store_row_partials(const Problem& p, const epilogue::Program& program, State identity,
                             int device, Stream stream) {
-  using Gemm = FusedGemm<StoreRowPartials<Combine>>;
+  using Gemm = FusedGemm<StoreRowPartials<Combine, State>>;
   const TensorView* out = nullptr;
   const TensorView* partials = nullptr;
   for (const epilogue::Step& step : program.steps) {
     if (const auto* s = std::get_if<epilogue::Store>(&step)) out = &s->out;
     if (const auto* s = std::get_if<epilogue::RowPartials>(&step)) partials = &s->partials;
   }
-  auto make_args = [identity](float* buffer) {
+  auto make_args = [identity](State* buffer) {
     return typename Gemm::Callbacks::Arguments{{{},                       // acc
                                                 {buffer, identity, {}}},  // row partials
                                                {}};                       // round to D's type
   };
-  launch_with_row_partials<Gemm>(p, *out, *partials, make_args, device, stream);
+  launch_with_row_partials<Gemm, State>(p, *out, *partials, make_args, device, stream);
 }
 
 }  // namespace tilegrid::gemm::sm90::programs

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "tilegrid/gemm/epilogue/log_sum_exp_state.h"
 #include "tilegrid/gemm/epilogue/program.h"
 
 namespace tilegrid {
@@ -212,6 +213,44 @@ TEST(Epilogue, MaxLogSumExpAndColumnSums) {
   expect_close(to_doubles(rmax), want_max, kF32, 1e-30, "max");
   expect_close(to_doubles(rlse), want_lse, 4 * kF32, 1e-6, "logsumexp");
   expect_close(to_doubles(cols), want_cols, kF32, 1e-5, "column sums");
+}
+
+// The fused kernels' running log-sum-exp: 256 values of a logit's size (up to +-40) combined
+// one at a time (the register stage), in a pairwise tree (the shuffle and shared-memory
+// stages) and with identities mixed in, each within float32 rounding of the float64 value;
+// no value, or only -inf, gives -inf.
+TEST(Epilogue, LogSumExpStateCombinesInAnyOrder) {
+  std::vector<float> x(256);
+  std::vector<double> e;
+  uint32_t seed = 12345;
+  for (float& v : x) {
+    seed = seed * 1664525u + 1013904223u;
+    v = (float(seed >> 8) / float(1 << 24) - 0.5f) * 80.0f;
+  }
+  double top = -INFINITY, sum = 0;
+  for (float v : x) top = std::max(top, double(v));
+  for (float v : x) sum += std::exp(double(v) - top);
+  const double want = top + std::log(sum);
+
+  LogSumExpState running;
+  for (float v : x) running = combine(running, LogSumExpState::of(v));
+  EXPECT_NEAR(running.value(), want, 1e-5 * std::abs(want) + 1e-5);
+
+  std::vector<LogSumExpState> level;
+  for (size_t i = 0; i < x.size(); ++i)  // identities between the values
+    level.push_back(i % 3 == 0 ? combine(LogSumExpState{}, LogSumExpState::of(x[i]))
+                               : combine(LogSumExpState::of(x[i]), LogSumExpState{}));
+  while (level.size() > 1) {
+    std::vector<LogSumExpState> next;
+    for (size_t i = 0; i < level.size(); i += 2) next.push_back(combine(level[i + 1], level[i]));
+    level = next;
+  }
+  EXPECT_NEAR(level[0].value(), want, 1e-5 * std::abs(want) + 1e-5);
+
+  EXPECT_EQ(LogSumExpState{}.value(), -INFINITY);
+  EXPECT_EQ(combine(LogSumExpState::of(-INFINITY), LogSumExpState{}).value(), -INFINITY);
+  EXPECT_NEAR(combine(LogSumExpState::of(-INFINITY), LogSumExpState::of(2.0f)).value(), 2.0,
+              1e-6);
 }
 
 // RoPE on a QKV-shaped output: 4 query heads and 2 key/value heads of 16; q and k columns
