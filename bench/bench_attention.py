@@ -105,6 +105,7 @@ SM90_SWITCH_SYSTEMS = [
     ("sm90 wide-n+ping-pong", tilegrid_kernel("sm90", 20)),
     # Bit 32: persistent CTAs looping over tiles (every head dim).
     ("sm90 persistent", tilegrid_kernel("sm90", 32)),
+    ("sm90 ping-pong+persistent", tilegrid_kernel("sm90", 36)),
     ("sm90 3wg+ping-pong+persistent", tilegrid_kernel("sm90", 44)),
 ]
 ONLY_AT_HEAD_DIM = {"3wg": 64, "wide-n": 128}

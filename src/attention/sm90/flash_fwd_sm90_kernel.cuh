@@ -454,39 +454,57 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         if (col < keys.lo || col >= keys.hi) acc_s(i) = kNegInf;
       }
     }
+    // Both rows in one branch-free block, so that the compiler interleaves them: the maxima
+    // as four independent chains of N / 16 (a row's two columns a chunk apart), the shuffles of
+    // both rows together, the exponentials of both rows in one stream for the special-function
+    // unit. (A branch per row serialised all of it: a row's max chain, then its exponentials,
+    // then the other row's.)
     constexpr int kChunks = decltype(size<0, 2>(acc_s))::value;  // N / 8
+    float tile_max[2][2];
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
-      float tile_max = row_max[r];
+      tile_max[r][0] = row_max[r];
+      tile_max[r][1] = row_max[r];
+    }
+    CUTE_UNROLL
+    for (int j = 0; j < kChunks; ++j) {
       CUTE_UNROLL
-      for (int j = 0; j < kChunks; ++j) {
-        tile_max = fmaxf(tile_max, acc_s(make_coord(0, r, j), 0, 0));
-        tile_max = fmaxf(tile_max, acc_s(make_coord(1, r, j), 0, 0));
+      for (int r = 0; r < 2; ++r) {
+        CUTE_UNROLL
+        for (int c = 0; c < 2; ++c)
+          tile_max[r][c] = fmaxf(tile_max[r][c], acc_s(make_coord(c, r, j), 0, 0));
       }
-      tile_max = quad_max(tile_max);
-      // Move the base only when it must: always without conditional rescaling; with it, when
-      // the maximum grew by more than 8 in log2 units (or the row saw its first key).
-      bool move = tile_max > row_max[r];
+    }
+    float base[2];
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      const float m = quad_max(fmaxf(tile_max[r][0], tile_max[r][1]));
+      // Move the base only when it must: always without conditional rescaling (m >= the old
+      // max); with it, when the maximum grew by more than 8 in log2 units or the row saw its
+      // first key. The factor for O is then 2^(old - new) (0 from -inf, the first key), else
+      // exactly 1; a row with no visible key yet keeps max = -inf and base 0, which makes
+      // exp2(-inf) = 0 for its masked scores.
+      bool move = m > row_max[r];
       if constexpr (Traits::kConditionalRescale)
-        move = move && (row_max[r] == kNegInf || (tile_max - row_max[r]) * scale_log2 > 8.f);
-      o_scale[r] = 1.f;
-      if (move) {
-        o_scale[r] =
-            row_max[r] == kNegInf ? 0.f : exp2_mufu((row_max[r] - tile_max) * scale_log2);
-        row_max[r] = tile_max;
-        row_sum[r] *= o_scale[r];
-        if constexpr (Traits::kConditionalRescale) row_sum_p[r] *= o_scale[r];
-      }
-      // A row with no visible key so far keeps max = -inf; base 0 makes exp2(-inf) = 0.
-      const float base = row_max[r] == kNegInf ? 0.f : row_max[r] * scale_log2;
-      float sum = 0.f;
-      [[maybe_unused]] float sum_p = 0.f;  // conditional rescaling only
+        move = move && (row_max[r] == kNegInf || (m - row_max[r]) * scale_log2 > 8.f);
+      const float new_max = move ? m : row_max[r];
+      o_scale[r] = move ? exp2_mufu((row_max[r] - new_max) * scale_log2) : 1.f;
+      row_max[r] = new_max;
+      row_sum[r] *= o_scale[r];
+      if constexpr (Traits::kConditionalRescale) row_sum_p[r] *= o_scale[r];
+      base[r] = new_max == kNegInf ? 0.f : new_max * scale_log2;
+    }
+    // Two partial sums a row (the column pairs), each a chain of N / 16 additions.
+    float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+    [[maybe_unused]] float sum_p[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // conditional rescaling
+    CUTE_UNROLL
+    for (int j = 0; j < kChunks; ++j) {
       CUTE_UNROLL
-      for (int j = 0; j < kChunks; ++j) {
+      for (int r = 0; r < 2; ++r) {
         CUTE_UNROLL
         for (int c = 0; c < 2; ++c) {
           float& s = acc_s(make_coord(c, r, j), 0, 0);
-          const float x = fmaf(s, scale_log2, -base);
+          const float x = fmaf(s, scale_log2, -base[r]);
           if constexpr (Traits::kSoftwareExp2) {
             // One 8-column chunk in four on the FMA pipe: per score the special-function unit
             // needs (1 - f) / 16 of a clock and the FMA pipe (4 + 10 f) / 128 (scale, max, sum,
@@ -496,25 +514,29 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           } else {
             s = exp2_mufu(x);
           }
-          sum += s;
+          sum[r][c] += s;
           if constexpr (Traits::kConditionalRescale) {
             // Rounded here, where the tensor cores still work on P V, rather than after it:
             // summed in convert_p the same three instructions a score cost about 20% at head
             // dim 128 (bench/results/2026-11-30_h200_attention_sm90_rounded_rowsum.json);
             // convert_p's conversion of the rounded value is then exact.
             s = float(Element(s));
-            sum_p += s;
+            sum_p[r][c] += s;
           }
         }
       }
-      row_sum[r] += sum;
-      if constexpr (Traits::kConditionalRescale) row_sum_p[r] += sum_p;
+    }
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      row_sum[r] += sum[r][0] + sum[r][1];
+      if constexpr (Traits::kConditionalRescale) row_sum_p[r] += sum_p[r][0] + sum_p[r][1];
     }
   };
+  // O's rows to the base of the last softmax: every time, without a branch (FlashAttention-3
+  // does the same), since it runs while the tensor cores compute the next S (see the loop).
   auto rescale_o = [&](const float (&o_scale)[2]) {
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
-      if (o_scale[r] == 1.f) continue;  // conditional rescaling skips most tiles
       CUTE_UNROLL
       for (int j = 0; j < size<0, 2>(acc_o); ++j) {
         acc_o(make_coord(0, r, j), 0, 0) *= o_scale[r];
@@ -573,17 +595,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       pass_turn(false);
       warpgroup_wait<0>();
       pipeline_k.consumer_release(read);
-      softmax(acc_s, w.n_max - 1, o_scale);  // O is still zero: no rescale
+      softmax(acc_s, w.n_max - 1, o_scale);  // O is still zero: rescaling it changes nothing
       convert_p();
 
       for (int it = 1; it < w.n_count; ++it) {
         PipelineState next = read;
         ++next;
         // S(n) = Q K(n)^T, then O += P(n+1) V(n+1): both in flight while the softmax of S(n)
-        // runs on the exponential and FMA units; O is rescaled after the second completes.
+        // runs on the exponential and FMA units. O takes the base of P(n+1) between the two
+        // issues, in the shadow of S(n), instead of between the completion of one P V and the
+        // issue of the next S, where the tensor cores would wait for it (FlashAttention-3's
+        // order).
         take_turn();
         pipeline_k.consumer_wait(next);
         wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, next.index()), acc_s);
+        rescale_o(o_scale);
         pipeline_v.consumer_wait(read);
         warpgroup_fence_operand(rP);
         wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
@@ -595,13 +621,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(rP);
         pipeline_v.consumer_release(read);
-        rescale_o(o_scale);
         convert_p();
         read = next;
       }
       // Every Q K^T of this tile has completed (the last one at the warpgroup_wait<1> above, or
       // before the loop): the producer may overwrite sQ while the last P V runs.
       cutlass::arch::ClusterBarrier::arrive(&smem.barrier_q_free);
+      rescale_o(o_scale);
       take_turn();
       pipeline_v.consumer_wait(read);
       warpgroup_fence_operand(rP);
