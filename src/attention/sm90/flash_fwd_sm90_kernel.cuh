@@ -532,9 +532,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if constexpr (Traits::kConditionalRescale) row_sum_p[r] += sum_p[r][0] + sum_p[r][1];
     }
   };
-  // O's rows to the base of the last softmax: every time, without a branch (FlashAttention-3
-  // does the same), since it runs while the tensor cores compute the next S (see the loop).
+  // O's rows to the base of the last softmax, skipped by a whole warp when none of its 16 rows
+  // moved its base (most tiles of a long row). It runs while the tensor cores compute the next
+  // S (see the loop), but on the issue slots the other warpgroup's softmax needs: always
+  // multiplied (as FlashAttention-3 does) it is kHeadDim / 2 multiplications a thread and
+  // tile, 128 at head dim 256 for 32 scores; that version ran head dim 256 3-5% further from
+  // FlashAttention-3 than before (bench/results/2026-12-01_h200_attention_fa3_loop_always_
+  // rescale.json against ..._fa3_three_way.json, ratios to FlashAttention-3 in each run).
   auto rescale_o = [&](const float (&o_scale)[2]) {
+    if (!__any_sync(0xffffffff, o_scale[0] != 1.f || o_scale[1] != 1.f)) return;
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       CUTE_UNROLL
