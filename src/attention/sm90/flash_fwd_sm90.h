@@ -49,17 +49,21 @@ enum Switches : int {
 //   1k queries also persistent (+11% at 512, +3% at 1k), except with a mask that ends rows
 //   early (causal, window: tiles of unequal length), where the two-warpgroup persistent kernel
 //   is fastest (+26% at 512, +21% at 1k over the three-warpgroup grid);
-// - head dim 128: the plain kernel; up to 512 queries persistent (+15% full, +11% causal; even
-//   at 1k, slower at 2k causal and at 16k causal: 536 vs 599 TFLOP/s, the static round-robin
-//   of tiles balances unequal tiles worse than the hardware's block scheduler);
-// - head dim 256: the plain kernel (persistence not measured there yet).
+// - head dim 128: the plain kernel; up to 1k queries persistent (+15% full, +11% causal at
+//   512; at 1k +8% full and +5% causal since a persistent CTA frees sQ after its last Q K^T,
+//   bench/results/2026-12-01_h200_attention_fa3_loop_variants.json: 481 vs 445 and 324 vs 309
+//   TFLOP/s; even at 2k full, slower at 2k causal, 392 vs 409, and at 16k causal, 536 vs 599:
+//   the static round-robin of tiles balances unequal tiles worse than the hardware's block
+//   scheduler);
+// - head dim 256: the plain kernel (persistent: within 2% at 512 and 1k, slower at 2k, in the
+//   same run).
 constexpr int default_switches(int head_dim, int64_t max_seqlen_q, bool masked) {
   if (head_dim == 64) {
     if (max_seqlen_q <= 1024)
       return masked ? kPersistent : (kThreeConsumerWarpgroups | kPingPong | kPersistent);
     return kThreeConsumerWarpgroups | kPingPong;
   }
-  if (head_dim == 128 && max_seqlen_q <= 512) return kPersistent;
+  if (head_dim == 128 && max_seqlen_q <= 1024) return kPersistent;
   return kNoSwitches;
 }
 
