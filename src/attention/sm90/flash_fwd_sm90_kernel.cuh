@@ -611,7 +611,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // runs on the exponential and FMA units. O takes the base of P(n+1) between the two
         // issues, in the shadow of S(n), instead of between the completion of one P V and the
         // issue of the next S, where the tensor cores would wait for it (FlashAttention-3's
-        // order).
+        // order at head dim 256; at <= 128 it rescales after P V, which measured the same or
+        // 1-2% slower here, bench/results/2026-12-01_h200_attention_rescale_position.json).
         take_turn();
         pipeline_k.consumer_wait(next);
         wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, next.index()), acc_s);
