@@ -153,8 +153,9 @@ struct Sm90Traits {
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
     alignas(8) cutlass::arch::ClusterTransactionBarrier::ValueType barrier_q;
-    // Persistent CTAs: every consumer thread arrives once its tile's products have read sQ for
-    // the last time; the producer waits for that before it loads the next tile's Q.
+    // Persistent CTAs: one thread of each consumer warpgroup arrives once its tile's products
+    // have read sQ for the last time; the producer waits for that before it loads the next
+    // tile's Q.
     alignas(8) cutlass::arch::ClusterBarrier::ValueType barrier_q_free;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
@@ -328,13 +329,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   pipe_params.role = producer ? Pipeline::ThreadCategory::Producer
                               : Pipeline::ThreadCategory::Consumer;
   pipe_params.is_leader = threadIdx.x == 0;
-  pipe_params.num_consumers = Traits::kConsumerThreads;
+  // Arrivals that free a stage: one a consumer warpgroup (release_stage below), not one a
+  // thread. With a cluster of one CTA, CUTLASS's PipelineTmaAsync sets the empty barrier's count
+  // to num_consumers and lets every thread that releases arrive; FlashAttention-3 found 256
+  // arrivals a stage a slowdown (its sm90_pipeline_no_cluster.hpp: hdim 128 causal most) and
+  // signals from one thread a warpgroup, as CUTLASS did before 3.6. That is enough: a wgmma is
+  // one operation of the warpgroup's four warps, so once it has completed for the signalling
+  // thread (its warpgroup_wait) it has read its shared-memory operands for all of them.
+  pipe_params.num_consumers = Traits::kConsumerWarpgroups;
   pipe_params.transaction_bytes = Traits::kTmaBytesKV;
   Pipeline pipeline_k(smem.pipeline_k, pipe_params, Shape<_1, _1, _1>{});
   Pipeline pipeline_v(smem.pipeline_v, pipe_params, Shape<_1, _1, _1>{});
   if (threadIdx.x == 0) {
     Barrier::init(&smem.barrier_q, 1);
-    cutlass::arch::ClusterBarrier::init(&smem.barrier_q_free, Traits::kConsumerThreads);
+    cutlass::arch::ClusterBarrier::init(&smem.barrier_q_free, Traits::kConsumerWarpgroups);
     prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
     prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
@@ -406,6 +414,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // Consumers.
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
   const int tid = int(threadIdx.x) - 128;
+  // The thread of each consumer warpgroup that frees K/V stages and sQ (see num_consumers).
+  const bool signals = tid % 128 == 0;
+  auto release_stage = [&](Pipeline& pipeline, const PipelineState& stage) {
+    if (signals) pipeline.consumer_release(stage);
+  };
   typename Traits::TiledMmaS mma_s;
   typename Traits::TiledMmaO mma_o;
   auto thr_s = mma_s.get_thread_slice(tid);
@@ -600,7 +613,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, read.index()), acc_s);
       pass_turn(false);
       warpgroup_wait<0>();
-      pipeline_k.consumer_release(read);
+      release_stage(pipeline_k, read);
       softmax(acc_s, w.n_max - 1, o_scale);  // O is still zero: rescaling it changes nothing
       convert_p();
 
@@ -622,18 +635,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
         pass_turn(false);
         warpgroup_wait<1>();  // S(n) is complete
-        pipeline_k.consumer_release(next);
+        release_stage(pipeline_k, next);
         softmax(acc_s, w.n_max - 1 - it, o_scale);
         warpgroup_wait<0>();  // P V is complete: P's registers and O are free again
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(rP);
-        pipeline_v.consumer_release(read);
+        release_stage(pipeline_v, read);
         convert_p();
         read = next;
       }
       // Every Q K^T of this tile has completed (the last one at the warpgroup_wait<1> above, or
       // before the loop): the producer may overwrite sQ while the last P V runs.
-      cutlass::arch::ClusterBarrier::arrive(&smem.barrier_q_free);
+      if (signals) cutlass::arch::ClusterBarrier::arrive(&smem.barrier_q_free);
       rescale_o(o_scale);
       take_turn();
       pipeline_v.consumer_wait(read);
@@ -642,7 +655,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       pass_turn(true);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
-      pipeline_v.consumer_release(read);
+      release_stage(pipeline_v, read);
       ++read;
       ++q_loads;
     }
