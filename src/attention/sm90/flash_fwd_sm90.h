@@ -21,8 +21,10 @@ namespace tilegrid::attention::sm90 {
 // kThreeConsumerWarpgroups: 192-row query tiles over three consumer warpgroups at 160
 //  registers (FlashAttention-3's shape for head dim 64, where the softmax costs the most per
 //  tensor-core FLOP). Head dim 64, without the FA4 switches only; ignored otherwise.
-// kWideKeyTiles: 176-key tiles instead of 128 (FlashAttention-3's shape for head dim 128
-//  without a causal mask: fewer softmax rounds a row). Head dim 128, bfloat16, without the FA4
+// kWideKeyTiles: FlashAttention-3's wider key tiles: 176 keys instead of 128 at head dim 128
+//  (its shape without a causal mask: fewer softmax rounds a row), 80 instead of 64 at head dim
+//  256 (its shape there, 224 KB of shared memory; ptxas spills 48 bytes of it, one reload a
+//  key tile in the loop, the rest outside). Head dims 128 and 256, bfloat16, without the FA4
 //  switches only; ignored otherwise.
 // kPersistent is a run-time flag: at most one CTA per SM, each looping over tiles, so that a
 //  CTA's prologue (Q and first K/V loads) and epilogue overlap another tile's work (short

@@ -30,8 +30,8 @@
 // 32 x 128 + 160 x 384 = 65,536 with three. Shared memory (kStages K and
 // V stages plus Q, 128-byte-swizzled tiles): d = 64: 128 x 128 tiles, 3 stages, 112 KB;
 // d = 128: 128 x 128, 2 stages, 160 KB; d = 256: 128 x 64, 2 stages, 192 KB (of 227 KB);
-// d = 64 with three consumer warpgroups: 192 x 128 tiles, 3 stages, 120 KB; d = 128 with
-// wide key tiles: 128 x 176, 2 stages, 208 KB.
+// d = 64 with three consumer warpgroups: 192 x 128 tiles, 3 stages, 120 KB; wide key tiles:
+// d = 128: 128 x 176, 2 stages, 208 KB; d = 256: 128 x 80, 2 stages, 224 KB.
 //
 // Key tiles run from the last to the first as in the portable kernel: the tiles that need a
 // mask (sequence tail, causal diagonal) come first. Rows past a sequence's end: TMA reads

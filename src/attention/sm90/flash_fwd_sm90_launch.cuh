@@ -99,16 +99,18 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
 }
 
 // The tile shape the switches pick for one element type and FA4 combination: three consumer
-// warpgroups at head dim 64, 176-key tiles at head dim 128 (bfloat16), else the standard one.
+// warpgroups at head dim 64, 176-key tiles at head dim 128 and 80-key tiles at head dim 256
+// (bfloat16), else the standard one.
 template <class Element, int kHeadDim, bool kRescale, bool kExp2>
 void launch_shape(const FlashFwdParams& p, int switches, cudaStream_t s) {
   if constexpr (kHeadDim == 64 && !kRescale && !kExp2)
     if (switches & kThreeConsumerWarpgroups)
       return launch<Sm90Traits<Element, kHeadDim, false, false, 3>>(p, switches, s);
-  if constexpr (kHeadDim == 128 && !kRescale && !kExp2 &&
+  if constexpr ((kHeadDim == 128 || kHeadDim == 256) && !kRescale && !kExp2 &&
                 std::is_same_v<Element, cutlass::bfloat16_t>)
     if (switches & kWideKeyTiles)
-      return launch<Sm90Traits<Element, kHeadDim, false, false, 2, 176>>(p, switches, s);
+      return launch<Sm90Traits<Element, kHeadDim, false, false, 2, kHeadDim == 128 ? 176 : 80>>(
+          p, switches, s);
   return launch<Sm90Traits<Element, kHeadDim, kRescale, kExp2>>(p, switches, s);
 }
 

@@ -58,7 +58,7 @@ TEST(AttentionSm90, MatchesReferenceWithDefaultSwitches) {
 TEST(AttentionSm90, MatchesReferenceWithEverySwitchCombination) {
   if (!hopper_available()) GTEST_SKIP() << "no GPU of compute capability 9.0";
   // Every variant: bits 0-1 the FA4 switches, bit 2 ping-pong, bit 3 three consumer
-  // warpgroups (head dim 64), bit 4 176-key tiles (head dim 128); bits 3-4 exist without
+  // warpgroups (head dim 64), bit 4 wider key tiles (head dims 128, 256); bits 3-4 exist without
   // bits 0-1 only, and other head dims run as without them. Bit 5: persistent CTAs (every
   // variant; here with rescaling and with the head-dim-64 default); these small cases give
   // each CTA one tile: test_flash_attn_sm90.py has the ones with more tiles than SMs.

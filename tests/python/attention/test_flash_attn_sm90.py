@@ -15,8 +15,8 @@ from test_flash_attn import (GPU_DTYPES, check_gpu, gpu_inputs, gpu_test, run_po
 
 SM90_HEAD_DIMS = [64, 128, 256]
 # Bits: 1 conditional rescaling, 2 software exp2, 4 ping-pong between consumer warpgroups,
-# 8 three consumer warpgroups (192-row tiles; head dim 64 only), 16 176-key tiles (head dim
-# 128 only); at other head dims the last two run as without them.
+# 8 three consumer warpgroups (192-row tiles; head dim 64 only), 16 wider key tiles (176 at
+# head dim 128, 80 at 256); at other head dims the last two run as without them.
 SWITCHES = {"plain": 0, "rescale": 1, "soft_exp2": 2, "ping_pong": 4, "all": 7,
             "three_wg": 8, "three_wg_ping_pong": 12, "wide_n": 16, "wide_n_ping_pong": 20,
             "persistent": 32, "three_wg_ping_pong_persistent": 44, "default": -1}
