@@ -106,9 +106,13 @@ SM90_SWITCH_SYSTEMS = [
     # Bit 32: persistent CTAs looping over tiles (every head dim).
     ("sm90 persistent", tilegrid_kernel("sm90", 32)),
     ("sm90 ping-pong+persistent", tilegrid_kernel("sm90", 36)),
+    # Bit 128: clusters of two CTAs sharing K/V loads (head dims 128 and 256; applies without
+    # a mask and with an even number of query tiles, else runs as without it).
+    ("sm90 kv-multicast", tilegrid_kernel("sm90", 128)),
+    ("sm90 wide-n+kv-multicast", tilegrid_kernel("sm90", 144)),
     ("sm90 3wg+ping-pong+persistent", tilegrid_kernel("sm90", 44)),
 ]
-ONLY_AT_HEAD_DIM = {"3wg": (64,), "wide-n": (128, 256)}
+ONLY_AT_HEAD_DIM = {"3wg": (64,), "wide-n": (128, 256), "kv-multicast": (128, 256)}
 
 
 def systems_for(head_dim):

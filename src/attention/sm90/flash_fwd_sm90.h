@@ -26,6 +26,12 @@ namespace tilegrid::attention::sm90 {
 //  256 (its shape there, 224 KB of shared memory; ptxas spills 48 bytes of it, one reload a
 //  key tile in the loop, the rest outside). Head dims 128 and 256, bfloat16, without the FA4
 //  switches only; ignored otherwise.
+// kKeyValueMulticast: clusters of two CTAs on neighbouring query tiles of a (head, sequence),
+//  each loading half of every K/V tile and multicasting it into both (FlashAttention-3's
+//  cluster for head dims >= 128 without a mask: half the L2-to-SM traffic of K and V). Head
+//  dims 128 and 256, bfloat16, without the FA4 switches, with or without kWideKeyTiles; only
+//  without a mask or window, without variable lengths, without kPersistent and with an even
+//  number of query tiles; ignored otherwise.
 // kPersistent is a run-time flag: at most one CTA per SM, each looping over tiles, so that a
 //  CTA's prologue (Q and first K/V loads) and epilogue overlap another tile's work (short
 //  sequences). Every variant.
@@ -41,6 +47,7 @@ enum Switches : int {
   kThreeConsumerWarpgroups = 8,
   kWideKeyTiles = 16,
   kPersistent = 32,
+  kKeyValueMulticast = 128,
   kCompileTimeSwitches = kConditionalRescale | kSoftwareExp2,
   kDefaultCompileTimeSwitches = kNoSwitches,
 };

@@ -61,8 +61,10 @@ TEST(AttentionSm90, MatchesReferenceWithEverySwitchCombination) {
   // warpgroups (head dim 64), bit 4 wider key tiles (head dims 128, 256); bits 3-4 exist without
   // bits 0-1 only, and other head dims run as without them. Bit 5: persistent CTAs (every
   // variant; here with rescaling and with the head-dim-64 default); these small cases give
-  // each CTA one tile: test_flash_attn_sm90.py has the ones with more tiles than SMs.
-  for (int switches : {0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 32, 33, 44}) {
+  // each CTA one tile: test_flash_attn_sm90.py has the ones with more tiles than SMs. Bit 7:
+  // clusters of two sharing K/V loads, where a case has an even number of query tiles and no
+  // mask (test_flash_attn_sm90.py has dedicated cases).
+  for (int switches : {0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 32, 33, 44, 128, 144}) {
     ForceSm90 force(switches);
     for (int64_t d : {64, 128, 256})
       for (const Case& c : kCases) expect_sm90_matches_reference(DType::BFloat16, d, c);
