@@ -107,7 +107,8 @@ SM90_SWITCH_SYSTEMS = [
     ("sm90 persistent", tilegrid_kernel("sm90", 32)),
     ("sm90 ping-pong+persistent", tilegrid_kernel("sm90", 36)),
     # Bit 128: clusters of two CTAs sharing K/V loads (head dims 128 and 256; applies without
-    # a mask and with an even number of query tiles, else runs as without it).
+    # a mask and with an even number of query tiles, else runs as without it: its causal rows
+    # are the kernel without the bit).
     ("sm90 kv-multicast", tilegrid_kernel("sm90", 128)),
     ("sm90 wide-n+kv-multicast", tilegrid_kernel("sm90", 144)),
     ("sm90 3wg+ping-pong+persistent", tilegrid_kernel("sm90", 44)),

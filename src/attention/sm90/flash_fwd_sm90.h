@@ -76,6 +76,18 @@ constexpr int default_switches(int head_dim, int64_t max_seqlen_q, bool masked) 
   return kNoSwitches;
 }
 
+// Whether bit kKeyValueMulticast applies: clusters of two neighbouring query tiles of
+// `block_m` rows share their K/V loads only when both tiles see the same keys, so that both
+// CTAs load the same K/V tiles (no mask, no window, a dense batch: every sequence has
+// seqlen_q queries and seqlen_k keys), when every pair is complete (an even number of query
+// tiles) and without persistent CTAs. A pair whose CTAs loaded different tiles would wait on
+// each other forever.
+constexpr bool key_value_multicast_applies(const FlashFwdParams& p, int switches, int block_m) {
+  return (switches & kKeyValueMulticast) != 0 && (switches & kPersistent) == 0 &&
+         p.cu_seqlens_q == nullptr && p.window_left < 0 && p.window_right < 0 &&
+         p.max_seqlen_q == p.seqlen_q && ((p.seqlen_q + block_m - 1) / block_m) % 2 == 0;
+}
+
 // True when the Hopper kernel handles this problem: float16 / bfloat16, head dimension 64,
 // 128 or 256, and every stride of q, k, v a multiple of 8 elements (TMA needs 16-byte global
 // strides). The caller checks the device (compute capability 9.0).

@@ -111,11 +111,13 @@ struct Sm90Traits {
   static constexpr int kClusterM = kClusterM_;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs");
   using ClusterShape = Shape<Int<kClusterM>, _1, _1>;
-  // The producer's multicast partitioning needs more than 24 registers (ptxas spilled 136 bytes
-  // at head dim 128 with 24); 32 x 128 + 240 x 256 is still exactly the SM's 65,536.
-  static constexpr int kProducerRegisters = kClusterM > 1 && kConsumerWarpgroups == 2
-                                                ? 32
-                                                : RegisterSplit<kConsumerWarpgroups>::kProducer;
+  static constexpr int kProducerRegisters = RegisterSplit<kConsumerWarpgroups>::kProducer;
+  // setmaxnreg moves registers within what the CTA got at launch (__launch_bounds__(kThreads,
+  // 1): 65,536 / kThreads rounded down to 8 a thread): a larger split would leave a consumer
+  // warp waiting for registers forever (32 / 240 with two consumer warpgroups: 65,536 > 64,512).
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <=
+                    65536 / kThreads / 8 * 8 * kThreads,
+                "register split larger than the CTA's launch allocation");
   using BlockM = Int<kBlockM>;
   using BlockN = Int<kBlockN>;
   using HeadDim = Int<kHeadDim>;

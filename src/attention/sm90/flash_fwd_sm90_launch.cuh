@@ -118,16 +118,6 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
   TG_CUDA_CHECK_LAUNCH();
 }
 
-// Whether clusters of two neighbouring 128-row query tiles may share their K/V loads: both
-// tiles then see the same keys (no mask, no window, one length for every sequence) and every
-// pair is complete (an even number of query tiles); not with persistent CTAs.
-inline bool key_value_multicast_applies(const FlashFwdParams& p, int switches) {
-  const int64_t m_blocks = (p.max_seqlen_q + 127) / 128;
-  return (switches & kKeyValueMulticast) != 0 && (switches & kPersistent) == 0 &&
-         p.cu_seqlens_q == nullptr && p.window_left < 0 && p.window_right < 0 &&
-         m_blocks % 2 == 0;
-}
-
 // The tile shape the switches pick for one element type and FA4 combination: three consumer
 // warpgroups at head dim 64; at head dims 128 and 256 (bfloat16) 176- and 80-key tiles and
 // clusters of two; else the standard one.
@@ -139,8 +129,9 @@ void launch_shape(const FlashFwdParams& p, int switches, cudaStream_t s) {
   if constexpr ((kHeadDim == 128 || kHeadDim == 256) && !kRescale && !kExp2 &&
                 std::is_same_v<Element, cutlass::bfloat16_t>) {
     constexpr int kNarrow = TileShape<kHeadDim>::kBlockN, kWide = kHeadDim == 128 ? 176 : 80;
+    constexpr int kBlockM = Sm90Traits<Element, kHeadDim, false, false>::kBlockM;
     const bool wide = (switches & kWideKeyTiles) != 0;
-    if (key_value_multicast_applies(p, switches)) {
+    if (key_value_multicast_applies(p, switches, kBlockM)) {
       if (wide)
         return launch<Sm90Traits<Element, kHeadDim, false, false, 2, kWide, 2>>(p, switches, s);
       return launch<Sm90Traits<Element, kHeadDim, false, false, 2, kNarrow, 2>>(p, switches, s);

@@ -22,7 +22,7 @@ SM90_HEAD_DIMS = [64, 128, 256]
 SWITCHES = {"plain": 0, "rescale": 1, "soft_exp2": 2, "ping_pong": 4, "all": 7,
             "three_wg": 8, "three_wg_ping_pong": 12, "wide_n": 16, "wide_n_ping_pong": 20,
             "persistent": 32, "three_wg_ping_pong_persistent": 44, "kv_multicast": 128,
-            "wide_n_kv_multicast": 144, "default": -1}
+            "kv_multicast_ping_pong": 132, "wide_n_kv_multicast": 144, "default": -1}
 
 
 def hopper():
@@ -62,7 +62,7 @@ def test_sm90_seqlens_causal_and_windows(sm90, head_dim):
 
 
 @pytest.mark.parametrize("head_dim", [128, 256])
-@pytest.mark.parametrize("switches", [128, 144])
+@pytest.mark.parametrize("switches", [128, 132, 144, 148])
 @gpu_test
 def test_sm90_key_value_multicast_pairs_of_query_tiles(head_dim, switches):
     # Clusters of two CTAs apply with an even number of 128-row query tiles (2, 4, 16 here; 255
