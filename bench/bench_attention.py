@@ -97,8 +97,8 @@ SM90_SWITCH_SYSTEMS = [
     ("sm90 ping-pong+rescale", tilegrid_kernel("sm90", 5)),
     ("sm90 ping-pong+exp2", tilegrid_kernel("sm90", 6)),
     ("sm90 ping-pong+both", tilegrid_kernel("sm90", 7)),
-    # Bit 8: three consumer warpgroups, head dim 64 only; bit 16: 176-key tiles, head dim 128
-    # only (their rows are skipped at other head dims).
+    # Bit 8: three consumer warpgroups, head dim 64 only; bit 16: wider key tiles, 176 at head
+    # dim 128 and 80 at 256 (their rows are skipped at other head dims).
     ("sm90 3wg", tilegrid_kernel("sm90", 8)),
     ("sm90 3wg+ping-pong", tilegrid_kernel("sm90", 12)),
     ("sm90 wide-n", tilegrid_kernel("sm90", 16)),
@@ -106,14 +106,19 @@ SM90_SWITCH_SYSTEMS = [
     # Bit 32: persistent CTAs looping over tiles (every head dim).
     ("sm90 persistent", tilegrid_kernel("sm90", 32)),
     ("sm90 ping-pong+persistent", tilegrid_kernel("sm90", 36)),
+    # Bit 128: clusters of two CTAs sharing K/V loads (head dims 128 and 256; applies without
+    # a mask and with an even number of query tiles, else runs as without it: its causal rows
+    # are the kernel without the bit).
+    ("sm90 kv-multicast", tilegrid_kernel("sm90", 128)),
+    ("sm90 wide-n+kv-multicast", tilegrid_kernel("sm90", 144)),
     ("sm90 3wg+ping-pong+persistent", tilegrid_kernel("sm90", 44)),
 ]
-ONLY_AT_HEAD_DIM = {"3wg": 64, "wide-n": 128}
+ONLY_AT_HEAD_DIM = {"3wg": (64,), "wide-n": (128, 256), "kv-multicast": (128, 256)}
 
 
 def systems_for(head_dim):
     return [(n, fn) for n, fn in SYSTEMS
-            if all(head_dim == d for key, d in ONLY_AT_HEAD_DIM.items() if key in n)]
+            if all(head_dim in dims for key, dims in ONLY_AT_HEAD_DIM.items() if key in n)]
 
 
 def flops(batch, heads, seqlen, head_dim, causal):

@@ -42,10 +42,11 @@ enum class CudaKernel { Auto, Sm90, Portable };
 // Overrides the environment variable for this process (tests, benchmarks). sm90_switches picks
 // the variant of the Hopper kernel (bit 0: conditional rescaling, bit 1: software exp2, bit 2:
 // ping-pong between the consumer warpgroups, bit 3: three consumer warpgroups (head dim 64),
-// bit 4: 176-key tiles (head dim 128), bits 3-4 without bits 0-1 only; bit 5: persistent
-// CTAs looping over tiles; -1: the default, the fastest measured, which depends on the head
-// dim, the longest query sequence and the mask); bfloat16 has every combination of bits 0-1,
-// float16 the default's only.
+// bit 4: wider key tiles (176 at head dim 128, 80 at 256), bits 3-4 without bits 0-1 only;
+// bit 5: persistent CTAs looping over tiles; bit 7: clusters of two CTAs sharing K/V loads
+// (head dims 128 and 256, bfloat16, without a mask; see flash_fwd_sm90.h); -1: the default,
+// the fastest measured, which depends on the head dim, the longest query sequence and the
+// mask); bfloat16 has every combination of bits 0-1, float16 the default's only.
 void set_cuda_kernel(CudaKernel kernel, int sm90_switches = -1);
 
 // The kernel that ran the latest CUDA call of this thread: "sm90", "portable" or "" (none yet).

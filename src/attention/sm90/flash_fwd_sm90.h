@@ -21,9 +21,17 @@ namespace tilegrid::attention::sm90 {
 // kThreeConsumerWarpgroups: 192-row query tiles over three consumer warpgroups at 160
 //  registers (FlashAttention-3's shape for head dim 64, where the softmax costs the most per
 //  tensor-core FLOP). Head dim 64, without the FA4 switches only; ignored otherwise.
-// kWideKeyTiles: 176-key tiles instead of 128 (FlashAttention-3's shape for head dim 128
-//  without a causal mask: fewer softmax rounds a row). Head dim 128, bfloat16, without the FA4
+// kWideKeyTiles: FlashAttention-3's wider key tiles: 176 keys instead of 128 at head dim 128
+//  (its shape without a causal mask: fewer softmax rounds a row), 80 instead of 64 at head dim
+//  256 (its shape there, 224 KB of shared memory; ptxas spills 48 bytes of it, one reload a
+//  key tile in the loop, the rest outside). Head dims 128 and 256, bfloat16, without the FA4
 //  switches only; ignored otherwise.
+// kKeyValueMulticast: clusters of two CTAs on neighbouring query tiles of a (head, sequence),
+//  each loading half of every K/V tile and multicasting it into both (FlashAttention-3's
+//  cluster for head dims >= 128 without a mask: half the L2-to-SM traffic of K and V). Head
+//  dims 128 and 256, bfloat16, without the FA4 switches, with or without kWideKeyTiles; only
+//  without a mask or window, without variable lengths, without kPersistent and with an even
+//  number of query tiles; ignored otherwise.
 // kPersistent is a run-time flag: at most one CTA per SM, each looping over tiles, so that a
 //  CTA's prologue (Q and first K/V loads) and epilogue overlap another tile's work (short
 //  sequences). Every variant.
@@ -39,6 +47,7 @@ enum Switches : int {
   kThreeConsumerWarpgroups = 8,
   kWideKeyTiles = 16,
   kPersistent = 32,
+  kKeyValueMulticast = 128,
   kCompileTimeSwitches = kConditionalRescale | kSoftwareExp2,
   kDefaultCompileTimeSwitches = kNoSwitches,
 };
@@ -65,6 +74,18 @@ constexpr int default_switches(int head_dim, int64_t max_seqlen_q, bool masked) 
   }
   if (head_dim == 128 && max_seqlen_q <= 1024) return kPersistent;
   return kNoSwitches;
+}
+
+// Whether bit kKeyValueMulticast applies: clusters of two neighbouring query tiles of
+// `block_m` rows share their K/V loads only when both tiles see the same keys, so that both
+// CTAs load the same K/V tiles (no mask, no window, a dense batch: every sequence has
+// seqlen_q queries and seqlen_k keys), when every pair is complete (an even number of query
+// tiles) and without persistent CTAs. A pair whose CTAs loaded different tiles would wait on
+// each other forever.
+constexpr bool key_value_multicast_applies(const FlashFwdParams& p, int switches, int block_m) {
+  return (switches & kKeyValueMulticast) != 0 && (switches & kPersistent) == 0 &&
+         p.cu_seqlens_q == nullptr && p.window_left < 0 && p.window_right < 0 &&
+         p.max_seqlen_q == p.seqlen_q && ((p.seqlen_q + block_m - 1) / block_m) % 2 == 0;
 }
 
 // True when the Hopper kernel handles this problem: float16 / bfloat16, head dimension 64,

@@ -22,6 +22,10 @@
 //    run its last P V and write its output, so that short sequences do not pay a CTA's
 //    prologue and epilogue per tile. Without the flag
 //    the same loop runs once, on the tile of the CTA's grid coordinates.
+//  - Clusters of two (a tile-shape variant, no mask, fixed lengths, not persistent): two
+//    CTAs on neighbouring query tiles of one (head, sequence) read the same K/V tiles; each
+//    loads half of every tile and the TMA multicasts it into both, and a stage is free once
+//    the consumers of both CTAs have released it.
 //  - Ping-pong (run-time flag): the consumer warpgroups take turns to issue their products,
 //    ordered by named barriers, so that one warpgroup's softmax runs while the tensor cores
 //    work on another's products instead of all waiting on the exponentials at once.
@@ -30,8 +34,8 @@
 // 32 x 128 + 160 x 384 = 65,536 with three. Shared memory (kStages K and
 // V stages plus Q, 128-byte-swizzled tiles): d = 64: 128 x 128 tiles, 3 stages, 112 KB;
 // d = 128: 128 x 128, 2 stages, 160 KB; d = 256: 128 x 64, 2 stages, 192 KB (of 227 KB);
-// d = 64 with three consumer warpgroups: 192 x 128 tiles, 3 stages, 120 KB; d = 128 with
-// wide key tiles: 128 x 176, 2 stages, 208 KB.
+// d = 64 with three consumer warpgroups: 192 x 128 tiles, 3 stages, 120 KB; wide key tiles:
+// d = 128: 128 x 176, 2 stages, 208 KB; d = 256: 128 x 80, 2 stages, 224 KB.
 //
 // Key tiles run from the last to the first as in the portable kernel: the tiles that need a
 // mask (sequence tail, causal diagonal) come first. Rows past a sequence's end: TMA reads
@@ -42,10 +46,12 @@
 #include <cutlass/cutlass.h>
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/pipeline.hpp>
+#include <cute/arch/cluster_sm90.hpp>
 #include <cute/tensor.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "attention/cuda/flash_fwd_params.h"
 #include "tilegrid/attention/exp2_poly.h"
@@ -83,7 +89,8 @@ struct RegisterSplit<3> {
 };
 
 template <class Element_, int kHeadDim_, bool kConditionalRescale_, bool kSoftwareExp2_,
-          int kConsumerWarpgroups_ = 2, int kBlockN_ = TileShape<kHeadDim_>::kBlockN>
+          int kConsumerWarpgroups_ = 2, int kBlockN_ = TileShape<kHeadDim_>::kBlockN,
+          int kClusterM_ = 1>
 struct Sm90Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -96,8 +103,21 @@ struct Sm90Traits {
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma: N of S, K of P V");
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  static constexpr int kProducerRegisters = RegisterSplit<kConsumerWarpgroups>::kProducer;
   static constexpr int kConsumerRegisters = RegisterSplit<kConsumerWarpgroups>::kConsumer;
+  // CTAs of a cluster: neighbouring query tiles of one (head, sequence), which read the same K
+  // and V tiles; with 2, each CTA loads half of every K/V tile and the TMA multicasts it into
+  // both CTAs' shared memory, halving the L2-to-SM traffic of K and V (FlashAttention-3's
+  // cluster for head dims >= 128 without a mask).
+  static constexpr int kClusterM = kClusterM_;
+  static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs");
+  using ClusterShape = Shape<Int<kClusterM>, _1, _1>;
+  static constexpr int kProducerRegisters = RegisterSplit<kConsumerWarpgroups>::kProducer;
+  // setmaxnreg moves registers within what the CTA got at launch (__launch_bounds__(kThreads,
+  // 1): 65,536 / kThreads rounded down to 8 a thread): a larger split would leave a consumer
+  // warp waiting for registers forever (32 / 240 with two consumer warpgroups: 65,536 > 64,512).
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <=
+                    65536 / kThreads / 8 * 8 * kThreads,
+                "register split larger than the CTA's launch allocation");
   using BlockM = Int<kBlockM>;
   using BlockN = Int<kBlockN>;
   using HeadDim = Int<kHeadDim>;
@@ -137,8 +157,9 @@ struct Sm90Traits {
                                           GmemShape{}, GmemStride{}));
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
                                       Shape<BlockM, HeadDim>{}, _1{}));
-  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{},
-                                       take<0, 2>(SmemLayoutK{}), Shape<BlockN, HeadDim>{}, _1{}));
+  using TmaLoadKV = std::conditional_t<kClusterM == 1, SM90_TMA_LOAD, SM90_TMA_LOAD_MULTICAST>;
+  using TmaKV = decltype(make_tma_copy(TmaLoadKV{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}),
+                                       Shape<BlockN, HeadDim>{}, Int<kClusterM>{}));
   static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
@@ -153,8 +174,9 @@ struct Sm90Traits {
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
     alignas(8) cutlass::arch::ClusterTransactionBarrier::ValueType barrier_q;
-    // Persistent CTAs: every consumer thread arrives once its tile's products have read sQ for
-    // the last time; the producer waits for that before it loads the next tile's Q.
+    // Persistent CTAs: one thread of each consumer warpgroup arrives once its tile's products
+    // have read sQ for the last time; the producer waits for that before it loads the next
+    // tile's Q.
     alignas(8) cutlass::arch::ClusterBarrier::ValueType barrier_q_free;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
@@ -328,19 +350,39 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   pipe_params.role = producer ? Pipeline::ThreadCategory::Producer
                               : Pipeline::ThreadCategory::Consumer;
   pipe_params.is_leader = threadIdx.x == 0;
-  pipe_params.num_consumers = Traits::kConsumerThreads;
+  // Arrivals that free a stage: one a consumer warpgroup (release_stage below), not one a
+  // thread. With a cluster of one CTA, CUTLASS's PipelineTmaAsync sets the empty barrier's count
+  // to num_consumers and lets every thread that releases arrive; FlashAttention-3 found 256
+  // arrivals a stage a slowdown (its sm90_pipeline_no_cluster.hpp: hdim 128 causal most) and
+  // signals from one thread a warpgroup, as CUTLASS did before 3.6. That is enough: a wgmma is
+  // one operation of the warpgroup's four warps, so once it has completed for the signalling
+  // thread (its warpgroup_wait) it has read its shared-memory operands for all of them.
+  // In a cluster of two, every consumer warpgroup frees a stage in both CTAs (each CTA's
+  // producer writes into both), and CUTLASS's pipeline picks one thread a warpgroup for each
+  // destination CTA itself: there num_consumers is the thread count it expects.
+  constexpr int kClusterM = Traits::kClusterM;
+  pipe_params.num_consumers =
+      kClusterM == 1 ? Traits::kConsumerWarpgroups : Traits::kConsumerThreads;
+  // Each CTA receives the whole tile (its half and its neighbour's) and expects all its bytes.
   pipe_params.transaction_bytes = Traits::kTmaBytesKV;
-  Pipeline pipeline_k(smem.pipeline_k, pipe_params, Shape<_1, _1, _1>{});
-  Pipeline pipeline_v(smem.pipeline_v, pipe_params, Shape<_1, _1, _1>{});
+  Pipeline pipeline_k(smem.pipeline_k, pipe_params, typename Traits::ClusterShape{});
+  Pipeline pipeline_v(smem.pipeline_v, pipe_params, typename Traits::ClusterShape{});
   if (threadIdx.x == 0) {
     Barrier::init(&smem.barrier_q, 1);
-    cutlass::arch::ClusterBarrier::init(&smem.barrier_q_free, Traits::kConsumerThreads);
+    cutlass::arch::ClusterBarrier::init(&smem.barrier_q_free, Traits::kConsumerWarpgroups);
     prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
     prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
   }
   cutlass::arch::fence_barrier_init();
-  __syncthreads();
+  if constexpr (kClusterM > 1) {
+    // Both CTAs' barriers are initialised before either multicasts into the other or arrives
+    // on its barriers.
+    cute::cluster_arrive_relaxed();
+    cute::cluster_wait();
+  } else {
+    __syncthreads();
+  }
 
   if (producer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
@@ -349,6 +391,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // loaded while the consumers finish the current one.
     PipelineState state = cutlass::make_producer_start_state<Pipeline>();
     int q_loads = 0;
+    // In a cluster: this CTA's half of each K/V tile, multicast into both CTAs.
+    const int cta_rank = kClusterM > 1 ? int(cute::block_rank_in_cluster()) : 0;
+    auto kv_copy = [&](const auto& tma, uint64_t& barrier) {
+      if constexpr (kClusterM > 1)
+        return tma.with(barrier, uint16_t((1 << kClusterM) - 1));
+      else
+        return tma.with(barrier);
+    };
     for (int t = schedule.first(); t < schedule.count; t += schedule.stride()) {
       const TileWork w = schedule.work<kBlockM, kBlockN>(p, t);
       if (w.n_count == 0) continue;  // nothing to load (the consumers write zeros or nothing)
@@ -367,10 +417,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       Tensor gV = local_tile(mV, Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
       auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                         group_modes<0, 2>(gQ));
-      auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                        group_modes<0, 2>(gK));
-      auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                        group_modes<0, 2>(gV));
+      auto [tKgK, tKsK] = tma_partition(kp.tma_k, cta_rank, Layout<Int<kClusterM>>{},
+                                        group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+      auto [tVgV, tVsV] = tma_partition(kp.tma_v, cta_rank, Layout<Int<kClusterM>>{},
+                                        group_modes<0, 2>(sV), group_modes<0, 2>(gV));
       // A persistent CTA's later Q: into L2 now, while the consumers are about two key tiles
       // from the end of the previous tile, so that the load issued once sQ is free does not
       // wait on HBM (~1 us for a 32 KB tile, against ~1.6 us a 128 x 128 key tile at d = 128).
@@ -391,14 +441,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (q_first) load_q();
       for (int n = w.n_max - 1; n >= w.n_min; --n) {
         pipeline_k.producer_acquire(state);
-        copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(state)), tKgK(_, n),
+        copy(kv_copy(kp.tma_k, *pipeline_k.producer_get_barrier(state)), tKgK(_, n),
              tKsK(_, state.index()));
         if (!q_first && n == w.n_max - 1) load_q();
         pipeline_v.producer_acquire(state);
-        copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(state)), tVgV(_, n),
+        copy(kv_copy(kp.tma_v, *pipeline_v.producer_get_barrier(state)), tVgV(_, n),
              tVsV(_, state.index()));
         ++state;
       }
+    }
+    // In a cluster the neighbour's consumers arrive on this CTA's barriers until they are done:
+    // wait for every stage to be freed, so that this CTA (its shared memory) outlives them.
+    if constexpr (kClusterM > 1) {
+      pipeline_k.producer_tail(state);
+      pipeline_v.producer_tail(state);
     }
     return;
   }
@@ -406,6 +462,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // Consumers.
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
   const int tid = int(threadIdx.x) - 128;
+  // The thread of each consumer warpgroup that frees K/V stages and sQ (see num_consumers; in
+  // a cluster every thread calls and the pipeline lets the ones it picked arrive).
+  const bool signals = tid % 128 == 0;
+  auto release_stage = [&](Pipeline& pipeline, const PipelineState& stage) {
+    if (kClusterM > 1 || signals) pipeline.consumer_release(stage);
+  };
   typename Traits::TiledMmaS mma_s;
   typename Traits::TiledMmaO mma_o;
   auto thr_s = mma_s.get_thread_slice(tid);
@@ -600,7 +662,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, read.index()), acc_s);
       pass_turn(false);
       warpgroup_wait<0>();
-      pipeline_k.consumer_release(read);
+      release_stage(pipeline_k, read);
       softmax(acc_s, w.n_max - 1, o_scale);  // O is still zero: rescaling it changes nothing
       convert_p();
 
@@ -622,18 +684,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
         pass_turn(false);
         warpgroup_wait<1>();  // S(n) is complete
-        pipeline_k.consumer_release(next);
+        release_stage(pipeline_k, next);
         softmax(acc_s, w.n_max - 1 - it, o_scale);
         warpgroup_wait<0>();  // P V is complete: P's registers and O are free again
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(rP);
-        pipeline_v.consumer_release(read);
+        release_stage(pipeline_v, read);
         convert_p();
         read = next;
       }
       // Every Q K^T of this tile has completed (the last one at the warpgroup_wait<1> above, or
       // before the loop): the producer may overwrite sQ while the last P V runs.
-      cutlass::arch::ClusterBarrier::arrive(&smem.barrier_q_free);
+      if (signals) cutlass::arch::ClusterBarrier::arrive(&smem.barrier_q_free);
       rescale_o(o_scale);
       take_turn();
       pipeline_v.consumer_wait(read);
@@ -642,7 +704,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       pass_turn(true);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
-      pipeline_v.consumer_release(read);
+      release_stage(pipeline_v, read);
       ++read;
       ++q_loads;
     }

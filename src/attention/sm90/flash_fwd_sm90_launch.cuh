@@ -73,14 +73,16 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
                     gmem(p.q, shape_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
                     typename Traits::SmemLayoutQ{},
                     Shape<typename Traits::BlockM, typename Traits::HeadDim>{}, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{},
+      make_tma_copy(typename Traits::TmaLoadKV{},
                     gmem(p.k, shape_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
                     take<0, 2>(typename Traits::SmemLayoutK{}),
-                    Shape<typename Traits::BlockN, typename Traits::HeadDim>{}, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{},
+                    Shape<typename Traits::BlockN, typename Traits::HeadDim>{},
+                    Int<Traits::kClusterM>{}),
+      make_tma_copy(typename Traits::TmaLoadKV{},
                     gmem(p.v, shape_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
                     take<0, 2>(typename Traits::SmemLayoutV{}),
-                    Shape<typename Traits::BlockN, typename Traits::HeadDim>{}, _1{}),
+                    Shape<typename Traits::BlockN, typename Traits::HeadDim>{},
+                    Int<Traits::kClusterM>{}),
       shape_q,
       shape_k,
       (switches & kPingPong) != 0,
@@ -90,25 +92,52 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
   // Persistent: one CTA per SM (the shared memory allows no second), or one per tile if fewer;
   // the kernel counts tiles in 32 bits, up to the count plus one grid stride.
   const int64_t tiles = int64_t(kp.m_blocks) * p.heads_q * p.batch;
-  kp.persistent = kp.persistent && tiles < (int64_t(1) << 30);
+  kp.persistent = Traits::kClusterM == 1 && kp.persistent && tiles < (int64_t(1) << 30);
   const dim3 grid = kp.persistent
                         ? dim3(unsigned(std::min<int64_t>(tiles, multiprocessor_count(device))))
                         : dim3(kp.m_blocks, p.heads_q, p.batch);
-  flash_fwd_sm90_kernel<Traits><<<grid, Traits::kThreads, kSmem, stream>>>(kp);
+  if constexpr (Traits::kClusterM == 1) {
+    flash_fwd_sm90_kernel<Traits><<<grid, Traits::kThreads, kSmem, stream>>>(kp);
+  } else {
+    // Clusters of kClusterM neighbouring query tiles (launch_shape checks that they divide
+    // the query tiles evenly).
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(Traits::kThreads);
+    config.dynamicSmemBytes = kSmem;
+    config.stream = stream;
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = Traits::kClusterM;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    TG_CUDA_CHECK(cudaLaunchKernelEx(&config, flash_fwd_sm90_kernel<Traits>, kp));
+  }
   TG_CUDA_CHECK_LAUNCH();
 }
 
 // The tile shape the switches pick for one element type and FA4 combination: three consumer
-// warpgroups at head dim 64, 176-key tiles at head dim 128 (bfloat16), else the standard one.
+// warpgroups at head dim 64; at head dims 128 and 256 (bfloat16) 176- and 80-key tiles and
+// clusters of two; else the standard one.
 template <class Element, int kHeadDim, bool kRescale, bool kExp2>
 void launch_shape(const FlashFwdParams& p, int switches, cudaStream_t s) {
   if constexpr (kHeadDim == 64 && !kRescale && !kExp2)
     if (switches & kThreeConsumerWarpgroups)
       return launch<Sm90Traits<Element, kHeadDim, false, false, 3>>(p, switches, s);
-  if constexpr (kHeadDim == 128 && !kRescale && !kExp2 &&
-                std::is_same_v<Element, cutlass::bfloat16_t>)
-    if (switches & kWideKeyTiles)
-      return launch<Sm90Traits<Element, kHeadDim, false, false, 2, 176>>(p, switches, s);
+  if constexpr ((kHeadDim == 128 || kHeadDim == 256) && !kRescale && !kExp2 &&
+                std::is_same_v<Element, cutlass::bfloat16_t>) {
+    constexpr int kNarrow = TileShape<kHeadDim>::kBlockN, kWide = kHeadDim == 128 ? 176 : 80;
+    constexpr int kBlockM = Sm90Traits<Element, kHeadDim, false, false>::kBlockM;
+    const bool wide = (switches & kWideKeyTiles) != 0;
+    if (key_value_multicast_applies(p, switches, kBlockM)) {
+      if (wide)
+        return launch<Sm90Traits<Element, kHeadDim, false, false, 2, kWide, 2>>(p, switches, s);
+      return launch<Sm90Traits<Element, kHeadDim, false, false, 2, kNarrow, 2>>(p, switches, s);
+    }
+    if (wide) return launch<Sm90Traits<Element, kHeadDim, false, false, 2, kWide>>(p, switches, s);
+  }
   return launch<Sm90Traits<Element, kHeadDim, kRescale, kExp2>>(p, switches, s);
 }
 

@@ -45,6 +45,7 @@ const Case kCases[] = {
     {130, 200, 4, 2, false, 33, 5, 0},   // window with GQA, tails in both tiles
     {65, 65, 2, 1, false, -1, -1, 7.5},  // softcap, MQA
     {300, 517, 2, 2, true, -1, -1, 0},   // several key tiles through the pipeline ring
+    {256, 300, 2, 2, false, -1, -1, 0},  // two query tiles, no mask: bit 7's clusters apply
 };
 
 TEST(AttentionSm90, MatchesReferenceWithDefaultSwitches) {
@@ -58,11 +59,13 @@ TEST(AttentionSm90, MatchesReferenceWithDefaultSwitches) {
 TEST(AttentionSm90, MatchesReferenceWithEverySwitchCombination) {
   if (!hopper_available()) GTEST_SKIP() << "no GPU of compute capability 9.0";
   // Every variant: bits 0-1 the FA4 switches, bit 2 ping-pong, bit 3 three consumer
-  // warpgroups (head dim 64), bit 4 176-key tiles (head dim 128); bits 3-4 exist without
+  // warpgroups (head dim 64), bit 4 wider key tiles (head dims 128, 256); bits 3-4 exist without
   // bits 0-1 only, and other head dims run as without them. Bit 5: persistent CTAs (every
   // variant; here with rescaling and with the head-dim-64 default); these small cases give
-  // each CTA one tile: test_flash_attn_sm90.py has the ones with more tiles than SMs.
-  for (int switches : {0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 32, 33, 44}) {
+  // each CTA one tile: test_flash_attn_sm90.py has the ones with more tiles than SMs. Bit 7:
+  // clusters of two sharing K/V loads, in the last case (an even number of query tiles, no
+  // mask; the others run without it); test_flash_attn_sm90.py has more.
+  for (int switches : {0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 32, 33, 44, 128, 132, 144, 148}) {
     ForceSm90 force(switches);
     for (int64_t d : {64, 128, 256})
       for (const Case& c : kCases) expect_sm90_matches_reference(DType::BFloat16, d, c);

@@ -15,11 +15,14 @@ from test_flash_attn import (GPU_DTYPES, check_gpu, gpu_inputs, gpu_test, run_po
 
 SM90_HEAD_DIMS = [64, 128, 256]
 # Bits: 1 conditional rescaling, 2 software exp2, 4 ping-pong between consumer warpgroups,
-# 8 three consumer warpgroups (192-row tiles; head dim 64 only), 16 176-key tiles (head dim
-# 128 only); at other head dims the last two run as without them.
+# 8 three consumer warpgroups (192-row tiles; head dim 64 only), 16 wider key tiles (176 at
+# head dim 128, 80 at 256); at other head dims the last two run as without them; 32 persistent
+# CTAs; 128 clusters of two CTAs sharing K/V loads (head dims 128 and 256, no mask, fixed
+# lengths, an even number of 128-row query tiles; run as without it otherwise).
 SWITCHES = {"plain": 0, "rescale": 1, "soft_exp2": 2, "ping_pong": 4, "all": 7,
             "three_wg": 8, "three_wg_ping_pong": 12, "wide_n": 16, "wide_n_ping_pong": 20,
-            "persistent": 32, "three_wg_ping_pong_persistent": 44, "default": -1}
+            "persistent": 32, "three_wg_ping_pong_persistent": 44, "kv_multicast": 128,
+            "kv_multicast_ping_pong": 132, "wide_n_kv_multicast": 144, "default": -1}
 
 
 def hopper():
@@ -56,6 +59,28 @@ def test_sm90_seqlens_causal_and_windows(sm90, head_dim):
                 out, lse = run_poisoned(q, k, v, causal=causal, window=window)
                 assert_ran_sm90()
                 check_gpu(out, lse, q, k, v, dtype, causal=causal, window=window)
+
+
+@pytest.mark.parametrize("head_dim", [128, 256])
+@pytest.mark.parametrize("switches", [128, 132, 144, 148])
+@gpu_test
+def test_sm90_key_value_multicast_pairs_of_query_tiles(head_dim, switches):
+    # Clusters of two CTAs apply with an even number of 128-row query tiles (2, 4, 16 here; 255
+    # leaves the second tile short) and no mask: each CTA loads half of every K/V tile for both.
+    # Key lengths: one tile, a partial last tile, many tiles, a single key; with GQA and softcap.
+    dtype = torch.bfloat16
+    try:
+        _C._attention_set_kernel("sm90", switches)
+        for sq, sk, hq, hk in ((255, 256, 2, 2), (512, 700, 4, 2), (2048, 1, 2, 1),
+                               (256, 2049, 6, 1)):
+            q, k, v = gpu_inputs((2, sq, hq, head_dim), (2, sk, hk, head_dim), dtype, scale=2.0)
+            out, lse = run_poisoned(q, k, v)
+            assert_ran_sm90()
+            check_gpu(out, lse, q, k, v, dtype)
+            out, lse = run_poisoned(q, k, v, scale=0.3, softcap=5.0)
+            check_gpu(out, lse, q, k, v, dtype, scale=0.3, softcap=5.0)
+    finally:
+        _C._attention_set_kernel(os.environ.get("TILEGRID_ATTENTION_KERNEL", "auto"), -1)
 
 
 @pytest.mark.parametrize("head_dim", SM90_HEAD_DIMS)
