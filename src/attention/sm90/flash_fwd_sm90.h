@@ -63,17 +63,26 @@ enum Switches : int {
 //   bench/results/2026-12-01_h200_attention_fa3_loop_variants.json: 481 vs 445 and 324 vs 309
 //   TFLOP/s; even at 2k full, slower at 2k causal, 392 vs 409, and at 16k causal, 536 vs 599:
 //   the static round-robin of tiles balances unequal tiles worse than the hardware's block
-//   scheduler);
-// - head dim 256: the plain kernel (persistent: within 2% at 512 and 1k, slower at 2k, in the
-//   same run).
+//   scheduler). Without a mask from 8k queries on: 176-key tiles in clusters of two sharing K/V loads
+//   (bench/results/2026-12-01_h200_attention_kv_multicast.json: 630 vs 617 TFLOP/s at 16k,
+//   604 vs 595 at 8k; at 2k and 4k both bits were 2-4% slower than the plain kernel);
+// - head dim 256: 128 x 80 tiles in clusters of two (where the cluster applies; the tiles
+//   alone otherwise): +2-5% over the plain kernel from 1k to 16k without a mask (694 vs 664 at
+//   16k), +1-5% with a causal mask from 1k on; at 512 causal the plain kernel (259 vs 252;
+//   same file). Persistent: within 2% at 512 and 1k, slower at 2k (2026-12-01_h200_attention_
+//   sm90_persistent.json).
 constexpr int default_switches(int head_dim, int64_t max_seqlen_q, bool masked) {
   if (head_dim == 64) {
     if (max_seqlen_q <= 1024)
       return masked ? kPersistent : (kThreeConsumerWarpgroups | kPingPong | kPersistent);
     return kThreeConsumerWarpgroups | kPingPong;
   }
-  if (head_dim == 128 && max_seqlen_q <= 1024) return kPersistent;
-  return kNoSwitches;
+  if (head_dim == 128) {
+    if (max_seqlen_q <= 1024) return kPersistent;
+    return (!masked && max_seqlen_q >= 8192) ? (kWideKeyTiles | kKeyValueMulticast) : kNoSwitches;
+  }
+  if (head_dim == 256 && masked && max_seqlen_q <= 512) return kNoSwitches;
+  return kWideKeyTiles | kKeyValueMulticast;
 }
 
 // Whether bit kKeyValueMulticast applies: clusters of two neighbouring query tiles of

@@ -1,0 +1,51 @@
+"""One attention forward shape, run a few times by one system, for a profiler to attach to.
+
+    ncu --clock-control none -k regex:'flash_fwd_sm90_kernel|FlashAttnFwdSm90' \
+        --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+        python bench/profile_attention.py --system tilegrid --head-dim 128 --seqlen 512
+
+The shape is bench_attention.py's (16k tokens a batch, hidden 2048, bf16). --system is
+"tilegrid" (the automatic choice, or the Hopper kernel with --sm90-switches) or
+"FlashAttention-3" (needs `import flash_attn_interface`, as in bench_attention.py).
+scripts/profile_attention.sh profiles both side by side on the shapes where they differ most.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import tilegrid as tg
+from tilegrid import _C
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--system", choices=["tilegrid", "FlashAttention-3"], required=True)
+    parser.add_argument("--head-dim", type=int, required=True)
+    parser.add_argument("--seqlen", type=int, required=True)
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--sm90-switches", type=int, default=-1,
+                        help="the Hopper kernel's variant bits (-1: its default for the shape)")
+    parser.add_argument("--runs", type=int, default=4)
+    args = parser.parse_args()
+
+    batch, heads = 16384 // args.seqlen, 2048 // args.head_dim
+    shape = (batch, args.seqlen, heads, args.head_dim)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if args.system == "tilegrid":
+        _C._attention_set_kernel("sm90" if args.sm90_switches >= 0 else "auto",
+                                 args.sm90_switches)
+        run = lambda: tg.flash_attn_func(q, k, v, causal=args.causal)  # noqa: E731
+    else:
+        import flash_attn_interface
+
+        run = lambda: flash_attn_interface.flash_attn_func(q, k, v, causal=args.causal)  # noqa: E731
+    for _ in range(args.runs):
+        run()
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()

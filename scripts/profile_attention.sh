@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On a Hopper machine with Nsight Compute: profile tilegrid's attention forward and
+# FlashAttention-3's on the same shapes (bench_attention.py's setup), one kernel launch each,
+# every hardware counter of ncu's "full" set, into OUTDIR/ncu_attention.csv (ncu's raw page:
+# one block per kernel, headed "# <shape> <system>"). bench/ncu_compare.py tabulates it.
+#
+#   scripts/profile_attention.sh OUTDIR [CASE ...]     CASE = head_dim:seqlen[:causal]
+#
+# tilegrid must be installed (scripts/gpu.sh does it); FlashAttention-3 is profiled when
+# `import flash_attn_interface` works. The clocks are left alone (--clock-control none), so
+# the counters describe the kernels as the benchmark times them.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT=${1:?usage: scripts/profile_attention.sh OUTDIR [head_dim:seqlen[:causal] ...]}
+shift
+cases=("$@")
+[ ${#cases[@]} -eq 0 ] && cases=(128:512 128:16384 128:16384:causal 64:16384 256:16384)
+PY=${PYTHON:-python3}
+csv="$OUT/ncu_attention.csv"
+: >"$csv"
+systems=(tilegrid)
+$PY -c 'import flash_attn_interface' 2>/dev/null && systems+=(FlashAttention-3)
+for case in "${cases[@]}"; do
+  IFS=: read -r head_dim seqlen causal <<<"$case"
+  for system in "${systems[@]}"; do
+    echo "# d$head_dim s$seqlen ${causal:-full} $system" >>"$csv"
+    ncu --clock-control none --set full --page raw --csv --print-units base \
+      -k 'regex:flash_fwd_sm90_kernel|FlashAttnFwdSm90' --launch-skip 2 --launch-count 1 \
+      $PY bench/profile_attention.py --system "$system" --head-dim "$head_dim" \
+      --seqlen "$seqlen" ${causal:+--causal} 2>&1 | grep -E '^"' >>"$csv"
+    echo "profiled d$head_dim s$seqlen ${causal:-full} $system: rc=${PIPESTATUS[0]}"
+  done
+done
