@@ -1,6 +1,7 @@
 """One attention forward shape, run a few times by one system, for a profiler to attach to.
 
-    ncu --clock-control none -k regex:'flash_fwd_sm90_kernel|FlashAttnFwdSm90' \
+    ncu --clock-control none --kernel-name-base demangled \
+        -k regex:'flash_fwd_sm90_kernel|FlashAttnFwdSm90' \
         --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
         python bench/profile_attention.py --system tilegrid --head-dim 128 --seqlen 512
 
@@ -15,9 +16,6 @@ from __future__ import annotations
 import argparse
 
 import torch
-
-import tilegrid as tg
-from tilegrid import _C
 
 
 def main() -> None:
@@ -35,6 +33,9 @@ def main() -> None:
     shape = (batch, args.seqlen, heads, args.head_dim)
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     if args.system == "tilegrid":
+        import tilegrid as tg
+        from tilegrid import _C
+
         _C._attention_set_kernel("sm90" if args.sm90_switches >= 0 else "auto",
                                  args.sm90_switches)
         run = lambda: tg.flash_attn_func(q, k, v, causal=args.causal)  # noqa: E731

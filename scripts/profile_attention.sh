@@ -18,14 +18,16 @@ cases=("$@")
 PY=${PYTHON:-python3}
 csv="$OUT/ncu_attention.csv"
 : >"$csv"
+# PROFILE_SYSTEMS="FlashAttention-3" narrows the systems (default: both, FA3 when importable).
 systems=(tilegrid)
 $PY -c 'import flash_attn_interface' 2>/dev/null && systems+=(FlashAttention-3)
+[ -n "${PROFILE_SYSTEMS:-}" ] && read -ra systems <<<"$PROFILE_SYSTEMS"
 for case in "${cases[@]}"; do
   IFS=: read -r head_dim seqlen causal <<<"$case"
   for system in "${systems[@]}"; do
     echo "# d$head_dim s$seqlen ${causal:-full} $system" >>"$csv"
     ncu --clock-control none --set full --page raw --csv --print-units base \
-      -k 'regex:flash_fwd_sm90_kernel|FlashAttnFwdSm90' --launch-skip 2 --launch-count 1 \
+      --kernel-name-base demangled -k 'regex:flash_fwd_sm90_kernel|FlashAttnFwdSm90' --launch-skip 2 --launch-count 1 \
       $PY bench/profile_attention.py --system "$system" --head-dim "$head_dim" \
       --seqlen "$seqlen" ${causal:+--causal} 2>&1 | grep -E '^"' >>"$csv"
     echo "profiled d$head_dim s$seqlen ${causal:-full} $system: rc=${PIPESTATUS[0]}"
