@@ -106,6 +106,7 @@ SM90_SWITCH_SYSTEMS = [
     # Bit 32: persistent CTAs looping over tiles (every head dim).
     ("sm90 persistent", tilegrid_kernel("sm90", 32)),
     ("sm90 ping-pong+persistent", tilegrid_kernel("sm90", 36)),
+    ("sm90 wide-n+persistent", tilegrid_kernel("sm90", 48)),
     # Bit 128: clusters of two CTAs sharing K/V loads (head dims 128 and 256; applies without
     # a mask and with an even number of query tiles, else runs as without it: its causal rows
     # are the kernel without the bit).

@@ -22,14 +22,25 @@ csv="$OUT/ncu_attention.csv"
 systems=(tilegrid)
 $PY -c 'import flash_attn_interface' 2>/dev/null && systems+=(FlashAttention-3)
 [ -n "${PROFILE_SYSTEMS:-}" ] && read -ra systems <<<"$PROFILE_SYSTEMS"
+# PROFILE_SOURCE=1 also writes OUTDIR/ncu_source.csv: ncu's source page, every SASS
+# instruction of each kernel with its executed count and sampled warp stall reasons.
+reports=$(mktemp -d)
 for case in "${cases[@]}"; do
   IFS=: read -r head_dim seqlen causal <<<"$case"
   for system in "${systems[@]}"; do
-    echo "# d$head_dim s$seqlen ${causal:-full} $system" >>"$csv"
-    ncu --clock-control none --set full --page raw --csv --print-units base \
-      --kernel-name-base demangled -k 'regex:flash_fwd_sm90_kernel|FlashAttnFwdSm90' --launch-skip 2 --launch-count 1 \
-      $PY bench/profile_attention.py --system "$system" --head-dim "$head_dim" \
-      --seqlen "$seqlen" ${causal:+--causal} 2>&1 | grep -E '^"' >>"$csv"
-    echo "profiled d$head_dim s$seqlen ${causal:-full} $system: rc=${PIPESTATUS[0]}"
+    heading="d$head_dim s$seqlen ${causal:-full} $system"
+    report="$reports/${heading// /_}"
+    ncu --clock-control none --set full --kernel-name-base demangled \
+      -k 'regex:flash_fwd_sm90_kernel|FlashAttnFwdSm90' --launch-skip 2 --launch-count 1 \
+      -f -o "$report" $PY bench/profile_attention.py --system "$system" \
+      --head-dim "$head_dim" --seqlen "$seqlen" ${causal:+--causal} >/dev/null 2>&1
+    echo "profiled $heading: rc=$?"
+    echo "# $heading" >>"$csv"
+    ncu -i "$report.ncu-rep" --page raw --csv --print-units base | grep -E '^"' >>"$csv"
+    if [ "${PROFILE_SOURCE:-0}" = 1 ]; then
+      echo "# $heading" >>"$OUT/ncu_source.csv"
+      ncu -i "$report.ncu-rep" --page source --csv --print-source sass >>"$OUT/ncu_source.csv"
+    fi
   done
 done
+rm -rf "$reports"
