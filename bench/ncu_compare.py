@@ -1,45 +1,55 @@
-"""Tabulate scripts/profile_attention.sh's Nsight Compute output: one column per profiled
-kernel, one row per counter that tells the attention kernels apart (time, launch shape,
-tensor-pipe and exponential-unit busy, issue rate, warp stall reasons, instructions, L2).
+"""Tabulate scripts/profile_attention.sh's Nsight Compute output.
 
     python bench/ncu_compare.py ncu_attention.csv [more.csv ...] [--markdown]
+    python bench/ncu_compare.py --source ncu_source.csv.gz
 
-Several files merge (e.g. tilegrid and FlashAttention-3 profiled in separate runs); a
-later block with the same heading replaces an earlier one.
+The first form: one column per profiled kernel, one row per counter that tells the attention
+kernels apart (time, launch shape, tensor-pipe and exponential-unit busy, issue rate, warp
+stall reasons, instructions, L2). Several files merge (e.g. tilegrid and FlashAttention-3
+profiled in separate runs); a later block with the same heading replaces an earlier one.
+
+--source reads the per-instruction source page and splits each kernel's sampled warp stalls
+between the steady key-tile loop (instructions executed at least 30% as often as the most
+executed one: the consumers' per-tile code) and the rest (prologue, epilogue, the producer
+warp), by stall reason. Files may be gzip-compressed.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
+import gzip
 import io
 
 # (row label, ncu metric). Stall reasons are warps stalled per issued instruction, so they
 # add up (with "selected", 1.0) to the average cycles between a warp's instructions.
+STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 ROWS = [
     ("time (us)", "gpu__time_duration.sum"),
     ("grid", "launch__grid_size"),
     ("cluster", "launch__cluster_size"),
     ("registers/thread", "launch__registers_per_thread"),
     ("shared mem/block (B)", "launch__shared_mem_per_block"),
-    ("tensor pipe busy (% elapsed)", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"),
+    ("tensor pipe busy (% elapsed)",
+     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"),
     ("exp unit XU (% active)", "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"),
     ("FMA pipe (% active)", "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"),
     ("ALU pipe (% active)", "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active"),
     ("issue active (% active)", "smsp__issue_active.avg.pct_of_peak_sustained_active"),
     ("instructions (M)", "smsp__inst_executed.sum"),
     ("SM cycles active", "sm__cycles_active.avg"),
-    ("stall: wait (fixed latency)", "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"),
-    ("stall: barrier", "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio"),
-    ("stall: long scoreboard", "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"),
-    ("stall: short scoreboard", "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio"),
-    ("stall: gmma", "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio"),
-    ("stall: dispatch", "smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio"),
-    ("stall: mio throttle", "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio"),
-    ("stall: math pipe throttle", "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio"),
-    ("stall: not selected", "smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio"),
-    ("stall: no instruction", "smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio"),
-    ("stall: sleeping", "smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio"),
+    ("stall: wait (fixed latency)", STALL.format("wait")),
+    ("stall: barrier", STALL.format("barrier")),
+    ("stall: long scoreboard", STALL.format("long_scoreboard")),
+    ("stall: short scoreboard", STALL.format("short_scoreboard")),
+    ("stall: gmma", STALL.format("gmma")),
+    ("stall: dispatch", STALL.format("dispatch_stall")),
+    ("stall: mio throttle", STALL.format("mio_throttle")),
+    ("stall: math pipe throttle", STALL.format("math_pipe_throttle")),
+    ("stall: not selected", STALL.format("not_selected")),
+    ("stall: no instruction", STALL.format("no_instruction")),
+    ("stall: sleeping", STALL.format("sleeping")),
     ("L2 hit rate (%)", "lts__t_sector_hit_rate.pct"),
     ("DRAM read (MB)", "dram__bytes_read.sum"),
     ("TMA loads issued", "smsp__inst_executed_op_tma_ld.sum"),
@@ -49,21 +59,61 @@ SCALE = {"smsp__inst_executed.sum": 1e-6, "dram__bytes_read.sum": 1e-6,
          "gpu__time_duration.sum": 1e-3}
 
 
-def load(paths):
-    """{heading: {metric: value string}} from files of '# heading' lines, each followed by
-    ncu's raw CSV page (a header row, a units row, a values row)."""
+def sections(paths):
+    """{heading: csv rows} from files of '# heading' lines, each followed by one ncu page."""
     blocks = {}
     for path in paths:
+        opener = gzip.open if path.endswith(".gz") else open
         heading, lines = None, []
-        for line in list(open(path)) + ["# end"]:
-            if line.startswith("#"):
-                rows = list(csv.reader(io.StringIO("".join(lines))))
-                if heading and len(rows) >= 3:
-                    blocks[heading] = dict(zip(rows[0], rows[2]))
-                heading, lines = line[1:].strip(), []
-            else:
-                lines.append(line)
+        with opener(path, "rt") as file:
+            for line in list(file) + ["# end"]:
+                if line.startswith("# "):
+                    if heading:
+                        blocks[heading] = list(csv.reader(io.StringIO("".join(lines))))
+                    heading, lines = line[2:].strip(), []
+                else:
+                    lines.append(line)
     return blocks
+
+
+def load(paths):
+    """{heading: {metric: value string}} from ncu's raw pages (a header row, a units row, a
+    values row)."""
+    return {h: dict(zip(rows[0], rows[2])) for h, rows in sections(paths).items()
+            if len(rows) >= 3}
+
+
+def to_float(text):
+    try:
+        return float(text.replace(",", ""))
+    except (ValueError, AttributeError):
+        return 0.0
+
+
+def source_phases(paths):
+    """Print each kernel's sampled stalls, steady loop against the rest (see the module
+    docstring)."""
+    for heading, rows in sections(paths).items():
+        header = rows[1]  # rows[0] names the kernel
+        instructions = [dict(zip(header, r)) for r in rows[2:] if len(r) == len(header)]
+        reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
+        most = max(to_float(i["Instructions Executed"]) for i in instructions)
+        phases = {"steady loop": collections.Counter(), "rest": collections.Counter()}
+        executed = collections.Counter()
+        for inst in instructions:
+            count = to_float(inst["Instructions Executed"])
+            phase = "steady loop" if count >= 0.3 * most else "rest"
+            executed[phase] += count
+            for reason in reasons:
+                phases[phase][reason[len("stall_"):]] += to_float(inst[reason])
+        total = sum(sum(c.values()) for c in phases.values())
+        print(f"{heading}: {total:,.0f} stall samples")
+        for phase, counter in phases.items():
+            samples = sum(counter.values())
+            top = ", ".join(f"{reason} {n / total:.1%}" for reason, n in counter.most_common()
+                            if n >= 0.01 * total)
+            print(f"  {phase:11} {samples / total:6.1%} of samples, "
+                  f"{executed[phase] / 1e6:8.1f}M warp instructions: {top}")
 
 
 def number(text, metric):
@@ -79,7 +129,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("files", nargs="+")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--source", action="store_true",
+                        help="the files are source pages: stalls by phase")
     args = parser.parse_args()
+    if args.source:
+        source_phases(args.files)
+        return
     blocks = load(args.files)
     headings = sorted(blocks, key=lambda h: (h.rsplit(" ", 1)[0], h))
     table = [["counter"] + headings]

@@ -63,14 +63,15 @@ enum Switches : int {
 //   bench/results/2026-12-01_h200_attention_fa3_loop_variants.json: 481 vs 445 and 324 vs 309
 //   TFLOP/s; even at 2k full, slower at 2k causal, 392 vs 409, and at 16k causal, 536 vs 599:
 //   the static round-robin of tiles balances unequal tiles worse than the hardware's block
-//   scheduler). Without a mask from 8k queries on: 176-key tiles in clusters of two sharing K/V loads
-//   (bench/results/2026-12-01_h200_attention_kv_multicast.json: 630 vs 617 TFLOP/s at 16k,
-//   604 vs 595 at 8k; at 2k and 4k both bits were 2-4% slower than the plain kernel);
+//   scheduler). Without a mask from 8k queries on: 176-key tiles in clusters of two sharing
+//   K/V loads (bench/results/2026-12-01_h200_attention_kv_multicast.json, against the plain
+//   kernel in the same run: 630 vs 617 TFLOP/s at 16k, 604 vs 593 at 8k; at 2k and 4k 2-4%
+//   slower);
 // - head dim 256: 128 x 80 tiles in clusters of two (where the cluster applies; the tiles
-//   alone otherwise): +2-5% over the plain kernel from 1k to 16k without a mask (694 vs 664 at
-//   16k), +1-5% with a causal mask from 1k on; at 512 causal the plain kernel (259 vs 252;
-//   same file). Persistent: within 2% at 512 and 1k, slower at 2k (2026-12-01_h200_attention_
-//   sm90_persistent.json).
+//   alone otherwise). Same file, against the plain kernel: +2-5% without a mask from 1k to
+//   16k (694 vs 663 at 16k); with a causal mask equal at 1k-4k and +2-4% at 8k-16k; at 512
+//   causal the plain kernel (261 vs 252). Persistent: within 2% at 512 and 1k, slower at 2k
+//   (2026-12-01_h200_attention_sm90_persistent.json).
 constexpr int default_switches(int head_dim, int64_t max_seqlen_q, bool masked) {
   if (head_dim == 64) {
     if (max_seqlen_q <= 1024)
