@@ -640,12 +640,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       };
       float o_scale[2];
       // Ping-pong: named barrier i is "consumer warpgroup i may issue"; each waits for its turn
-      // (128 waiting + 128 arriving threads), issues, and hands the turn to the next one, in a
-      // round. All issue n_count + 1 times; the last skips its last hand-over so that every
-      // barrier completes (the last one's first arrival lets warpgroup 0 start the round).
+      // (128 waiting + 128 arriving threads), issues S(n) and P(n+1) V(n+1), and hands the turn
+      // to the next one, in a round. FlashAttention-3's structure: only the steady key-tile
+      // steps take turns, a tile's first Q K^T and its last P V are issued outside them, and
+      // inside them only warpgroup 0 waits for the K/V stage: the others take their turn
+      // after it has seen the stage full (the named barrier orders them after its wait), so
+      // none holds the turn while polling the stage's barrier. (The earlier turns around
+      // every product, with every warpgroup waiting inside its turn, ran 2-3% slower than
+      // no ping-pong at head dim 128: 604 vs 625 TFLOP/s at 16k full, bench/results/
+      // 2026-11-30_h200_attention_sm90_variants.json.) All take n_count - 1 turns a tile;
+      // the last skips its last hand-over and hands warpgroup 0 the tile's first turn
+      // instead (at its start), so every barrier completes within the tile.
       constexpr int kConsumers = Traits::kConsumerWarpgroups;
       const int consumer = warpgroup - 1;
       const bool ping_pong = kp.ping_pong;
+      const bool waits_in_turn = !ping_pong || consumer == 0;
       auto take_turn = [&] {
         if (ping_pong) cutlass::arch::NamedBarrier::sync(256, consumer);
       };
@@ -653,14 +662,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         if (ping_pong && !(last && consumer == kConsumers - 1))
           cutlass::arch::NamedBarrier::arrive(256, (consumer + 1) % kConsumers);
       };
-      if (ping_pong && consumer == kConsumers - 1) cutlass::arch::NamedBarrier::arrive(256, 0);
+      if (ping_pong && consumer == kConsumers - 1 && w.n_count > 1)
+        cutlass::arch::NamedBarrier::arrive(256, 0);
 
       Barrier::wait(&smem.barrier_q, q_loads & 1);
       // First tile: S and softmax; its P V is issued together with the next tile's S.
-      take_turn();
       pipeline_k.consumer_wait(read);
       wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, read.index()), acc_s);
-      pass_turn(false);
       warpgroup_wait<0>();
       release_stage(pipeline_k, read);
       softmax(acc_s, w.n_max - 1, o_scale);  // O is still zero: rescaling it changes nothing
@@ -675,14 +683,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // issue of the next S, where the tensor cores would wait for it (FlashAttention-3's
         // order at head dim 256; at <= 128 it rescales after P V, which measured the same or
         // 1-2% slower here, bench/results/2026-12-01_h200_attention_rescale_position.json).
+        if (waits_in_turn) pipeline_k.consumer_wait(next);
         take_turn();
-        pipeline_k.consumer_wait(next);
         wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, next.index()), acc_s);
         rescale_o(o_scale);
-        pipeline_v.consumer_wait(read);
+        if (waits_in_turn) pipeline_v.consumer_wait(read);
         warpgroup_fence_operand(rP);
         wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
-        pass_turn(false);
+        pass_turn(it == w.n_count - 1);
         warpgroup_wait<1>();  // S(n) is complete
         release_stage(pipeline_k, next);
         softmax(acc_s, w.n_max - 1 - it, o_scale);
@@ -697,11 +705,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // before the loop): the producer may overwrite sQ while the last P V runs.
       if (signals) cutlass::arch::ClusterBarrier::arrive(&smem.barrier_q_free);
       rescale_o(o_scale);
-      take_turn();
       pipeline_v.consumer_wait(read);
       warpgroup_fence_operand(rP);
       wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
-      pass_turn(true);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
       release_stage(pipeline_v, read);
