@@ -616,6 +616,31 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // The consumers' side of the K/V ring and of the Q barrier, carried from tile to tile.
   PipelineState read;  // consumer start: stage 0, phase 0
   int q_loads = 0;
+  // Ping-pong: named barrier i is "consumer warpgroup i may issue"; each waits for its turn
+  // (128 waiting + 128 arriving threads), issues S(n) and P(n+1) V(n+1), and hands the turn
+  // to the next one, in a round that runs on from tile to tile. FlashAttention-3's
+  // structure: only the steady key-tile steps take turns, a tile's first Q K^T and its last
+  // P V are issued outside them, and inside them only warpgroup 0 waits for the K/V stage:
+  // the others take their turn after it has seen the stage full (the named barrier orders
+  // them after its wait), so none holds the turn while polling the stage's barrier. (The
+  // earlier turns around every product, with every warpgroup waiting inside its turn, ran
+  // 2-3% slower than no ping-pong at head dim 128: 604 vs 625 TFLOP/s at 16k full,
+  // bench/results/2026-11-30_h200_attention_sm90_variants.json.) Every warpgroup takes
+  // n_count - 1 turns a tile. The last one hands warpgroup 0 its first turn here and after
+  // its last turn of a tile the next tile's first, so warpgroup 0 need not wait for the
+  // last one's epilogue; warpgroup 0 takes the one hand-over left at the end, so that
+  // every barrier completes.
+  constexpr int kConsumers = Traits::kConsumerWarpgroups;
+  const int consumer = warpgroup - 1;
+  const bool ping_pong = kp.ping_pong;
+  const bool waits_in_turn = !ping_pong || consumer == 0;
+  auto take_turn = [&] {
+    if (ping_pong) cutlass::arch::NamedBarrier::sync(256, consumer);
+  };
+  auto pass_turn = [&] {
+    if (ping_pong) cutlass::arch::NamedBarrier::arrive(256, (consumer + 1) % kConsumers);
+  };
+  if (ping_pong && consumer == kConsumers - 1) cutlass::arch::NamedBarrier::arrive(256, 0);
   for (int t = schedule.first(); t < schedule.count; t += schedule.stride()) {
     w = schedule.work<kBlockM, kBlockN>(p, t);
     if (!w.valid) continue;  // the tile starts past its sequence's end: no rows to write
@@ -639,32 +664,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         for (int i = 0; i < size(acc_s); ++i) rP(i) = Element(acc_s(i));
       };
       float o_scale[2];
-      // Ping-pong: named barrier i is "consumer warpgroup i may issue"; each waits for its turn
-      // (128 waiting + 128 arriving threads), issues S(n) and P(n+1) V(n+1), and hands the turn
-      // to the next one, in a round. FlashAttention-3's structure: only the steady key-tile
-      // steps take turns, a tile's first Q K^T and its last P V are issued outside them, and
-      // inside them only warpgroup 0 waits for the K/V stage: the others take their turn
-      // after it has seen the stage full (the named barrier orders them after its wait), so
-      // none holds the turn while polling the stage's barrier. (The earlier turns around
-      // every product, with every warpgroup waiting inside its turn, ran 2-3% slower than
-      // no ping-pong at head dim 128: 604 vs 625 TFLOP/s at 16k full, bench/results/
-      // 2026-11-30_h200_attention_sm90_variants.json.) All take n_count - 1 turns a tile;
-      // the last skips its last hand-over and hands warpgroup 0 the tile's first turn
-      // instead (at its start), so every barrier completes within the tile.
-      constexpr int kConsumers = Traits::kConsumerWarpgroups;
-      const int consumer = warpgroup - 1;
-      const bool ping_pong = kp.ping_pong;
-      const bool waits_in_turn = !ping_pong || consumer == 0;
-      auto take_turn = [&] {
-        if (ping_pong) cutlass::arch::NamedBarrier::sync(256, consumer);
-      };
-      auto pass_turn = [&](bool last) {
-        if (ping_pong && !(last && consumer == kConsumers - 1))
-          cutlass::arch::NamedBarrier::arrive(256, (consumer + 1) % kConsumers);
-      };
-      if (ping_pong && consumer == kConsumers - 1 && w.n_count > 1)
-        cutlass::arch::NamedBarrier::arrive(256, 0);
-
       Barrier::wait(&smem.barrier_q, q_loads & 1);
       // First tile: S and softmax; its P V is issued together with the next tile's S.
       pipeline_k.consumer_wait(read);
@@ -690,7 +689,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         if (waits_in_turn) pipeline_v.consumer_wait(read);
         warpgroup_fence_operand(rP);
         wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
-        pass_turn(it == w.n_count - 1);
+        pass_turn();
         warpgroup_wait<1>();  // S(n) is complete
         release_stage(pipeline_k, next);
         softmax(acc_s, w.n_max - 1 - it, o_scale);
@@ -744,6 +743,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     }
   }  // tiles
+  if (ping_pong && consumer == 0) take_turn();  // the last hand-over
 }
 
 }  // namespace tilegrid::attention::sm90

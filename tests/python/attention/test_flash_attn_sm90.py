@@ -138,12 +138,12 @@ def test_sm90_strided_inputs_and_fallback(sm90):
 
 
 @pytest.mark.parametrize("head_dim", SM90_HEAD_DIMS)
-@pytest.mark.parametrize("switches", [32, 33, 44])
+@pytest.mark.parametrize("switches", [32, 33, 36, 44])
 @gpu_test
 def test_sm90_persistent_ctas_loop_over_many_tiles(head_dim, switches):
     """Persistent CTAs (bit 32) with more tiles than an H200 has SMs (132): 9 or 6 query
     tiles x 16 heads x 2 sequences, so every CTA carries its K/V ring, Q barrier and (with
-    ping-pong, 44) the named-barrier turns from tile to tile; causal tiles of unequal length; with
+    ping-pong, 36 and 44) the named-barrier turns from tile to tile; causal tiles of unequal length; with
     conditional rescaling (33). Then a variable-length batch whose sequences alternately have
     keys and none: a CTA's tiles mix loaded ones with ones that load nothing (the Q barrier
     parities must stay in step), and a causal case with more queries than keys."""
