@@ -32,6 +32,10 @@ namespace tilegrid::attention::sm90 {
 //  dims 128 and 256, bfloat16, without the FA4 switches, with or without kWideKeyTiles; only
 //  without a mask or window, without variable lengths, without kPersistent and with an even
 //  number of query tiles; ignored otherwise.
+// kDirectStoreO is a run-time flag: the output tile goes from registers to global memory
+//  even where the kernel would stage it in shared memory and store it by TMA (two consumer
+//  warpgroups at head dim 64, and head dim 128 with 128-key tiles; Sm90Traits::kStoreOByTma),
+//  for a same-run comparison.
 // kPersistent is a run-time flag: at most one CTA per SM, each looping over tiles, so that a
 //  CTA's prologue (Q and first K/V loads) and epilogue overlap another tile's work (short
 //  sequences). Every variant.
@@ -48,6 +52,7 @@ enum Switches : int {
   kWideKeyTiles = 16,
   kPersistent = 32,
   kKeyValueMulticast = 128,
+  kDirectStoreO = 512,
   kCompileTimeSwitches = kConditionalRescale | kSoftwareExp2,
   kDefaultCompileTimeSwitches = kNoSwitches,
 };
