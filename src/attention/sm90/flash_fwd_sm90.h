@@ -104,8 +104,8 @@ constexpr bool key_value_multicast_applies(const FlashFwdParams& p, int switches
 }
 
 // True when the Hopper kernel handles this problem: float16 / bfloat16, head dimension 64,
-// 128 or 256, and every stride of q, k, v a multiple of 8 elements (TMA needs 16-byte global
-// strides). The caller checks the device (compute capability 9.0).
+// 128 or 256, and every stride of q, k, v and out a multiple of 8 elements (TMA needs 16-byte
+// global strides; out is stored by TMA). The caller checks the device (compute capability 9.0).
 bool supported(const FlashFwdParams& p, DType dtype, int head_dim);
 
 // Runs the kernel with the given switches; bfloat16 has all four compile-time combinations

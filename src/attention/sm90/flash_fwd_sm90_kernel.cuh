@@ -367,11 +367,12 @@ __device__ __forceinline__ void store_o_by_tma(const KernelParams<Traits>& kp,
   const bool issues = tid % 128 == 0;
   Tensor sO = make_tensor(make_smem_ptr(smem.o.data()), typename Traits::SmemLayoutO{});
   Tensor sO_tile = make_tensor(make_smem_ptr(smem.o.data()), typename Traits::SmemLayoutOTile{});
-  if (issues) tma_store_wait<0>();
-  cutlass::arch::NamedBarrier::sync(128, barrier_id);
+  // Converted first, while the previous tile's store may still be reading the slice.
   Tensor rO = make_tensor<Element>(acc_o.layout());
   CUTE_UNROLL
   for (int i = 0; i < size(acc_o); ++i) rO(i) = Element(acc_o(i) * inv[(i / 2) % 2]);
+  if (issues) tma_store_wait<0>();
+  cutlass::arch::NamedBarrier::sync(128, barrier_id);
   auto copy_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{},
                                   typename Traits::TiledMmaO{});
   auto thr_copy_o = copy_o.get_thread_slice(tid);
