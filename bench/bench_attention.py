@@ -113,6 +113,11 @@ SM90_SWITCH_SYSTEMS = [
     ("sm90 kv-multicast", tilegrid_kernel("sm90", 128)),
     ("sm90 wide-n+kv-multicast", tilegrid_kernel("sm90", 144)),
     ("sm90 3wg+ping-pong+persistent", tilegrid_kernel("sm90", 44)),
+    # Bit 512: the output from registers (global stores) where the kernel would stage it in
+    # shared memory and store it by TMA (two consumer warpgroups, head dim 64 or 128 with
+    # 128-key tiles), for a same-run comparison.
+    ("sm90 direct-store-o", tilegrid_kernel("sm90", 512)),
+    ("sm90 persistent+direct-store-o", tilegrid_kernel("sm90", 544)),
 ]
 ONLY_AT_HEAD_DIM = {"3wg": (64,), "wide-n": (128, 256), "kv-multicast": (128, 256)}
 

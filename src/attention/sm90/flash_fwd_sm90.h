@@ -32,6 +32,10 @@ namespace tilegrid::attention::sm90 {
 //  dims 128 and 256, bfloat16, without the FA4 switches, with or without kWideKeyTiles; only
 //  without a mask or window, without variable lengths, without kPersistent and with an even
 //  number of query tiles; ignored otherwise.
+// kDirectStoreO is a run-time flag: the output tile goes from registers to global memory
+//  even where the kernel would stage it in shared memory and store it by TMA (two consumer
+//  warpgroups at head dim 64, and head dim 128 with 128-key tiles; Sm90Traits::kStoreOByTma),
+//  for a same-run comparison.
 // kPersistent is a run-time flag: at most one CTA per SM, each looping over tiles, so that a
 //  CTA's prologue (Q and first K/V loads) and epilogue overlap another tile's work (short
 //  sequences). Every variant.
@@ -48,6 +52,7 @@ enum Switches : int {
   kWideKeyTiles = 16,
   kPersistent = 32,
   kKeyValueMulticast = 128,
+  kDirectStoreO = 512,
   kCompileTimeSwitches = kConditionalRescale | kSoftwareExp2,
   kDefaultCompileTimeSwitches = kNoSwitches,
 };
@@ -99,8 +104,8 @@ constexpr bool key_value_multicast_applies(const FlashFwdParams& p, int switches
 }
 
 // True when the Hopper kernel handles this problem: float16 / bfloat16, head dimension 64,
-// 128 or 256, and every stride of q, k, v a multiple of 8 elements (TMA needs 16-byte global
-// strides). The caller checks the device (compute capability 9.0).
+// 128 or 256, and every stride of q, k, v and out a multiple of 8 elements (TMA needs 16-byte
+// global strides; out is stored by TMA). The caller checks the device (compute capability 9.0).
 bool supported(const FlashFwdParams& p, DType dtype, int head_dim);
 
 // Runs the kernel with the given switches; bfloat16 has all four compile-time combinations

@@ -88,6 +88,9 @@ struct RegisterSplit<3> {
   static constexpr int kProducer = 32, kConsumer = 160;
 };
 
+// SharedStorage::o where the output tile is stored from registers.
+struct NoOutputStage {};
+
 template <class Element_, int kHeadDim_, bool kConditionalRescale_, bool kSoftwareExp2_,
           int kConsumerWarpgroups_ = 2, int kBlockN_ = TileShape<kHeadDim_>::kBlockN,
           int kClusterM_ = 1>
@@ -160,6 +163,30 @@ struct Sm90Traits {
   using TmaLoadKV = std::conditional_t<kClusterM == 1, SM90_TMA_LOAD, SM90_TMA_LOAD_MULTICAST>;
   using TmaKV = decltype(make_tma_copy(TmaLoadKV{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}),
                                        Shape<BlockN, HeadDim>{}, Int<kClusterM>{}));
+  // The output tile on its way out: converted, written to shared memory (stmatrix) and stored
+  // by one TMA copy a consumer warpgroup, instead of 64 four-byte global stores a thread with
+  // their address arithmetic (the persistent kernel at 512 queries issued 1,360 instructions a
+  // warp and tile outside the key-tile loop against FlashAttention-3's 1,047, whose epilogue
+  // works this way; bench/results/2026-12-01_h200_attention_ncu_source.csv.gz). Each
+  // warpgroup's 64 rows are one contiguous 64 x d slice, the TMA box. Only where the shared
+  // memory has room: head dim 64 and head dim 128 with 128-key tiles (+16-32 KB); the other
+  // shapes store from registers. Not with three consumer warpgroups either: at their 160
+  // registers a thread, ptxas then spilled 136 bytes, with 8 reloads in the key-tile loop.
+  using SmemLayoutO =
+      decltype(tile_to_shape(SmemAtom{}, Shape<_64, HeadDim, Int<kConsumerWarpgroups>>{}));
+  using SmemLayoutOWarpgroup = decltype(tile_to_shape(SmemAtom{}, Shape<_64, HeadDim>{}));
+  // The same bytes as the (BlockM, HeadDim) tile the products' accumulators partition: row m
+  // is row m % 64 of warpgroup m / 64's slice.
+  using SmemLayoutOTile = decltype(composition(
+      SmemLayoutO{}, Layout<Shape<Shape<_64, Int<kConsumerWarpgroups>>, HeadDim>,
+                            Stride<Stride<_1, Int<64 * kHeadDim>>, _64>>{}));
+  using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensor{}, SmemLayoutOWarpgroup{},
+                                      Shape<_64, HeadDim>{}, _1{}));
+  static constexpr int kSmemBytesQKV =
+      int((cosize_v<SmemLayoutQ> + 2 * cosize_v<SmemLayoutK>) * sizeof(Element));
+  static constexpr bool kStoreOByTma =
+      kConsumerWarpgroups == 2 &&
+      kSmemBytesQKV + int(kBlockM * kHeadDim * sizeof(Element)) + 1024 <= 227 * 1024;
   static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
@@ -178,6 +205,9 @@ struct Sm90Traits {
     // have read sQ for the last time; the producer waits for that before it loads the next
     // tile's Q.
     alignas(8) cutlass::arch::ClusterBarrier::ValueType barrier_q_free;
+    [[no_unique_address]] std::conditional_t<
+        kStoreOByTma, cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>, NoOutputStage>
+        o;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper CTA may have");
@@ -189,8 +219,10 @@ struct KernelParams {
   typename Traits::TmaQ tma_q;
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
+  typename Traits::TmaO tma_o;                  // out, with q's shape
   typename Traits::GmemShape shape_q, shape_k;  // (rows, head_dim, heads, batch)
   bool ping_pong;   // consumer warpgroups take turns to issue their products
+  bool store_o_direct;  // bit 512: the output from registers even where TMA could store it
   bool persistent;  // a grid of at most one CTA per SM, each looping over tiles
   int m_blocks;     // query tiles per (head, sequence): ceil(max_seqlen_q / kBlockM)
   int section;      // persistent: (head, sequence) pairs whose tiles run together (see below)
@@ -320,6 +352,48 @@ __device__ __forceinline__ auto acc_as_a_operand(Layout acc) {
   return make_layout(make_layout(get<0>(v), get<1>(v), get<2, 0>(v)), get<1>(acc), get<2, 1>(v));
 }
 
+// One consumer warpgroup's 64 output rows through shared memory (Traits::kStoreOByTma): O /
+// sum converted into the warpgroup's slice of smem.o (stmatrix), then one thread stores the
+// slice by TMA. A slice is written again only once its previous store has read it (persistent
+// CTAs); the kernel's last act is to wait for the stores (the slice must outlive them).
+template <class Traits, class AccO>
+__device__ __forceinline__ void store_o_by_tma(const KernelParams<Traits>& kp,
+                                               typename Traits::SharedStorage& smem,
+                                               const TileWork& w, int tid, const AccO& acc_o,
+                                               const float (&inv)[2]) {
+  using Element = typename Traits::Element;
+  const int consumer = tid / 128;
+  const int barrier_id = 4 + consumer;  // one a warpgroup, past ping-pong's 0..2
+  const bool issues = tid % 128 == 0;
+  Tensor sO = make_tensor(make_smem_ptr(smem.o.data()), typename Traits::SmemLayoutO{});
+  Tensor sO_tile = make_tensor(make_smem_ptr(smem.o.data()), typename Traits::SmemLayoutOTile{});
+  // Converted first, while the previous tile's store may still be reading the slice.
+  Tensor rO = make_tensor<Element>(acc_o.layout());
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc_o); ++i) rO(i) = Element(acc_o(i) * inv[(i / 2) % 2]);
+  if (issues) tma_store_wait<0>();
+  cutlass::arch::NamedBarrier::sync(128, barrier_id);
+  auto copy_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{},
+                                  typename Traits::TiledMmaO{});
+  auto thr_copy_o = copy_o.get_thread_slice(tid);
+  copy(copy_o, thr_copy_o.retile_S(rO), thr_copy_o.partition_D(sO_tile));
+  // The writes made visible to the TMA (the async proxy), then all 128 threads done.
+  cutlass::arch::fence_view_async_shared();
+  cutlass::arch::NamedBarrier::sync(128, barrier_id);
+  if (issues) {
+    const int b = kp.p.cu_seqlens_q != nullptr ? 0 : w.batch;
+    Tensor mO = domain_offset(make_coord(w.q_token0, _0{}),
+                              kp.tma_o.get_tma_tensor(kp.shape_q)(_, _, w.head, b));
+    Tensor gO = local_tile(mO, Shape<_64, typename Traits::HeadDim>{},
+                           make_coord(w.m_block * Traits::kConsumerWarpgroups + consumer, _0{}));
+    auto [tOgO, tOsO] = tma_partition(kp.tma_o, _0{}, Layout<_1>{},
+                                      group_modes<0, 2>(sO(_, _, consumer)),
+                                      group_modes<0, 2>(gO));
+    copy(kp.tma_o, tOsO, tOgO);
+    tma_store_arrive();
+  }
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ KernelParams<Traits> kp) {
@@ -373,6 +447,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
     prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    if constexpr (Traits::kStoreOByTma) prefetch_tma_descriptor(kp.tma_o.get_tma_descriptor());
   }
   cutlass::arch::fence_barrier_init();
   if constexpr (kClusterM > 1) {
@@ -715,35 +790,54 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
 
     // Epilogue: O / sum to the output type, LSE = (max * scale + log2(sum)) * ln 2.
-    auto* o_ptr = static_cast<Element*>(p.out) + w.batch * p.out_batch_stride +
-                  int64_t(w.q_token0) * p.out_row_stride + w.head * p.out_head_stride;
-    Tensor tOcO = thr_o.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));
     float* lse_ptr = p.lse == nullptr ? nullptr
                                       : p.lse + w.batch * p.lse_batch_stride +
                                             w.head * p.lse_head_stride + w.q_token0 + w.row0;
+    float inv[2];
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       const float sum = quad_sum(row_sum[r]);
       const float sum_p = Traits::kConditionalRescale ? quad_sum(row_sum_p[r]) : sum;
-      const float inv = sum_p > 0.f ? 1.f / sum_p : 0.f;
+      inv[r] = sum_p > 0.f ? 1.f / sum_p : 0.f;
+      const int row = thread_row[r];
+      if (lse_ptr != nullptr && tid % 4 == 0 && row < w.rows)
+        lse_ptr[row] =
+            sum > 0.f ? (row_max[r] * scale_log2 + log2f(sum)) * float(M_LN2) : kNegInf;
+    }
+    // This warpgroup's 64 rows by TMA where they fit in shared memory and the store cannot
+    // reach past the sequence: a dense batch's tensor ends with the sequence (TMA drops the
+    // rows past it), a variable-length batch's does not, so there only a slice of 64 rows
+    // that all belong to the sequence.
+    const int consumer_rows = w.rows - 64 * (warpgroup - 1);
+    if (Traits::kStoreOByTma && !kp.store_o_direct &&
+        (p.cu_seqlens_q == nullptr || consumer_rows >= 64)) {
+      if constexpr (Traits::kStoreOByTma) store_o_by_tma(kp, smem, w, tid, acc_o, inv);
+      continue;
+    }
+    auto* o_ptr = static_cast<Element*>(p.out) + w.batch * p.out_batch_stride +
+                  int64_t(w.q_token0) * p.out_row_stride + w.head * p.out_head_stride;
+    Tensor tOcO = thr_o.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
       const int row = thread_row[r];
       if (row < w.rows) {
         CUTE_UNROLL
         for (int j = 0; j < size<0, 2>(acc_o); ++j) {
           cutlass::AlignedArray<Element, 2> pair;
-          pair[0] = Element(acc_o(make_coord(0, r, j), 0, 0) * inv);
-          pair[1] = Element(acc_o(make_coord(1, r, j), 0, 0) * inv);
+          pair[0] = Element(acc_o(make_coord(0, r, j), 0, 0) * inv[r]);
+          pair[1] = Element(acc_o(make_coord(1, r, j), 0, 0) * inv[r]);
           const int col = get<1>(tOcO(make_coord(0, r, j), 0, 0));
           *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(
               o_ptr + (int64_t(w.row0) + row) * p.out_row_stride + col) = pair;
         }
-        if (lse_ptr != nullptr && tid % 4 == 0)
-          lse_ptr[row] =
-              sum > 0.f ? (row_max[r] * scale_log2 + log2f(sum)) * float(M_LN2) : kNegInf;
       }
     }
   }  // tiles
   if (ping_pong && consumer == 0) take_turn();  // the last hand-over
+  // The shared memory must outlive the TMA stores that read it.
+  if constexpr (Traits::kStoreOByTma) {
+    if (tid % 128 == 0) tma_store_wait<0>();
+  }
 }
 
 }  // namespace tilegrid::attention::sm90

@@ -83,9 +83,15 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
                     take<0, 2>(typename Traits::SmemLayoutV{}),
                     Shape<typename Traits::BlockN, typename Traits::HeadDim>{},
                     Int<Traits::kClusterM>{}),
+      // The output has q's shape (the front end allocates it contiguous, or checks that it is).
+      make_tma_copy(SM90_TMA_STORE{},
+                    gmem(p.out, shape_q, p.out_row_stride, p.out_head_stride, p.out_batch_stride),
+                    typename Traits::SmemLayoutOWarpgroup{},
+                    Shape<_64, typename Traits::HeadDim>{}, _1{}),
       shape_q,
       shape_k,
       (switches & kPingPong) != 0,
+      (switches & kDirectStoreO) != 0,
       (switches & kPersistent) != 0,
       (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
       section_pairs(p, sizeof(Element) * Traits::kHeadDim)};

@@ -64,8 +64,10 @@ TEST(AttentionSm90, MatchesReferenceWithEverySwitchCombination) {
   // variant; here with rescaling and with the head-dim-64 default); these small cases give
   // each CTA one tile: test_flash_attn_sm90.py has the ones with more tiles than SMs. Bit 7:
   // clusters of two sharing K/V loads, in the last case (an even number of query tiles, no
-  // mask; the others run without it); test_flash_attn_sm90.py has more.
-  for (int switches : {0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 32, 33, 36, 44, 128, 132, 144, 148}) {
+  // mask; the others run without it); test_flash_attn_sm90.py has more. Bit 9: the output
+  // from registers where the default stores it by TMA (two consumer warpgroups, d = 64 / 128).
+  for (int switches :
+       {0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 32, 33, 36, 44, 128, 132, 144, 148, 512, 544}) {
     ForceSm90 force(switches);
     for (int64_t d : {64, 128, 256})
       for (const Case& c : kCases) expect_sm90_matches_reference(DType::BFloat16, d, c);
