@@ -106,6 +106,9 @@ SM90_SWITCH_SYSTEMS = [
     # Bit 32: persistent CTAs looping over tiles (every head dim).
     ("sm90 persistent", tilegrid_kernel("sm90", 32)),
     ("sm90 ping-pong+persistent", tilegrid_kernel("sm90", 36)),
+    # Bit 64, with persistent CTAs: dynamic tiles (each CTA takes the next untaken tile).
+    ("sm90 persistent+dynamic", tilegrid_kernel("sm90", 96)),
+    ("sm90 ping-pong+persistent+dynamic", tilegrid_kernel("sm90", 100)),
     ("sm90 wide-n+persistent", tilegrid_kernel("sm90", 48)),
     # Bit 128: clusters of two CTAs sharing K/V loads (head dims 128 and 256; applies without
     # a mask and with an even number of query tiles, else runs as without it: its causal rows

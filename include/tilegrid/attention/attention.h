@@ -43,7 +43,8 @@ enum class CudaKernel { Auto, Sm90, Portable };
 // the variant of the Hopper kernel (bit 0: conditional rescaling, bit 1: software exp2, bit 2:
 // ping-pong between the consumer warpgroups, bit 3: three consumer warpgroups (head dim 64),
 // bit 4: wider key tiles (176 at head dim 128, 80 at 256), bits 3-4 without bits 0-1 only;
-// bit 5: persistent CTAs looping over tiles; bit 7: clusters of two CTAs sharing K/V loads
+// bit 5: persistent CTAs looping over tiles; bit 6, with bit 5: each CTA takes the next
+// untaken tile (dynamic tiles); bit 7: clusters of two CTAs sharing K/V loads
 // (head dims 128 and 256, bfloat16, without a mask; see flash_fwd_sm90.h); bit 9: the
 // output from registers where the kernel would store it by TMA (for comparison); -1: the
 // default, the fastest measured, which depends on the head dim, the longest query sequence

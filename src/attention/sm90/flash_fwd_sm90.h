@@ -32,6 +32,9 @@ namespace tilegrid::attention::sm90 {
 //  dims 128 and 256, bfloat16, without the FA4 switches, with or without kWideKeyTiles; only
 //  without a mask or window, without variable lengths, without kPersistent and with an even
 //  number of query tiles; ignored otherwise.
+// kDynamicTiles is a run-time flag, with kPersistent only: after its first tile a CTA takes
+//  the next one no CTA has taken yet from a per-call counter, instead of a fixed stride
+//  (tiles of unequal length: causal masks, windows, variable lengths).
 // kDirectStoreO is a run-time flag: the output tile goes from registers to global memory
 //  even where the kernel would stage it in shared memory and store it by TMA (two consumer
 //  warpgroups at head dim 64, and head dim 128 with 128-key tiles; Sm90Traits::kStoreOByTma),
@@ -51,6 +54,7 @@ enum Switches : int {
   kThreeConsumerWarpgroups = 8,
   kWideKeyTiles = 16,
   kPersistent = 32,
+  kDynamicTiles = 64,
   kKeyValueMulticast = 128,
   kDirectStoreO = 512,
   kCompileTimeSwitches = kConditionalRescale | kSoftwareExp2,

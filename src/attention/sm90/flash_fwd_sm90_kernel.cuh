@@ -205,6 +205,12 @@ struct Sm90Traits {
     // have read sQ for the last time; the producer waits for that before it loads the next
     // tile's Q.
     alignas(8) cutlass::arch::ClusterBarrier::ValueType barrier_q_free;
+    // Dynamic tiles (TileSchedule): the scheduler thread writes a CTA's k-th tile into slot
+    // k % 2 and arrives on tile_full[k % 2]; the loading thread and every consumer thread
+    // read it and arrive on tile_empty[k % 2], after which the slot may be written again.
+    alignas(8) cutlass::arch::ClusterBarrier::ValueType tile_full[2];
+    alignas(8) cutlass::arch::ClusterBarrier::ValueType tile_empty[2];
+    int tile_slot[2];
     [[no_unique_address]] std::conditional_t<
         kStoreOByTma, cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>, NoOutputStage>
         o;
@@ -226,6 +232,9 @@ struct KernelParams {
   bool persistent;  // a grid of at most one CTA per SM, each looping over tiles
   int m_blocks;     // query tiles per (head, sequence): ceil(max_seqlen_q / kBlockM)
   int section;      // persistent: (head, sequence) pairs whose tiles run together (see below)
+  // Persistent with dynamic tiles (bit 64): a zeroed counter of this call; a CTA's first tile
+  // is blockIdx.x, each later one gridDim.x + atomicAdd(tile_counter, 1). Null: static tiles.
+  int* tile_counter;
 };
 
 // Keys [lo, hi) that query `row` sees, clamped to [0, seqlen_k] (as the portable kernel).
@@ -294,9 +303,43 @@ __device__ __forceinline__ TileWork tile_work(const FlashFwdParams& p, int m_blo
 struct TileSchedule {
   int count, heads, batches, m_blocks, section;
   bool persistent;
+  int* counter;  // dynamic tiles (persistent only), else null
 
   __device__ __forceinline__ int first() const { return persistent ? int(blockIdx.x) : 0; }
   __device__ __forceinline__ int stride() const { return persistent ? int(gridDim.x) : 1; }
+
+  // Static tiles: a CTA runs first(), first() + stride(), ... Dynamic tiles: after its first,
+  // a CTA takes the next position of the order that no CTA has taken yet, so a CTA that drew
+  // short tiles draws more (list scheduling; the order runs longest first within a section).
+  // With a causal mask the static stride hands the same CTAs the longest tile of every round:
+  // persistent CTAs measured 536 against the one-tile grid's 599 TFLOP/s at head dim 128 16k
+  // causal (bench/results/2026-12-01_h200_attention_fa3_loop_variants.json), and
+  // FlashAttention-3's persistent causal kernel takes its tiles this way.
+  // A scheduler thread of its own (the producer warpgroup's second warp, so that the loading
+  // thread's loop stays within the producer's 24 registers) takes the positions and
+  // announces each, the last one (>= count) included, through two shared-memory slots; it
+  // runs at most two positions ahead of the loading thread and the consumers.
+  template <class Storage>
+  __device__ __forceinline__ void schedule_tiles(Storage& smem) const {
+    int t = first();
+    for (int k = 0;; ++k) {
+      if (k >= 2)
+        cutlass::arch::ClusterBarrier::wait(&smem.tile_empty[k & 1], ((k >> 1) - 1) & 1);
+      smem.tile_slot[k & 1] = t;
+      cutlass::arch::ClusterBarrier::arrive(&smem.tile_full[k & 1]);  // release: the slot
+      if (t >= count) return;
+      t = int(gridDim.x) + atomicAdd(counter, 1);
+    }
+  }
+  // The k-th tile position (k = 0, 1, ...) of the loading thread and of the consumers.
+  template <class Storage>
+  __device__ __forceinline__ int tile(Storage& smem, int k) const {
+    if (counter == nullptr) return first() + k * stride();
+    cutlass::arch::ClusterBarrier::wait(&smem.tile_full[k & 1], (k >> 1) & 1);  // acquire
+    const int t = smem.tile_slot[k & 1];
+    cutlass::arch::ClusterBarrier::arrive(&smem.tile_empty[k & 1]);
+    return t;
+  }
   template <int kBlockM, int kBlockN>
   __device__ __forceinline__ TileWork work(const FlashFwdParams& p, int t) const {
     if (!persistent)
@@ -408,8 +451,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr float kNegInf = -INFINITY;
   const FlashFwdParams& p = kp.p;
 
-  const TileSchedule schedule{kp.persistent ? kp.m_blocks * p.heads_q * p.batch : 1, p.heads_q,
-                              p.batch, kp.m_blocks, kp.section, kp.persistent};
+  const TileSchedule schedule{kp.persistent ? kp.m_blocks * p.heads_q * p.batch : 1,
+                              p.heads_q,
+                              p.batch,
+                              kp.m_blocks,
+                              kp.section,
+                              kp.persistent,
+                              kp.persistent ? kp.tile_counter : nullptr};
 
   extern __shared__ __align__(1024) char smem_raw[];
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
@@ -444,6 +492,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0) {
     Barrier::init(&smem.barrier_q, 1);
     cutlass::arch::ClusterBarrier::init(&smem.barrier_q_free, Traits::kConsumerWarpgroups);
+    for (int i = 0; i < 2; ++i) {
+      cutlass::arch::ClusterBarrier::init(&smem.tile_full[i], 1);
+      cutlass::arch::ClusterBarrier::init(&smem.tile_empty[i], Traits::kConsumerThreads + 1);
+    }
     prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
     prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
@@ -461,6 +513,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (producer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
+    if (threadIdx.x == 32 && schedule.counter != nullptr) return schedule.schedule_tiles(smem);
     if (threadIdx.x != 0) return;
     // The K/V ring continues from tile to tile, so that a persistent CTA's next tile is
     // loaded while the consumers finish the current one.
@@ -474,7 +527,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       else
         return tma.with(barrier);
     };
-    for (int t = schedule.first(); t < schedule.count; t += schedule.stride()) {
+    for (int k = 0, t = schedule.tile(smem, 0); t < schedule.count;
+         t = schedule.tile(smem, ++k)) {
       const TileWork w = schedule.work<kBlockM, kBlockN>(p, t);
       if (w.n_count == 0) continue;  // nothing to load (the consumers write zeros or nothing)
       // Coordinates of this (head, sequence) in the TMA tensors; a variable-length sequence
@@ -716,7 +770,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (ping_pong) cutlass::arch::NamedBarrier::arrive(256, (consumer + 1) % kConsumers);
   };
   if (ping_pong && consumer == kConsumers - 1) cutlass::arch::NamedBarrier::arrive(256, 0);
-  for (int t = schedule.first(); t < schedule.count; t += schedule.stride()) {
+  for (int k = 0, t = schedule.tile(smem, 0); t < schedule.count;
+       t = schedule.tile(smem, ++k)) {
     w = schedule.work<kBlockM, kBlockN>(p, t);
     if (!w.valid) continue;  // the tile starts past its sequence's end: no rows to write
     clear(acc_o);

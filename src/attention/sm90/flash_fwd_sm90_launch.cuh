@@ -94,7 +94,8 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
       (switches & kDirectStoreO) != 0,
       (switches & kPersistent) != 0,
       (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
-      section_pairs(p, sizeof(Element) * Traits::kHeadDim)};
+      section_pairs(p, sizeof(Element) * Traits::kHeadDim),
+      nullptr};  // tile_counter: below
   // Persistent: one CTA per SM (the shared memory allows no second), or one per tile if fewer;
   // the kernel counts tiles in 32 bits, up to the count plus one grid stride.
   const int64_t tiles = int64_t(kp.m_blocks) * p.heads_q * p.batch;
@@ -102,8 +103,17 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
   const dim3 grid = kp.persistent
                         ? dim3(unsigned(std::min<int64_t>(tiles, multiprocessor_count(device))))
                         : dim3(kp.m_blocks, p.heads_q, p.batch);
+  // Dynamic tiles: a zeroed counter of this call from the stream-ordered pool, freed in
+  // stream order after the kernel (both capturable in a CUDA graph).
+  if (kp.persistent && (switches & kDynamicTiles) != 0) {
+    void* counter = nullptr;
+    TG_CUDA_CHECK(cudaMallocAsync(&counter, sizeof(int), stream));
+    kp.tile_counter = static_cast<int*>(counter);
+    TG_CUDA_CHECK(cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), stream));
+  }
   if constexpr (Traits::kClusterM == 1) {
     flash_fwd_sm90_kernel<Traits><<<grid, Traits::kThreads, kSmem, stream>>>(kp);
+    if (kp.tile_counter != nullptr) TG_CUDA_CHECK(cudaFreeAsync(kp.tile_counter, stream));
   } else {
     // Clusters of kClusterM neighbouring query tiles (launch_shape checks that they divide
     // the query tiles evenly).

@@ -23,7 +23,7 @@ SWITCHES = {"plain": 0, "rescale": 1, "soft_exp2": 2, "ping_pong": 4, "all": 7,
             "three_wg": 8, "three_wg_ping_pong": 12, "wide_n": 16, "wide_n_ping_pong": 20,
             "persistent": 32, "three_wg_ping_pong_persistent": 44, "kv_multicast": 128,
             "kv_multicast_ping_pong": 132, "wide_n_kv_multicast": 144, "direct_store_o": 512,
-            "persistent_direct_store_o": 544, "default": -1}
+            "persistent_direct_store_o": 544, "persistent_dynamic": 96, "default": -1}
 
 
 def hopper():
@@ -139,17 +139,18 @@ def test_sm90_strided_inputs_and_fallback(sm90):
 
 
 @pytest.mark.parametrize("head_dim", SM90_HEAD_DIMS)
-@pytest.mark.parametrize("switches", [32, 33, 36, 44, 544])
+@pytest.mark.parametrize("switches", [32, 33, 36, 44, 544, 96, 108])
 @gpu_test
 def test_sm90_persistent_ctas_loop_over_many_tiles(head_dim, switches):
     """Persistent CTAs (bit 32) with more tiles than an H200 has SMs (132): 9 or 6 query
     tiles x 16 heads x 2 sequences, so every CTA carries its K/V ring, Q barrier, output
     staging (TMA stores reusing the shared-memory slice; 544 stores from registers instead)
     and (with ping-pong, 36 and 44) the named-barrier turns from tile to tile; causal tiles
-    of unequal length; with conditional rescaling (33). Then a variable-length batch whose
-    sequences alternately have keys and none: a CTA's tiles mix loaded ones with ones that
-    load nothing (the Q barrier parities must stay in step), and a causal case with more
-    queries than keys."""
+    of unequal length; with conditional rescaling (33); with dynamic tiles (96, and 108 with
+    three warpgroups and ping-pong), each CTA's tiles in the order it takes them from the
+    counter. Then a variable-length batch whose sequences alternately have keys and none: a
+    CTA's tiles mix loaded ones with ones that load nothing (the Q barrier parities must stay
+    in step), and a causal case with more queries than keys."""
     if not hopper():
         pytest.skip("needs a GPU of compute capability 9.0")
     _C._attention_set_kernel("sm90", switches)
