@@ -317,26 +317,34 @@ struct TileSchedule {
   // FlashAttention-3's persistent causal kernel takes its tiles this way.
   // A scheduler thread of its own (the producer warpgroup's second warp, so that the loading
   // thread's loop stays within the producer's 24 registers) takes the positions and
-  // announces each, the last one (>= count) included, through two shared-memory slots; it
-  // runs at most two positions ahead of the loading thread and the consumers.
+  // announces each, the last one (>= count) included, through two shared-memory slots. It
+  // takes a position only once its slot is free, so a CTA holds at most two tiles it has not
+  // started. The slot is plain shared memory between the mbarrier's arrive (release) and
+  // wait (acquire); CUTLASS's barrier asm has no memory clobber, so compiler barriers keep
+  // the slot's store and load between them.
   template <class Storage>
   __device__ __forceinline__ void schedule_tiles(Storage& smem) const {
     int t = first();
     for (int k = 0;; ++k) {
-      if (k >= 2)
+      if (k >= 2) {
         cutlass::arch::ClusterBarrier::wait(&smem.tile_empty[k & 1], ((k >> 1) - 1) & 1);
+        asm volatile("" ::: "memory");
+      }
+      if (k > 0) t = int(gridDim.x) + atomicAdd(counter, 1);
       smem.tile_slot[k & 1] = t;
-      cutlass::arch::ClusterBarrier::arrive(&smem.tile_full[k & 1]);  // release: the slot
+      asm volatile("" ::: "memory");
+      cutlass::arch::ClusterBarrier::arrive(&smem.tile_full[k & 1]);
       if (t >= count) return;
-      t = int(gridDim.x) + atomicAdd(counter, 1);
     }
   }
   // The k-th tile position (k = 0, 1, ...) of the loading thread and of the consumers.
   template <class Storage>
   __device__ __forceinline__ int tile(Storage& smem, int k) const {
     if (counter == nullptr) return first() + k * stride();
-    cutlass::arch::ClusterBarrier::wait(&smem.tile_full[k & 1], (k >> 1) & 1);  // acquire
+    cutlass::arch::ClusterBarrier::wait(&smem.tile_full[k & 1], (k >> 1) & 1);
+    asm volatile("" ::: "memory");
     const int t = smem.tile_slot[k & 1];
+    asm volatile("" ::: "memory");
     cutlass::arch::ClusterBarrier::arrive(&smem.tile_empty[k & 1]);
     return t;
   }

@@ -109,11 +109,14 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
     void* counter = nullptr;
     TG_CUDA_CHECK(cudaMallocAsync(&counter, sizeof(int), stream));
     kp.tile_counter = static_cast<int*>(counter);
-    TG_CUDA_CHECK(cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), stream));
+    if (const cudaError_t zeroed = cudaMemsetAsync(counter, 0, sizeof(int), stream);
+        zeroed != cudaSuccess) {
+      (void)cudaFreeAsync(counter, stream);
+      TG_CUDA_CHECK(zeroed);
+    }
   }
   if constexpr (Traits::kClusterM == 1) {
     flash_fwd_sm90_kernel<Traits><<<grid, Traits::kThreads, kSmem, stream>>>(kp);
-    if (kp.tile_counter != nullptr) TG_CUDA_CHECK(cudaFreeAsync(kp.tile_counter, stream));
   } else {
     // Clusters of kClusterM neighbouring query tiles (launch_shape checks that they divide
     // the query tiles evenly).
@@ -131,7 +134,10 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
     config.numAttrs = 1;
     TG_CUDA_CHECK(cudaLaunchKernelEx(&config, flash_fwd_sm90_kernel<Traits>, kp));
   }
-  TG_CUDA_CHECK_LAUNCH();
+  // The launch's own error first (the free below would report a failed capture instead).
+  const cudaError_t launched = cudaGetLastError();
+  if (kp.tile_counter != nullptr) TG_CUDA_CHECK(cudaFreeAsync(kp.tile_counter, stream));
+  TG_CUDA_CHECK(launched);
 }
 
 // The tile shape the switches pick for one element type and FA4 combination: three consumer

@@ -68,7 +68,8 @@ TEST(AttentionSm90, MatchesReferenceWithEverySwitchCombination) {
   // from registers where the default stores it by TMA (two consumer warpgroups, d = 64 / 128).
   // Bit 6, with bit 5: dynamic tiles from a per-call counter.
   for (int switches :
-       {0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 32, 33, 36, 44, 96, 128, 132, 144, 148, 512, 544}) {
+       {0,  1,  2,  3,  4,   5,   6,   7,   8,   12,  16, 20,
+        32, 33, 36, 44, 96, 100, 128, 132, 144, 148, 512, 544}) {
     ForceSm90 force(switches);
     for (int64_t d : {64, 128, 256})
       for (const Case& c : kCases) expect_sm90_matches_reference(DType::BFloat16, d, c);
