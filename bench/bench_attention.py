@@ -109,12 +109,14 @@ SM90_SWITCH_SYSTEMS = [
     # Bit 64, with persistent CTAs: dynamic tiles (each CTA takes the next untaken tile).
     ("sm90 persistent+dynamic", tilegrid_kernel("sm90", 96)),
     ("sm90 ping-pong+persistent+dynamic", tilegrid_kernel("sm90", 100)),
+    ("sm90 3wg+ping-pong+persistent+dynamic", tilegrid_kernel("sm90", 108)),
     ("sm90 wide-n+persistent", tilegrid_kernel("sm90", 48)),
     # Bit 128: clusters of two CTAs sharing K/V loads (head dims 128 and 256; applies without
     # a mask and with an even number of query tiles, else runs as without it: its causal rows
     # are the kernel without the bit).
     ("sm90 kv-multicast", tilegrid_kernel("sm90", 128)),
     ("sm90 wide-n+kv-multicast", tilegrid_kernel("sm90", 144)),
+    ("sm90 wide-n+kv-multicast+ping-pong", tilegrid_kernel("sm90", 148)),
     ("sm90 3wg+ping-pong+persistent", tilegrid_kernel("sm90", 44)),
     # Bit 512: the output from registers (global stores) where the kernel would stage it in
     # shared memory and store it by TMA (two consumer warpgroups, head dim 64 or 128 with

@@ -61,37 +61,42 @@ enum Switches : int {
   kDefaultCompileTimeSwitches = kNoSwitches,
 };
 
-// The variant `auto` runs, the fastest measured on an H200
-// (bench/results/2026-12-01_h200_attention_sm90_persistent.json, 16k tokens a batch):
-// - head dim 64: three consumer warpgroups with ping-pong (+15% over two at 16k tokens); up to
-//   1k queries also persistent (+11% at 512, +3% at 1k), except with a mask that ends rows
-//   early (causal, window: tiles of unequal length), where the two-warpgroup persistent kernel
-//   is fastest (+26% at 512, +21% at 1k over the three-warpgroup grid);
-// - head dim 128: the plain kernel; up to 1k queries persistent (+15% full, +11% causal at
-//   512; at 1k +8% full and +5% causal since a persistent CTA frees sQ after its last Q K^T,
-//   bench/results/2026-12-01_h200_attention_fa3_loop_variants.json: 481 vs 445 and 324 vs 309
-//   TFLOP/s; even at 2k full, slower at 2k causal, 392 vs 409, and at 16k causal, 536 vs 599:
-//   the static round-robin of tiles balances unequal tiles worse than the hardware's block
-//   scheduler). Without a mask from 8k queries on: 176-key tiles in clusters of two sharing
-//   K/V loads (bench/results/2026-12-01_h200_attention_kv_multicast.json, against the plain
-//   kernel in the same run: 630 vs 617 TFLOP/s at 16k, 604 vs 593 at 8k; at 2k and 4k 2-4%
-//   slower);
-// - head dim 256: 128 x 80 tiles in clusters of two (where the cluster applies; the tiles
-//   alone otherwise). Same file, against the plain kernel: +2-5% without a mask from 1k to
-//   16k (694 vs 663 at 16k); with a causal mask equal at 1k-4k and +2-4% at 8k-16k; at 512
-//   causal the plain kernel (261 vs 252). Persistent: within 2% at 512 and 1k, slower at 2k
-//   (2026-12-01_h200_attention_sm90_persistent.json).
+// The variant `auto` runs, the fastest measured on an H200 (16k tokens a batch; the bits
+// against each other in one run, bench/results/2026-12-01_h200_attention_scheduler_variants.json,
+// "scheduler variants" below; earlier files where a choice was made before):
+// - head dim 64: three consumer warpgroups with ping-pong (+12% over two at 16k tokens); up to
+//   1k queries also persistent (+4% at 512 over two persistent warpgroups). With a mask that
+//   ends rows early (causal, window: tiles of unequal length) up to 2k queries two
+//   warpgroups, persistent, with dynamic tiles (scheduler variants, causal: 198 vs 192 TFLOP/s
+//   static persistent at 512, 272 vs 258 at 1k, 334 vs 311 for the default above at 2k;
+//   equal at 4k);
+// - head dim 128: up to 1k queries without a mask persistent (+27% over the one-tile grid at
+//   512: 444 vs 349); with a mask up to 4k persistent with dynamic tiles (scheduler variants:
+//   291 vs 269 static persistent at 512, 389 vs 348 at 1k, 451 vs 428 plain at 2k, 513 vs
+//   488 at 4k; the static round-robin hands the same CTAs the longest tile of every round).
+//   Without a mask from 8k queries on: 176-key tiles in clusters of two sharing K/V loads
+//   (bench/results/2026-12-01_h200_attention_kv_multicast.json, against the plain kernel in
+//   the same run: 630 vs 617 at 16k, 604 vs 593 at 8k; at 2k and 4k 2-4% slower). Elsewhere
+//   ping-pong (scheduler variants, against the plain kernel: +1-2% without a mask at 2k-4k,
+//   595 vs 575 causal at 16k, 536 vs 542 causal at 8k);
+// - head dim 256: up to 1k queries ping-pong, with a mask also persistent with dynamic tiles
+//   (scheduler variants: 403 vs 390 for 80-key clusters at 512 full, 265 vs 251 causal);
+//   beyond, 128 x 80 tiles in clusters of two (where the cluster applies; the tiles alone
+//   otherwise): kv_multicast file, against the plain kernel, +2-5% without a mask from 1k to
+//   16k (694 vs 663 at 16k); with a causal mask equal at 1k-4k and +2-4% at 8k-16k.
 constexpr int default_switches(int head_dim, int64_t max_seqlen_q, bool masked) {
   if (head_dim == 64) {
-    if (max_seqlen_q <= 1024)
-      return masked ? kPersistent : (kThreeConsumerWarpgroups | kPingPong | kPersistent);
+    if (masked && max_seqlen_q <= 2048) return kPersistent | kDynamicTiles;
+    if (!masked && max_seqlen_q <= 1024)
+      return kThreeConsumerWarpgroups | kPingPong | kPersistent;
     return kThreeConsumerWarpgroups | kPingPong;
   }
   if (head_dim == 128) {
-    if (max_seqlen_q <= 1024) return kPersistent;
-    return (!masked && max_seqlen_q >= 8192) ? (kWideKeyTiles | kKeyValueMulticast) : kNoSwitches;
+    if (!masked && max_seqlen_q <= 1024) return kPersistent;
+    if (masked && max_seqlen_q <= 4096) return kPersistent | kDynamicTiles;
+    return (!masked && max_seqlen_q >= 8192) ? (kWideKeyTiles | kKeyValueMulticast) : kPingPong;
   }
-  if (head_dim == 256 && masked && max_seqlen_q <= 512) return kNoSwitches;
+  if (max_seqlen_q <= 1024) return masked ? (kPingPong | kPersistent | kDynamicTiles) : kPingPong;
   return kWideKeyTiles | kKeyValueMulticast;
 }
 

@@ -474,7 +474,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
   Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
 
-  const int warpgroup = int(threadIdx.x) / 128;
+  // Read through a shuffle from lane 0, so that the compiler knows it is the same in a warp
+  // and keeps what derives from it (barrier ids, ping-pong's turns) in uniform registers.
+  const int warpgroup = __shfl_sync(0xffffffff, int(threadIdx.x) / 128, 0);
   const bool producer = warpgroup == 0;
   typename Pipeline::Params pipe_params;
   pipe_params.role = producer ? Pipeline::ThreadCategory::Producer
@@ -757,20 +759,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // (128 waiting + 128 arriving threads), issues S(n) and P(n+1) V(n+1), and hands the turn
   // to the next one, in a round that runs on from tile to tile. FlashAttention-3's
   // structure: only the steady key-tile steps take turns, a tile's first Q K^T and its last
-  // P V are issued outside them, and inside them only warpgroup 0 waits for the K/V stage:
-  // the others take their turn after it has seen the stage full (the named barrier orders
-  // them after its wait), so none holds the turn while polling the stage's barrier. (The
-  // earlier turns around every product, with every warpgroup waiting inside its turn, ran
-  // 2-3% slower than no ping-pong at head dim 128: 604 vs 625 TFLOP/s at 16k full,
-  // bench/results/2026-11-30_h200_attention_sm90_variants.json.) Every warpgroup takes
-  // n_count - 1 turns a tile. The last one hands warpgroup 0 its first turn here and after
-  // its last turn of a tile the next tile's first, so warpgroup 0 need not wait for the
-  // last one's epilogue; warpgroup 0 takes the one hand-over left at the end, so that
-  // every barrier completes.
+  // P V are issued outside them, and each warpgroup waits for the K stage before it takes
+  // its turn, so that none holds the turn while polling the stage's barrier. (The earlier
+  // turns around every product, with every warpgroup waiting inside its turn, ran 2-3%
+  // slower than no ping-pong at head dim 128: 604 vs 625 TFLOP/s at 16k full,
+  // bench/results/2026-11-30_h200_attention_sm90_variants.json.) The waits are the same
+  // for every warpgroup: a wait only warpgroup 0 made was a branch on the thread index
+  // between the products, and it cost the kernels without ping-pong too (the stage
+  // addresses left the uniform registers; plain head dim 256 16k ran 639 against 663
+  // TFLOP/s, bench/results/2026-12-01_h200_attention_scheduler_variants.json against
+  // ..._kv_multicast.json). Every warpgroup takes n_count - 1 turns a tile. The last one
+  // hands warpgroup 0 its first turn here and after its last turn of a tile the next tile's
+  // first, so warpgroup 0 need not wait for the last one's epilogue; warpgroup 0 takes the
+  // one hand-over left at the end, so that every barrier completes.
   constexpr int kConsumers = Traits::kConsumerWarpgroups;
   const int consumer = warpgroup - 1;
   const bool ping_pong = kp.ping_pong;
-  const bool waits_in_turn = !ping_pong || consumer == 0;
   auto take_turn = [&] {
     if (ping_pong) cutlass::arch::NamedBarrier::sync(256, consumer);
   };
@@ -820,11 +824,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // issue of the next S, where the tensor cores would wait for it (FlashAttention-3's
         // order at head dim 256; at <= 128 it rescales after P V, which measured the same or
         // 1-2% slower here, bench/results/2026-12-01_h200_attention_rescale_position.json).
-        if (waits_in_turn) pipeline_k.consumer_wait(next);
+        pipeline_k.consumer_wait(next);
         take_turn();
         wgmma<true>(mma_s, tSrQ, tSrK(_, _, _, next.index()), acc_s);
         rescale_o(o_scale);
-        if (waits_in_turn) pipeline_v.consumer_wait(read);
+        pipeline_v.consumer_wait(read);
         warpgroup_fence_operand(rP);
         wgmma<false>(mma_o, tOrP, tOrV(_, _, _, read.index()), acc_o);
         pass_turn();
