@@ -83,11 +83,17 @@ def load(paths):
             if len(rows) >= 3}
 
 
-def to_float(text):
+def parse_number(text):
+    """ncu's number ("1,234.5"), or None for an empty or non-numeric cell."""
     try:
         return float(text.replace(",", ""))
     except (ValueError, AttributeError):
-        return 0.0
+        return None
+
+
+def to_float(text):
+    value = parse_number(text)
+    return 0.0 if value is None else value
 
 
 def source_phases(paths):
@@ -117,9 +123,8 @@ def source_phases(paths):
 
 
 def number(text, metric):
-    try:
-        value = float(text.replace(",", ""))
-    except (ValueError, AttributeError):
+    value = parse_number(text)
+    if value is None:
         return text or "-"
     value *= SCALE.get(metric, 1.0)
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
