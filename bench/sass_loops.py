@@ -49,8 +49,13 @@ def opcode(instruction: str) -> str:
     return parts[0] if parts else ""
 
 
+def mnemonic(instruction: str) -> str:
+    """The opcode without its modifiers: 'HGMMA.64x128x16.F32.BF16 ...' -> 'HGMMA'."""
+    return opcode(instruction).split(".")[0]
+
+
 def count(body: list[tuple[int, str]], name: str) -> int:
-    return sum(opcode(t).split(".")[0] == name for _, t in body)
+    return sum(mnemonic(t) == name for _, t in body)
 
 
 def is_wait_return(code: list[tuple[int, str]], i: int) -> bool:
@@ -64,19 +69,21 @@ def innermost_wgmma_loop(code: list[tuple[int, str]]) -> list[tuple[int, str]] |
     range; of those, the one with the most HGMMAs (the key-tile loop issues both products),
     then the shortest."""
     index = {address: i for i, (address, _) in enumerate(code)}
-    loops = []
+    loops = []  # (first, last, HGMMAs) of each candidate range, as indices into code
     for i, (address, text) in enumerate(code):
         m = BRANCH_TARGET.search(text)
-        if not m or opcode(text).split(".")[0] != "BRA" or is_wait_return(code, i):
+        if not m or mnemonic(text) != "BRA" or is_wait_return(code, i):
             continue
         target = int(m.group(1), 16)
-        if target < address and target in index and count(code[index[target]:i + 1], "HGMMA"):
-            loops.append((index[target], i))
-    innermost = [(a, b) for a, b in loops
-                 if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in loops)]
+        if target < address and target in index:
+            hgmma = count(code[index[target]:i + 1], "HGMMA")
+            if hgmma:
+                loops.append((index[target], i, hgmma))
+    innermost = [(a, b, n) for a, b, n in loops
+                 if not any(a <= c and d <= b and (c, d) != (a, b) for c, d, _ in loops)]
     if not innermost:
         return None
-    a, b = max(innermost, key=lambda r: (count(code[r[0]:r[1] + 1], "HGMMA"), r[0] - r[1]))
+    a, b, _ = max(innermost, key=lambda r: (r[2], r[0] - r[1]))
     return code[a:b + 1]
 
 

@@ -875,11 +875,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // reach past the sequence: a dense batch's tensor ends with the sequence (TMA drops the
     // rows past it), a variable-length batch's does not, so there only a slice of 64 rows
     // that all belong to the sequence.
-    const int consumer_rows = w.rows - 64 * (warpgroup - 1);
-    if (Traits::kStoreOByTma && !kp.store_o_direct &&
-        (p.cu_seqlens_q == nullptr || consumer_rows >= 64)) {
-      if constexpr (Traits::kStoreOByTma) store_o_by_tma(kp, smem, w, tid, acc_o, inv);
-      continue;
+    if constexpr (Traits::kStoreOByTma) {
+      const int consumer_rows = w.rows - 64 * (warpgroup - 1);
+      if (!kp.store_o_direct && (p.cu_seqlens_q == nullptr || consumer_rows >= 64)) {
+        store_o_by_tma(kp, smem, w, tid, acc_o, inv);
+        continue;
+      }
     }
     auto* o_ptr = static_cast<Element*>(p.out) + w.batch * p.out_batch_stride +
                   int64_t(w.q_token0) * p.out_row_stride + w.head * p.out_head_stride;

@@ -45,11 +45,11 @@ def test_innermost_wgmma_loop_and_its_contents():
     assert attention["loop LDL"] == 1
     assert attention["loop S2R"] == 1
     assert attention["loop BSSY"] == 0
-    other = table["other_kernel"]
-    assert other["instructions"] == 3
     first_kernel = next(iter(sass_loops.kernels(SASS).values()))
     assert sass_loops.is_wait_return(first_kernel, 13)  # BRA 0x40 after the try-wait
     assert not sass_loops.is_wait_return(first_kernel, 7)  # the inner loop's branch
+    other = table["other_kernel"]
+    assert other["instructions"] == 3
     assert other["loop"] == 0 and other["loop HGMMA"] == 0
 
 
