@@ -10,6 +10,12 @@
 # nvidia-cutlass package of that python3. Extra wheels for reference systems (e.g.
 # liger-kernel) found in .whl/ are installed into a private folder first. See
 # docs/DEVELOPING.md.
+#
+# The build goes to TILEGRID_BUILD_DIR (default /tmp/tilegrid-gpu-build), outside the
+# checkout, so that a fresh copy of the sources reuses it; CUDA is compiled for this
+# machine's GPUs only (TILEGRID_CUDA_ARCHS overrides), through ccache where it is installed
+# (CCACHE_DIR, default ~/.cache/ccache: a fresh copy's new file times make ninja recompile,
+# and ccache answers from the cache instead).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${1:?usage: scripts/gpu.sh OUTDIR}
@@ -23,6 +29,11 @@ note() { echo "$*" | tee -a "$summary"; }
 if [ -z "${TILEGRID_CUTLASS_INCLUDE_DIR:-}" ] && [ -f .deps/cutlass/include/cute/tensor.hpp ]; then
   export TILEGRID_CUTLASS_INCLUDE_DIR=$PWD/.deps/cutlass/include
 fi
+# ccache copied next to the checkout (.deps/ccache/ccache, see docs/DEVELOPING.md) for a
+# machine without the package.
+if ! command -v ccache >/dev/null && [ -x .deps/ccache/ccache ]; then
+  export PATH=$PWD/.deps/ccache:$PATH
+fi
 if compgen -G ".whl/*.whl" >/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/tilegrid-bench-site .whl/*.whl \
     && export PYTHONPATH=/tmp/tilegrid-bench-site${PYTHONPATH:+:$PYTHONPATH}
@@ -30,16 +41,19 @@ fi
 
 { nvidia-smi; nvcc --version; $PY -c 'import torch; print("torch", torch.__version__)'; } >"$OUT/env.txt" 2>&1
 
+BUILD=${TILEGRID_BUILD_DIR:-/tmp/tilegrid-gpu-build}
 start=$(date +%s)
 $PY -m pip install --no-build-isolation --no-deps -v \
-  -C build-dir=build/gpu \
+  -C build-dir="$BUILD" \
   -C cmake.define.TILEGRID_BUILD_TESTS=ON \
-  -C cmake.define.TILEGRID_SM90_COMPILE_JOBS=${TILEGRID_SM90_COMPILE_JOBS:-6} \
+  -C "cmake.define.TILEGRID_CUDA_ARCHS=${TILEGRID_CUDA_ARCHS:-}" \
+  ${TILEGRID_SM90_COMPILE_JOBS:+-C cmake.define.TILEGRID_SM90_COMPILE_JOBS=$TILEGRID_SM90_COMPILE_JOBS} \
   ${TILEGRID_CUTLASS_INCLUDE_DIR:+-C cmake.define.TILEGRID_CUTLASS_INCLUDE_DIR=$TILEGRID_CUTLASS_INCLUDE_DIR} \
   . >"$OUT/build.log" 2>&1
 build_rc=$?
-note "build: rc=$build_rc in $(( $(date +%s) - start )) s"
+note "build: rc=$build_rc in $(( $(date +%s) - start )) s ($BUILD)"
 if [ $build_rc -ne 0 ]; then tail -40 "$OUT/build.log"; cat "$summary"; exit 1; fi
+$PY scripts/slowest_units.py "$BUILD" >"$OUT/slowest_units.txt" 2>&1 && head -6 "$OUT/slowest_units.txt"
 
 # Every step after the build is bounded (TILEGRID_STEP_TIMEOUT seconds, default 1800): a hung
 # kernel ends its step with rc=124 instead of holding the GPU machine.
@@ -47,7 +61,7 @@ step() { timeout "${TILEGRID_STEP_TIMEOUT:-1800}" "$@"; }
 # TILEGRID_CTEST=0 skips the C++ tests (a quick run on one Python-tested kernel).
 : >"$OUT/tests.log"
 if [ "${TILEGRID_CTEST:-1}" != 0 ]; then
-  step ctest --test-dir build/gpu --output-on-failure -j 8 >"$OUT/tests.log" 2>&1
+  step ctest --test-dir "$BUILD" --output-on-failure -j 8 >"$OUT/tests.log" 2>&1
   note "ctest: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/tests.log")"
 fi
 # TILEGRID_PYTEST="tests/python/attention -k sm90" narrows pytest (default: every test).
@@ -58,7 +72,7 @@ note "pytest: rc=$? $(tail -1 "$OUT/tests.log")"
 # TILEGRID_SANITIZER=0 skips this part (quicker runs while iterating on one kernel).
 if [ "${TILEGRID_SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
-    step compute-sanitizer --tool $tool --error-exitcode 9 build/gpu/tests/cpp/tilegrid_tests \
+    step compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD"/tests/cpp/tilegrid_tests \
       --gtest_filter='*cuda*:*Cuda*' >>"$OUT/sanitizer.log" 2>&1
     note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
   done

@@ -14,15 +14,17 @@ for cmd in cmake ninja g++; do command -v "$cmd" >/dev/null || missing+=("$cmd")
 if [ ! -f /usr/include/nanovdb/NanoVDB.h ] && apt-cache show libnanovdb-dev >/dev/null 2>&1; then
   missing+=(nanovdb)
 fi
+# Optional too: ccache, so that a rebuild (another clone, a rerun) compiles only what changed.
+command -v ccache >/dev/null || missing+=(ccache)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "setup: installing system packages for: ${missing[*]}"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake ninja-build g++ libgtest-dev python3-venv >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake ninja-build g++ libgtest-dev python3-venv ccache >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libnanovdb-dev >/dev/null ||
       echo "setup: libnanovdb-dev not available here: the NanoVDB interop test will not be built"
-  elif [ "${missing[*]}" = nanovdb ]; then
-    echo "setup: optional: install libnanovdb-dev to build the NanoVDB interop test"
+  elif [[ " ${missing[*]} " =~ ^( nanovdb| ccache)+\ $ ]]; then
+    echo "setup: optional: install ${missing[*]/nanovdb/libnanovdb-dev} (NanoVDB interop test; compiler cache)"
   else
     echo "setup: please install: ${missing[*]} (Debian: cmake ninja-build g++ libgtest-dev)" >&2
     exit 1
@@ -44,14 +46,24 @@ if [ ! -f "$stamp" ] || ! cmp -s requirements-dev.txt "$stamp"; then
   cp requirements-dev.txt "$stamp"
 fi
 
-if command -v nvcc >/dev/null; then
-  echo "setup: building with CUDA ($(nvcc --version | tail -1))"
-else
+# CUDA is compiled for the GPUs of this machine (CMake asks nvidia-smi); on a machine without
+# a GPU the CPU library is built, unless TILEGRID_CUDA_ARCHS names architectures to compile
+# for (e.g. "check": every CUDA unit once, as CI does; "80;90": a library for those GPUs).
+gpus=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null || true)
+cuda=OFF
+if ! command -v nvcc >/dev/null; then
   echo "setup: no nvcc on PATH: building the CPU-only library"
+elif [ -n "$gpus" ] || [ -n "${TILEGRID_CUDA_ARCHS:-}" ]; then
+  cuda=ON
+  echo "setup: building with CUDA ($(nvcc --version | tail -1)) for ${TILEGRID_CUDA_ARCHS:-the GPUs here: $(echo $gpus)}"
+else
+  echo "setup: no GPU here: building the CPU-only library (TILEGRID_CUDA_ARCHS=check compiles the CUDA kernels too)"
 fi
 # One build tree for the library, the C++ tests and the Python module; incremental on reruns.
 python -m pip install -q --no-build-isolation --no-deps \
   -C build-dir=build/python \
   -C cmake.define.TILEGRID_BUILD_TESTS=ON \
+  -C cmake.define.TILEGRID_ENABLE_CUDA=$cuda \
+  -C "cmake.define.TILEGRID_CUDA_ARCHS=${TILEGRID_CUDA_ARCHS:-}" \
   ${TILEGRID_CUTLASS_INCLUDE_DIR:+-C cmake.define.TILEGRID_CUTLASS_INCLUDE_DIR=$TILEGRID_CUTLASS_INCLUDE_DIR} \
   .
