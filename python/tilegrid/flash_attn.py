@@ -1,25 +1,48 @@
-"""Exact attention with FlashAttention's Python interface.
+"""Exact attention with FlashAttention's Python interface, forward and backward.
 
     out = tg.flash_attn_func(q, k, v, causal=True)            # (batch, seqlen, heads, headdim)
+    out.sum().backward()                                      # dq, dk, dv
     out, lse = tg.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, return_lse=True)
 
-Conventions as in FlashAttention: GQA/MQA when heads of q are a multiple of heads of k/v;
-causal masks aligned bottom-right when seqlen_q != seqlen_k; window_size=(left, right) in keys
-around that diagonal (-1: unbounded); softcap > 0 applies softcap * tanh(s / softcap) to the
-scaled scores; LSE is float32, (batch, heads, seqlen_q) or (heads, total_q) for varlen.
-Forward only. CPU tensors (float32, float16, bfloat16) run the reference; CUDA tensors
-(float16, bfloat16) run the portable flash kernel (sm_80 and newer). On CUDA, the varlen entry
-point copies cu_seqlens to the host to validate them, which waits for the current stream.
+The signatures are FlashAttention 2's, so code written for it runs unchanged or fails loudly:
+`flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+return_attn_probs=False)` and `flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k,
+max_seqlen_q, max_seqlen_k, dropout_p=0.0, ...)` with the same keywords after dropout_p.
+
+- What exists: GQA/MQA (heads of q a multiple of heads of k/v); causal masks aligned
+  bottom-right when seqlen_q != seqlen_k; window_size=(left, right) in keys around that
+  diagonal (-1: unbounded); softcap > 0 (softcap * tanh(s / softcap) on the scaled scores);
+  any head dim from 1 to 256 (padded with zeros to the next of 64, 96, 128, 192, 256, as FA
+  pads to a multiple of 8; the default scale stays 1/sqrt of the given head dim); inputs
+  copied to a contiguous layout where their strides do not suit the kernels, as FA does.
+- What does not: dropout (dropout_p must be 0; anything else raises NotImplementedError),
+  alibi_slopes (raises), block_table / paged KV (raises).
+- return_attn_probs=True returns (out, softmax_lse, None): FA fills the third slot only with
+  dropout. return_lse=True (tilegrid's keyword) returns (out, lse). LSE is float32,
+  (batch, heads, seqlen_q) or (heads, total_q) for varlen; its gradient is taken into account.
+- deterministic=True asks for the same bits on every run; the CPU backward always is.
+
+Backends: CPU tensors (float32, float16, bfloat16) run the reference, forward and backward
+(float64 sums). CUDA tensors (float16, bfloat16) run the portable flash kernel (sm_80 and
+newer) or the Hopper kernel in the forward; the CUDA backward is not implemented yet and
+raises RuntimeError. On CUDA, the varlen entry point copies cu_seqlens to the host to validate
+them, which waits for the current stream.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 from . import _C
 from ._torch import current_stream
+
+# Head dimensions the kernels are compiled for; others are padded to the next one.
+_KERNEL_HEAD_DIMS = (64, 96, 128, 192, 256)
 
 
 def _window(window_size) -> tuple[int, int]:
@@ -28,10 +51,54 @@ def _window(window_size) -> tuple[int, int]:
     return int(window_size[0]), int(window_size[1])
 
 
+def _check_unsupported(dropout_p, alibi_slopes, block_table=None) -> None:
+    if dropout_p is None or not isinstance(dropout_p, (int, float)):
+        raise TypeError(
+            f"dropout_p must be a float (FlashAttention's fourth positional argument; pass "
+            f"softmax_scale by keyword), got {type(dropout_p).__name__}"
+        )
+    if dropout_p != 0:
+        raise NotImplementedError(
+            f"tilegrid attention has no dropout yet: dropout_p must be 0.0, got {dropout_p} "
+            "(FlashAttention's fourth positional argument is dropout_p; pass softmax_scale by "
+            "keyword)"
+        )
+    if alibi_slopes is not None:
+        raise NotImplementedError("tilegrid attention has no ALiBi: alibi_slopes must be None")
+    if block_table is not None:
+        raise NotImplementedError("tilegrid attention has no paged KV cache: block_table must be None")
+
+
+def _kernel_ready(x: torch.Tensor) -> torch.Tensor:
+    """x itself when the kernels take its layout (last dimension contiguous; on CUDA, strides
+    multiples of 8 elements and 16-byte aligned data), else a contiguous copy, as FA copies."""
+    if x.dim() == 0 or x.stride(-1) != 1:
+        return x.contiguous()
+    if x.is_cuda:
+        strides_ok = all(s % 8 == 0 or n == 1 for s, n in zip(x.stride()[:-1], x.shape[:-1]))
+        if not strides_ok or x.data_ptr() % 16 != 0:
+            return x.contiguous()
+    return x
+
+
+def _padded_head_dim(d: int) -> int:
+    for kernel_d in _KERNEL_HEAD_DIMS:
+        if d <= kernel_d:
+            return kernel_d
+    raise ValueError(f"flash_attn: head dimension must be at most 256, got {d}")
+
+
+def _pad_head_dim(x: torch.Tensor, d: int) -> torch.Tensor:
+    return x if x.shape[-1] == d else F.pad(x, (0, d - x.shape[-1]))
+
+
+# ---- the custom ops: forward and backward, dense and variable-length --------------------------
+
+
 @torch.library.custom_op("tilegrid::flash_attn_forward", mutates_args=())
 def flash_attn_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
-    window_left: int, window_right: int, softcap: float,
+    window_left: int, window_right: int, softcap: float, deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
@@ -43,16 +110,37 @@ def flash_attn_forward(
 
 
 @flash_attn_forward.register_fake
-def _(q, k, v, softmax_scale, causal, window_left, window_right, softcap):
+def _(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic):
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     return out, q.new_empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32)
+
+
+@torch.library.custom_op("tilegrid::flash_attn_backward", mutates_args=())
+def flash_attn_backward(
+    dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+    lse: torch.Tensor, dlse: Optional[torch.Tensor], softmax_scale: float, causal: bool,
+    window_left: int, window_right: int, softcap: float, deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+    dlse = None if dlse is None else dlse.contiguous()  # autograd may pass expanded zeros
+    _C.flash_attn_backward(
+        _kernel_ready(dout), q, k, v, out, lse, dlse, softmax_scale, causal, window_left,
+        window_right, softcap, deterministic, dq, dk, dv, current_stream(q),
+    )
+    return dq, dk, dv
+
+
+@flash_attn_backward.register_fake
+def _(dout, q, k, v, out, lse, dlse, softmax_scale, causal, window_left, window_right, softcap,
+      deterministic):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
 @torch.library.custom_op("tilegrid::flash_attn_varlen_forward", mutates_args=())
 def flash_attn_varlen_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
-    causal: bool, window_left: int, window_right: int, softcap: float,
+    causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
@@ -65,34 +153,129 @@ def flash_attn_varlen_forward(
 
 @flash_attn_varlen_forward.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-      window_left, window_right, softcap):
+      window_left, window_right, softcap, deterministic):
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     return out, q.new_empty(q.shape[1], q.shape[0], dtype=torch.float32)
 
 
-def flash_attn_func(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float] = None,
-    causal: bool = False, window_size=(-1, -1), softcap: float = 0.0, return_lse: bool = False,
-):
-    """Attention over (batch, seqlen, heads, headdim) tensors; returns out, or (out, lse)."""
-    left, right = _window(window_size)
-    out, lse = flash_attn_forward(
-        q, k, v, float(softmax_scale or 0.0), bool(causal), left, right, float(softcap)
+@torch.library.custom_op("tilegrid::flash_attn_varlen_backward", mutates_args=())
+def flash_attn_varlen_backward(
+    dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+    lse: torch.Tensor, dlse: Optional[torch.Tensor], cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+    causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+    dlse = None if dlse is None else dlse.contiguous()
+    _C.flash_attn_varlen_backward(
+        _kernel_ready(dout), q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, deterministic,
+        dq, dk, dv, current_stream(q),
     )
+    return dq, dk, dv
+
+
+@flash_attn_varlen_backward.register_fake
+def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+      softmax_scale, causal, window_left, window_right, softcap, deterministic):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+
+
+# ---- autograd: the forward ops save what the backward ops read --------------------------------
+# `deterministic` is an argument of the forward ops although the forward does not use it, so
+# that each call's backward gets its own call's value (also under torch.compile).
+
+
+def _setup_forward(ctx, inputs, output):
+    q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.params = (softmax_scale, causal, window_left, window_right, softcap, deterministic)
+
+
+def _backward_forward(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = flash_attn_backward(dout, q, k, v, out, lse, dlse, *ctx.params)
+    return (dq, dk, dv) + (None,) * 6
+
+
+flash_attn_forward.register_autograd(_backward_forward, setup_context=_setup_forward)
+
+
+def _setup_varlen_forward(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, *params = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.lengths = (max_q, max_k)
+    ctx.params = tuple(params)  # softmax_scale, causal, window_left, window_right, softcap, det.
+
+
+def _backward_varlen_forward(ctx, dout, dlse):
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    dq, dk, dv = flash_attn_varlen_backward(
+        dout, q, k, v, out, lse, dlse, cu_q, cu_k, *ctx.lengths, *ctx.params
+    )
+    return (dq, dk, dv) + (None,) * 10
+
+
+flash_attn_varlen_forward.register_autograd(
+    _backward_varlen_forward, setup_context=_setup_varlen_forward
+)
+
+
+# ---- the public functions ----------------------------------------------------------------------
+
+
+def _prepare(q, k, v, softmax_scale):
+    """Kernel-ready, head-dim-padded q, k, v; the scale of the given head dim; that head dim."""
+    head_dim = q.shape[-1]
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(head_dim) if head_dim > 0 else 0.0
+    padded = _padded_head_dim(head_dim) if head_dim > 0 and k.shape[-1] == head_dim else head_dim
+    q, k, v = (_kernel_ready(_pad_head_dim(t, padded)) for t in (q, k, v))
+    return q, k, v, float(softmax_scale), head_dim
+
+
+def _results(out, lse, head_dim, return_attn_probs, return_lse):
+    if out.shape[-1] != head_dim:
+        out = out[..., :head_dim]
+    if return_attn_probs:
+        return out, lse, None
     return (out, lse) if return_lse else out
+
+
+def flash_attn_func(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+    softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
+    softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
+    deterministic: bool = False, return_attn_probs: bool = False, *, return_lse: bool = False,
+):
+    """Attention over (batch, seqlen, heads, headdim) tensors, differentiable in q, k, v.
+    Returns out; (out, lse, None) with return_attn_probs; (out, lse) with return_lse."""
+    _check_unsupported(dropout_p, alibi_slopes)
+    left, right = _window(window_size)
+    q, k, v, scale, head_dim = _prepare(q, k, v, softmax_scale)
+    out, lse = flash_attn_forward(
+        q, k, v, scale, bool(causal), left, right, float(softcap), bool(deterministic)
+    )
+    return _results(out, lse, head_dim, return_attn_probs, return_lse)
 
 
 def flash_attn_varlen_func(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
     softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
-    softcap: float = 0.0, return_lse: bool = False,
+    softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
+    deterministic: bool = False, return_attn_probs: bool = False, block_table=None, *,
+    return_lse: bool = False,
 ):
     """Attention over packed (total_tokens, heads, headdim) tensors with int32 cumulative
-    sequence offsets; returns out, or (out, lse)."""
+    sequence offsets, differentiable in q, k, v. Returns as flash_attn_func."""
+    _check_unsupported(dropout_p, alibi_slopes, block_table)
     left, right = _window(window_size)
+    q, k, v, scale, head_dim = _prepare(q, k, v, softmax_scale)
     out, lse = flash_attn_varlen_forward(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-        float(softmax_scale or 0.0), bool(causal), left, right, float(softcap),
+        q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), scale,
+        bool(causal), left, right, float(softcap), bool(deterministic),
     )
-    return (out, lse) if return_lse else out
+    return _results(out, lse, head_dim, return_attn_probs, return_lse)

@@ -30,7 +30,16 @@ struct Problem {
   const int32_t* cu_seqlens_k_device = nullptr;
 };
 
+// The backward's own operands, beside the forward's Problem (whose out and lse it reads):
+// dout like out, and the gradients dq, dk, dv (contiguous, like q, k and v).
+struct Gradients {
+  Operand dout, dq, dk, dv;
+  const float* dlse = nullptr;  // lse's strides, or null
+  bool deterministic = false;
+};
+
 void forward_cpu(const Problem& p);
+void backward_cpu(const Problem& p, const Gradients& g);
 
 // The CUDA kernel selection (set_cuda_kernel, else TILEGRID_ATTENTION_KERNEL, read once).
 struct KernelChoice {

@@ -69,4 +69,25 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
                     const TensorView& out, const std::optional<TensorView>& lse,
                     Stream stream = {});
 
+// Gradients of forward(), as FlashAttention's backward takes them: dout like out (last
+// dimension contiguous), the forward's out and lse (required), and dq, dk, dv like q, k and v
+// (contiguous), which are overwritten. dlse (optional, float32 like lse): the gradient of
+// lse too, for callers that use it (ring attention merges partial results by their lse);
+// d lse / d s = P, so it enters as dS = P * (dP - rowsum(dO * O) + dlse). Queries that see no key,
+// and keys that no query sees, get zero gradients. deterministic: the same bits on every run with
+// the same inputs (the CPU reference always is). CPU tensors run the reference (float64 sums).
+// CUDA: not yet implemented; the call raises an error that says so.
+void backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
+              const TensorView& out, const TensorView& lse, const std::optional<TensorView>& dlse,
+              const Params& params, const TensorView& dq, const TensorView& dk,
+              const TensorView& dv, bool deterministic = false, Stream stream = {});
+
+// The variable-length form: shapes and offsets as in forward_varlen, lse [hq, total_q].
+void backward_varlen(const TensorView& dout, const TensorView& q, const TensorView& k,
+                     const TensorView& v, const TensorView& out, const TensorView& lse,
+                     const std::optional<TensorView>& dlse, const TensorView& cu_seqlens_q,
+                     const TensorView& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                     const Params& params, const TensorView& dq, const TensorView& dk,
+                     const TensorView& dv, bool deterministic = false, Stream stream = {});
+
 }  // namespace tilegrid::attention

@@ -1,5 +1,3 @@
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -7,40 +5,12 @@ import torch.nn.functional as F
 import tilegrid as tg
 from tilegrid import _C
 
+from attention_reference import reference
 from conftest import poison_, requires_cuda
 
 HEAD_DIMS = [64, 96, 128, 192, 256]
 # Output tolerance (max abs error, unit-scale inputs): the output rounded once to its type.
 ATOL = {torch.float32: 2e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
-
-
-def reference(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0):
-    """float64 attention for one sequence: q [sq, hq, d], k/v [sk, hk, d] -> out, lse [hq, sq]."""
-    q, k, v = q.double(), k.double(), v.double()
-    sq, hq, d = q.shape
-    sk, hk = k.shape[:2]
-    k = k.repeat_interleave(hq // hk, dim=1)
-    v = v.repeat_interleave(hq // hk, dim=1)
-    scale = scale or 1 / math.sqrt(d)
-    s = torch.einsum("qhd,khd->hqk", q, k) * scale
-    if softcap > 0:
-        s = softcap * torch.tanh(s / softcap)
-    i = torch.arange(sq)[:, None]
-    j = torch.arange(sk)[None, :]
-    diagonal = i + sk - sq  # bottom-right alignment
-    left, right = window
-    if causal:
-        right = 0
-    allowed = torch.ones(sq, sk, dtype=torch.bool)
-    if left >= 0:
-        allowed &= j >= diagonal - left
-    if right >= 0:
-        allowed &= j <= diagonal + right
-    s = s.masked_fill(~allowed, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)  # -inf for rows that see no key
-    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
-    out = torch.einsum("hqk,khd->qhd", p, v)
-    return out, lse
 
 
 def check(out, lse, ref_out, ref_lse, dtype):
@@ -146,14 +116,23 @@ def test_torch_compile_traces_the_op():
     q, k, v = (torch.randn(1, 16, 2, 64) for _ in range(3))
     f = torch.compile(lambda q, k, v: tg.flash_attn_func(q, k, v, causal=True) * 2, backend="aot_eager", fullgraph=True)
     torch.testing.assert_close(f(q, k, v), 2 * tg.flash_attn_func(q, k, v, causal=True))
-    torch.library.opcheck(torch.ops.tilegrid.flash_attn_forward.default, (q, k, v, 0.0, True, -1, -1, 0.0))
+    torch.library.opcheck(torch.ops.tilegrid.flash_attn_forward.default, (q, k, v, 0.0, True, -1, -1, 0.0, False))
+
+
+def forward_binding(q, k, v):
+    """The C++ entry point itself, without the Python layer's padding and copies."""
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device)
+    _C.flash_attn_forward(q, k, v, 0.0, False, -1, -1, 0.0, out, lse,
+                          torch.cuda.current_stream().cuda_stream if q.is_cuda else 0)
 
 
 class TestBadInputs:
     def test_unsupported_head_dim(self):
+        # The kernels' head dims; flash_attn_func pads others (test_flash_attn_backward.py).
         q = torch.randn(1, 4, 2, 80)
         with pytest.raises(ValueError, match="head dimension must be 64, 96, 128, 192 or 256, got 80"):
-            tg.flash_attn_func(q, q, q)
+            forward_binding(q, q, q)
 
     def test_mismatched_heads(self):
         q, k = torch.randn(1, 4, 6, 64), torch.randn(1, 4, 4, 64)
@@ -166,9 +145,10 @@ class TestBadInputs:
             tg.flash_attn_func(q, q.double(), q)
 
     def test_non_contiguous_head_dim(self):
+        # The C++ entry point refuses it; flash_attn_func copies it, as FlashAttention does.
         q = torch.randn(1, 4, 64, 2).transpose(2, 3)
         with pytest.raises(ValueError, match="must have a contiguous last dimension"):
-            tg.flash_attn_func(q, q, q)
+            forward_binding(q, q, q)
 
     def test_cu_seqlens_not_monotone(self):
         q = torch.randn(6, 2, 64)
@@ -363,7 +343,8 @@ def test_gpu_bad_inputs_get_clear_errors():
         tg.flash_attn_func(q, q, q)
     qb = torch.randn(1, 8, 2, 65, device="cuda", dtype=torch.bfloat16)[..., :64]
     with pytest.raises(ValueError, match="multiples of 8 elements"):
-        tg.flash_attn_func(qb, qb, qb)
+        forward_binding(qb, qb, qb)  # flash_attn_func copies it instead, as FA does
+    torch.testing.assert_close(tg.flash_attn_func(qb, qb, qb), tg.flash_attn_func(*(qb.contiguous(),) * 3))
     qv = torch.randn(6, 2, 64, device="cuda", dtype=torch.bfloat16)
     cu = torch.tensor([0, 4, 6], dtype=torch.int32)
     with pytest.raises(ValueError, match="cu_seqlens_q"):
