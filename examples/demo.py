@@ -78,15 +78,28 @@ def demo_jagged_tensor(device: torch.device) -> list[tuple]:
 
 
 def demo_attention(device: torch.device) -> list[tuple]:
-    # On a GPU the CUDA flash kernel (FlashAttention-2 structure; the Hopper kernel is next),
-    # on the CPU the float32 reference.
+    # On a GPU the CUDA flash kernels (the Hopper forward on an H100/H200; the backward on the
+    # portable kernel everywhere for now), on the CPU the reference.
     shape = (2, 4096, 16, 128) if device.type == "cuda" else (1, 512, 4, 64)
     q, k, v = (torch.randn(*shape, dtype=torch.bfloat16, device=device) for _ in range(3))
     out = tg.flash_attn_func(q, k, v, causal=True)
     q64, k64, v64 = (t.double().transpose(1, 2) for t in (q, k, v))
     ref = torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, is_causal=True)
     ms = median_ms(lambda: tg.flash_attn_func(q, k, v, causal=True), device, repeats=3 if device.type == "cpu" else 20)
-    return [("flash_attn_func (causal)", f"{list(shape)} bf16", rel_err(out, ref.transpose(1, 2)), ms)]
+    rows = [("flash_attn_func (causal)", f"{list(shape)} bf16", rel_err(out, ref.transpose(1, 2)), ms)]
+
+    # Forward + backward, as a training step takes them, against float64 autograd.
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    dout = torch.randn_like(out)
+    dq, dk, dv = torch.autograd.grad(tg.flash_attn_func(q, k, v, causal=True), (q, k, v), dout)
+    q64, k64, v64 = (t.detach().double().transpose(1, 2).requires_grad_() for t in (q, k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, is_causal=True)
+    refs = torch.autograd.grad(ref, (q64, k64, v64), dout.double().transpose(1, 2))
+    err = max(rel_err(g, r.transpose(1, 2)) for g, r in zip((dq, dk, dv), refs))
+    step = lambda: torch.autograd.grad(tg.flash_attn_func(q, k, v, causal=True), (q, k, v), dout)  # noqa: E731
+    rows.append(("flash_attn_func fwd+bwd (causal)", f"{list(shape)} bf16", err,
+                 median_ms(step, device, repeats=3 if device.type == "cpu" else 5)))
+    return rows
 
 
 def demo_grid_batch(device: torch.device) -> list[tuple]:

@@ -6,6 +6,9 @@
 #include "attention/attention_validate.h"
 #include "tilegrid/attention/attention.h"
 #include "tilegrid/core/checks.h"
+#if defined(TILEGRID_WITH_ATTENTION_CUDA)
+#include "attention/attention_cuda.h"
+#endif
 
 namespace tilegrid::attention {
 namespace {
@@ -38,9 +41,15 @@ void run_backward(const char* op, const Problem& p, const Gradients& g, const Te
                   std::initializer_list<Named> cuda_tensors, Stream stream) {
   if (q.device.is_cpu()) return backward_cpu(p, g);
   check_cuda_problem(op, cuda_tensors);
+#if defined(TILEGRID_WITH_ATTENTION_CUDA)
+  TG_CHECK_VALUE(p.batch <= 65535, op, ": at most 65535 sequences on CUDA, got ", p.batch);
+  backward_cuda(p, g, q.device.index, stream);
+#else
   (void)stream;
-  throw Error(detail::concat(op, ": the attention backward on ", q.device,
-                             " is not implemented yet (CPU tensors have it)"));
+  throw Error(detail::concat(op, ": attention on ", q.device,
+                             " needs the CUDA kernels, which this build of tilegrid lacks "
+                             "(built without CUDA, or without the CUTLASS/CuTe headers)"));
+#endif
 }
 
 }  // namespace

@@ -5,11 +5,11 @@
 //   dQ = scale * dS' K,  dK = scale * dS'^T Q,
 // with dS' = dS * (1 - (s / softcap)^2) under a softcap (the derivative of
 // softcap * tanh(x / softcap)). A query that sees no key (lse = -inf) gets dQ = 0.
-#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "attention/attention_problem.h"
+#include "attention/common/mask.h"
 #include "tilegrid/core/element_access.h"
 
 namespace tilegrid::attention {
@@ -51,6 +51,7 @@ void backward_cpu(const Problem& p, const Gradients& g) {
   std::vector<double> k_rows, v_rows, dk_rows, dv_rows, q_row, do_row, o_row, dq_row;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t sq = p.q_len[b], sk = p.k_len[b], q0 = p.q_start[b], k0 = p.k_start[b];
+    const Mask mask{sq, sk, p.window_left, p.window_right};
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
       load_rows(p.dtype, p.k, b, k0, sk, hk, d, k_rows);
       load_rows(p.dtype, p.v, b, k0, sk, hk, d, v_rows);
@@ -62,19 +63,15 @@ void backward_cpu(const Problem& p, const Gradients& g) {
           load_rows(p.dtype, g.dout, b, q0 + i, 1, h, d, do_row);
           load_rows(p.dtype, p.out, b, q0 + i, 1, h, d, o_row);
           dq_row.assign(size_t(d), 0.0);
-          // The keys of query i, as in the forward (bottom-right aligned diagonal).
-          const int64_t diagonal = i + sk - sq;
-          int64_t lo = 0, hi = sk - 1;
-          if (p.window_left >= 0) lo = std::max<int64_t>(lo, diagonal - p.window_left);
-          if (p.window_right >= 0) hi = std::min<int64_t>(hi, diagonal + p.window_right);
+          const IndexRange keys = mask.keys_of_query(i);
           const int64_t lse_index =
               b * p.lse_batch_stride + h * p.lse_head_stride + (q0 + i) * p.lse_token_stride;
           const double lse = p.lse[lse_index];
-          if (lo <= hi && std::isfinite(lse)) {
+          if (!keys.empty() && std::isfinite(lse)) {
             // rowsum(dO * O) - dlse: the part of dP that every key of the row shares.
             double row_delta = dot(do_row.data(), o_row.data(), d);
             if (g.dlse != nullptr) row_delta -= g.dlse[lse_index];
-            for (int64_t j = lo; j <= hi; ++j) {
+            for (int64_t j = keys.first; j <= keys.last; ++j) {
               const double* kj = &k_rows[size_t(j * d)];
               const double* vj = &v_rows[size_t(j * d)];
               double s = scale * dot(q_row.data(), kj, d);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "attention/attention_problem.h"
+#include "attention/cuda/flash_bwd_params.h"
 #include "attention/cuda/flash_fwd_params.h"
 #include "tilegrid/core/device.h"
 #include "tilegrid/core/dtype.h"
@@ -12,6 +13,10 @@ namespace tilegrid::attention {
 
 // Runs a validated problem (float16 or bfloat16) on the current device's `stream`.
 void forward_cuda(const Problem& p, int device, Stream stream);
+
+// The gradients of a validated problem: the portable backward (cuda/flash_bwd_kernel.cuh) on
+// every GPU for now; its row deltas in a scratch buffer from the device's allocator.
+void backward_cuda(const Problem& p, const Gradients& g, int device, Stream stream);
 
 // Copies int32 offsets from device memory to the host for validation; waits on `stream`.
 std::vector<int64_t> offsets_to_host(const int32_t* device_offsets, int64_t count, int device,
@@ -23,5 +28,9 @@ void forward_cuda_hdim96(const FlashFwdParams& p, DType dtype, Stream stream);
 void forward_cuda_hdim128(const FlashFwdParams& p, DType dtype, Stream stream);
 void forward_cuda_hdim192(const FlashFwdParams& p, DType dtype, Stream stream);
 void forward_cuda_hdim256(const FlashFwdParams& p, DType dtype, Stream stream);
+
+// One per element type (cuda/flash_bwd_<dtype>.cu), every head dimension.
+void backward_cuda_bf16(const FlashBwdParams& g, int head_dim, int max_seqlen_k, Stream stream);
+void backward_cuda_f16(const FlashBwdParams& g, int head_dim, int max_seqlen_k, Stream stream);
 
 }  // namespace tilegrid::attention

@@ -71,12 +71,14 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
 
 // Gradients of forward(), as FlashAttention's backward takes them: dout like out (last
 // dimension contiguous), the forward's out and lse (required), and dq, dk, dv like q, k and v
-// (contiguous), which are overwritten. dlse (optional, float32 like lse): the gradient of
-// lse too, for callers that use it (ring attention merges partial results by their lse);
-// d lse / d s = P, so it enters as dS = P * (dP - rowsum(dO * O) + dlse). Queries that see no key,
-// and keys that no query sees, get zero gradients. deterministic: the same bits on every run with
-// the same inputs (the CPU reference always is). CPU tensors run the reference (float64 sums).
-// CUDA: not yet implemented; the call raises an error that says so.
+// (contiguous), which are overwritten. dlse (optional, float32 like lse): the gradient of lse
+// too, for callers that use it (ring attention merges partial results by their lse); as
+// d lse / d s = P, it enters as dS = P * (dP - rowsum(dO * O) + dlse). Queries that see no
+// key, and keys that no query sees, get zero gradients. deterministic: the same bits on every
+// run with the same inputs (both back ends below always give them). CPU tensors run the
+// reference (float64 sums); CUDA tensors a portable kernel on the CUDA cores (no tensor cores
+// yet; see cuda/flash_bwd_kernel.cuh), with a scratch buffer of one float per query row and
+// head from the device's allocator.
 void backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
               const TensorView& out, const TensorView& lse, const std::optional<TensorView>& dlse,
               const Params& params, const TensorView& dq, const TensorView& dk,

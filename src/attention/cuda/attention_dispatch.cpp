@@ -7,6 +7,7 @@
 #include "attention/attention_cuda.h"
 #include "core/cuda_check.h"
 #include "tilegrid/attention/attention.h"
+#include "tilegrid/core/tensor.h"
 #if defined(TILEGRID_WITH_SM90_ATTENTION)
 #include "attention/sm90/flash_fwd_sm90.h"
 #endif
@@ -123,6 +124,40 @@ void forward_cuda(const Problem& p, int device, Stream stream) {
     default:
       return forward_cuda_hdim256(k, p.dtype, stream);
   }
+}
+
+void backward_cuda(const Problem& p, const Gradients& g, int device, Stream stream) {
+  CudaDeviceGuard guard(device);
+  FlashBwdParams b;
+  b.fwd = kernel_params(p);
+  b.dout = g.dout.data;
+  b.dout_batch_stride = g.dout.batch_stride;
+  b.dout_row_stride = g.dout.token_stride;
+  b.dout_head_stride = g.dout.head_stride;
+  b.dq = g.dq.data;
+  b.dq_batch_stride = g.dq.batch_stride;
+  b.dq_row_stride = g.dq.token_stride;
+  b.dq_head_stride = g.dq.head_stride;
+  b.dk = g.dk.data;
+  b.dv = g.dv.data;  // dk and dv: contiguous with one shape, so one set of strides
+  b.dk_batch_stride = g.dk.batch_stride;
+  b.dk_row_stride = g.dk.token_stride;
+  b.dk_head_stride = g.dk.head_stride;
+  b.dlse = g.dlse;
+  b.scale = p.scale;
+  b.softcap = p.softcap;
+  const int64_t max_seqlen_k =
+      p.k_len.empty() ? 0 : *std::max_element(p.k_len.begin(), p.k_len.end());
+  // The row deltas take lse's layout: [batch, heads_q, seqlen_q] or [heads_q, total_q].
+  const int64_t rows = p.lse_batch_stride > 0 ? p.lse_batch_stride * p.batch
+                                              : p.lse_head_stride * p.heads_q;
+  Tensor delta = Tensor::empty({std::max<int64_t>(rows, 1)}, DType::Float32,
+                               Device::cuda(device), stream);
+  b.delta = static_cast<float*>(delta.data());
+  set_last_cuda_kernel("portable");
+  if (p.dtype == DType::Float16)
+    return backward_cuda_f16(b, int(p.head_dim), as_int(max_seqlen_k), stream);
+  backward_cuda_bf16(b, int(p.head_dim), as_int(max_seqlen_k), stream);
 }
 
 std::vector<int64_t> offsets_to_host(const int32_t* device_offsets, int64_t count, int device,

@@ -22,13 +22,13 @@ def reference(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0,
     s = torch.einsum("qhd,khd->hqk", q, k) * scale
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
-    i = torch.arange(sq)[:, None]
-    j = torch.arange(sk)[None, :]
+    i = torch.arange(sq, device=q.device)[:, None]
+    j = torch.arange(sk, device=q.device)[None, :]
     diagonal = i + sk - sq
     left, right = window
     if causal:
         right = 0
-    allowed = torch.ones(sq, sk, dtype=torch.bool)
+    allowed = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
     if left >= 0:
         allowed &= j >= diagonal - left
     if right >= 0:

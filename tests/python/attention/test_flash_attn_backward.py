@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import tilegrid as tg
 from attention_reference import reference
+from conftest import requires_cuda
 
 
 def attention_grads(q, k, v, dout, **kw):
@@ -20,7 +21,8 @@ def attention_grads(q, k, v, dout, **kw):
 
 
 def reference_grads(q, k, v, dout, dtype=torch.float64, **kw):
-    """The same through the torch reference, sequence by sequence of a dense batch."""
+    """The same through the torch reference, sequence by sequence of a dense batch, on the
+    inputs' device."""
     q, k, v = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
     out = torch.stack([reference(q[b], k[b], v[b], dtype=dtype, **kw)[0] for b in range(q.shape[0])])
     out.backward(dout.to(dtype))
@@ -226,3 +228,85 @@ def test_backward_bad_inputs_get_clear_errors():
         _C.flash_attn_backward(out, q, k, v, out, lse[:, :1], None, 0.0, False, -1, -1, 0.0, False, dq, dk, dv)
     with pytest.raises(TypeError, match="dk must be float32, got float64"):
         _C.flash_attn_backward(out, q, k, v, out, lse, None, 0.0, False, -1, -1, 0.0, False, dq, dk.double(), dv)
+
+
+# ----------------------------------------------------------------------------------------------
+# CUDA backward, against float64 autograd on the CPU by FlashAttention's criterion (the
+# plain 16-bit torch implementation runs on the GPU, as FA's tests run it).
+
+GPU_DTYPES = [torch.bfloat16, torch.float16]
+
+
+def gpu_test(f):
+    """Marks a CUDA test: reported as skipped, never passed, on a machine without a GPU."""
+    return pytest.mark.gpu(requires_cuda(f))
+
+
+def poisoned_backward(dout, q, k, v, out, lse, causal=False, window=(-1, -1), softcap=0.0,
+                      deterministic=False):
+    """The C++ entry point into gradients filled with NaN first (an unwritten element fails)."""
+    from tilegrid import _C
+    grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+    _C.flash_attn_backward(dout, q, k, v, out, lse, None, 0.0, causal, window[0], window[1],
+                           softcap, deterministic, *grads, torch.cuda.current_stream().cuda_stream)
+    return grads
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES, ids=lambda t: str(t).removeprefix("torch."))
+@pytest.mark.parametrize("sq,sk,hq,hk,d,causal,window,softcap", CASES + [
+    (130, 200, 4, 2, 64, False, (33, 5), 0.0),   # tails in every tile, GQA, window
+    (77, 30, 2, 2, 256, True, (-1, -1), 0.0),    # head dim 256, rows that see nothing
+])
+@gpu_test
+def test_gpu_gradients_meet_flash_attention_criterion(dtype, sq, sk, hq, hk, d, causal, window,
+                                                      softcap):
+    q, k, v = torch.randn(2, sq, hq, d).to(dtype), torch.randn(2, sk, hk, d).to(dtype), torch.randn(2, sk, hk, d).to(dtype)
+    dout = torch.randn(2, sq, hq, d).to(dtype)
+    kw = dict(causal=causal, window=window, softcap=softcap)
+    cuda = [t.cuda() for t in (q, k, v, dout)]
+    out, lse = tg.flash_attn_func(*cuda[:3], causal=causal, window_size=window, softcap=softcap, return_lse=True)
+    got = [out] + poisoned_backward(cuda[3], *cuda[:3], out, lse, causal, window, softcap)
+    torch.cuda.synchronize()
+    exact = reference_grads(q, k, v, dout, **kw)
+    plain = reference_grads(*cuda, dtype=dtype, **kw)
+    for i, name in enumerate(("out", "dq", "dk", "dv")):
+        assert got[i].dtype == dtype and not got[i].isnan().any(), name
+        assert_fa_criterion(got[i].cpu(), plain[i].cpu(), exact[i], name)
+
+
+@gpu_test
+def test_gpu_autograd_varlen_with_empty_sequences():
+    lens_q, lens_k = [5, 0, 70, 1, 0, 33], [9, 3, 70, 0, 0, 40]
+    cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32)
+    cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32)
+    q = torch.randn(sum(lens_q), 4, 128).bfloat16()
+    k, v = (torch.randn(sum(lens_k), 2, 128).bfloat16() for _ in range(2))
+    dout = torch.randn(sum(lens_q), 4, 128).bfloat16()
+    qc, kc, vc = (t.cuda().requires_grad_() for t in (q, k, v))
+    out = tg.flash_attn_varlen_func(qc, kc, vc, cu_q.cuda(), cu_k.cuda(), max(lens_q), max(lens_k), causal=True)
+    out.backward(dout.cuda())
+    for b in range(len(lens_q)):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        if lens_q[b] == 0 or lens_k[b] == 0:
+            assert torch.equal(qc.grad[qs].cpu(), torch.zeros_like(q[qs]))
+            assert torch.equal(kc.grad[ks].cpu(), torch.zeros_like(k[ks]))
+            continue
+        exact = reference_grads(q[None, qs], k[None, ks], v[None, ks], dout[None, qs], causal=True)
+        plain = reference_grads(*(t[None].cuda() for t in (q[qs], k[ks], v[ks], dout[qs])),
+                                dtype=torch.bfloat16, causal=True)
+        for got, i, name in ((qc.grad[qs], 1, "dq"), (kc.grad[ks], 2, "dk"), (vc.grad[ks], 3, "dv")):
+            assert_fa_criterion(got.cpu()[None], plain[i].cpu(), exact[i], f"{name} of sequence {b}")
+
+
+@gpu_test
+def test_gpu_backward_is_deterministic():
+    q, k, v = (torch.randn(2, 300, 8, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    dout = torch.randn(2, 300, 8, 128, device="cuda", dtype=torch.bfloat16)
+    runs = []
+    for _ in range(2):
+        for t in (q, k, v):
+            t.grad = None
+        tg.flash_attn_func(q, k, v, causal=True, deterministic=True).backward(dout)
+        runs.append([t.grad.clone() for t in (q, k, v)])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)

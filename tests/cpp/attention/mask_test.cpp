@@ -1,0 +1,29 @@
+// The mask's two directions agree with each other and with the definition, for every window
+// shape and both orders of seqlen_q and seqlen_k.
+#include "attention/common/mask.h"
+
+#include <gtest/gtest.h>
+
+namespace tilegrid::attention {
+namespace {
+
+TEST(AttentionMask, QueriesOfAKeyInvertKeysOfAQuery) {
+  const int64_t windows[][2] = {{-1, -1}, {-1, 0}, {3, 0}, {0, 0}, {2, 5}, {-1, 2}, {4, -1}};
+  for (int64_t sq : {1, 5, 13})
+    for (int64_t sk : {1, 5, 13})
+      for (const auto& w : windows) {
+        const Mask mask{sq, sk, w[0], w[1]};
+        for (int64_t i = 0; i < sq; ++i)
+          for (int64_t j = 0; j < sk; ++j) {
+            const int64_t diagonal = i + sk - sq;
+            const bool expected =
+                (w[0] < 0 || j >= diagonal - w[0]) && (w[1] < 0 || j <= diagonal + w[1]);
+            ASSERT_EQ(mask.sees(i, j), expected) << sq << " " << sk << " " << i << " " << j;
+            ASSERT_EQ(mask.queries_of_key(j).contains(i), expected)
+                << sq << " " << sk << " w " << w[0] << "," << w[1] << " i " << i << " j " << j;
+          }
+      }
+}
+
+}  // namespace
+}  // namespace tilegrid::attention
