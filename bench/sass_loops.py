@@ -1,6 +1,6 @@
 """Per kernel of a compiled object: the innermost loop that issues wgmma, and what is in it.
 
-    cuobjdump -sass build/.../flash_fwd_sm90_hdim128_bf16.cu.o > hdim128.sass
+    cuobjdump -sass build/.../flash_fwd_sm90_hdim128.cu.o > hdim128.sass
     python bench/sass_loops.py hdim128.sass [other.sass ...] [--filter Li128ELb1]
 
 For each kernel (mangled name, shortened) prints its instruction count, its spill loads

@@ -97,7 +97,7 @@ def demo_attention(device: torch.device) -> list[tuple]:
     refs = torch.autograd.grad(ref, (q64, k64, v64), dout.double().transpose(1, 2))
     err = max(rel_err(g, r.transpose(1, 2)) for g, r in zip((dq, dk, dv), refs))
     step = lambda: torch.autograd.grad(tg.flash_attn_func(q, k, v, causal=True), (q, k, v), dout)  # noqa: E731
-    rows.append(("flash_attn_func fwd+bwd (causal)", f"{list(shape)} bf16", err,
+    rows.append(("flash_attn fwd+bwd (causal)", f"{list(shape)} bf16", err,
                  median_ms(step, device, repeats=3 if device.type == "cpu" else 5)))
     return rows
 

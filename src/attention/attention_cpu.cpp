@@ -1,11 +1,13 @@
 // CPU attention: the reference every attention kernel is tested against. Scores and
 // probabilities in float32 as a kernel computes them; the softmax sum and the output
 // accumulation in float64 so that the reference's own rounding stays far below the kernels'.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "attention/attention_problem.h"
+#include "attention/common/mask.h"
 #include "tilegrid/core/element_access.h"
 
 namespace tilegrid::attention {
@@ -28,15 +30,13 @@ void forward_cpu(const Problem& p) {
   std::vector<double> acc(static_cast<size_t>(d));
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t sq = p.q_len[b], sk = p.k_len[b];
+    const Mask mask{sq, sk, p.window_left, p.window_right};
     scores.resize(size_t(sk));
     for (int64_t h = 0; h < p.heads_q; ++h) {
       const int64_t hk = h / group;
       for (int64_t i = 0; i < sq; ++i) {
-        // Keys visible to query i: the diagonal is key i + sk - sq (bottom-right aligned).
-        const int64_t diagonal = i + sk - sq;
-        int64_t lo = 0, hi = sk - 1;
-        if (p.window_left >= 0) lo = std::max<int64_t>(lo, diagonal - p.window_left);
-        if (p.window_right >= 0) hi = std::min<int64_t>(hi, diagonal + p.window_right);
+        const IndexRange keys = mask.keys_of_query(i);
+        const int64_t lo = keys.first, hi = keys.last;
 
         const int64_t qo = offset(p.q, b, p.q_start[b] + i, h);
         for (int64_t c = 0; c < d; ++c) q_row[size_t(c)] = load_f(p.dtype, p.q.data, qo + c);

@@ -44,4 +44,22 @@ struct Mask {
   TG_HOST_DEVICE bool sees(int64_t i, int64_t j) const { return keys_of_query(i).contains(j); }
 };
 
+// The forward kernels' form of keys_of_query: keys [lo, hi) of query `row`, clamped to
+// [0, seqlen_k], in the 32-bit ints their key-tile loops count in. Params: anything with
+// int64 window_left / window_right (FlashFwdParams).
+struct KeyRange {
+  int lo, hi;
+};
+
+template <class Params>
+TG_HOST_DEVICE KeyRange key_range(const Params& p, int64_t row, int seqlen_q, int seqlen_k) {
+  const int64_t diag = row + seqlen_k - seqlen_q;
+  int64_t lo = 0, hi = seqlen_k;
+  if (p.window_left >= 0) lo = diag - p.window_left;
+  if (p.window_right >= 0) hi = diag + p.window_right + 1;
+  lo = lo < 0 ? 0 : (lo > seqlen_k ? seqlen_k : lo);
+  hi = hi < 0 ? 0 : (hi > seqlen_k ? seqlen_k : hi);
+  return {int(lo), int(hi)};
+}
+
 }  // namespace tilegrid::attention

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/common/mask.h"
 #include "attention/cuda/flash_fwd_params.h"
 
 namespace tilegrid::attention::flash {
@@ -131,22 +132,6 @@ __device__ __forceinline__ float quad_max(float x) {
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffff, x, 1);
   return x + __shfl_xor_sync(0xffffffff, x, 2);
-}
-
-// Keys [lo, hi) that query `row` sees, clamped to [0, seqlen_k].
-struct KeyRange {
-  int lo, hi;
-};
-
-__device__ __forceinline__ KeyRange key_range(const FlashFwdParams& p, int64_t row, int seqlen_q,
-                                              int seqlen_k) {
-  const int64_t diag = row + seqlen_k - seqlen_q;
-  int64_t lo = 0, hi = seqlen_k;
-  if (p.window_left >= 0) lo = diag - p.window_left;
-  if (p.window_right >= 0) hi = diag + p.window_right + 1;
-  lo = lo < 0 ? 0 : (lo > seqlen_k ? seqlen_k : lo);
-  hi = hi < 0 ? 0 : (hi > seqlen_k ? seqlen_k : hi);
-  return {int(lo), int(hi)};
 }
 
 template <class Traits>

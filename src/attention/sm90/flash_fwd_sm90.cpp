@@ -17,26 +17,14 @@ bool supported(const FlashFwdParams& p, DType dtype, int head_dim) {
          p.rows_k < (int64_t(1) << 31);
 }
 
-namespace {
-
-template <int kHeadDim>
-void forward_hdim(const FlashFwdParams& p, DType dtype, int switches, Stream stream) {
-  if (dtype == DType::Float16) return forward_part<kHeadDim, KernelPart::F16>(p, switches, stream);
-  if ((switches & kCompileTimeSwitches) == kDefaultCompileTimeSwitches)
-    return forward_part<kHeadDim, KernelPart::Bf16>(p, switches, stream);
-  return forward_part<kHeadDim, KernelPart::Bf16Fa4>(p, switches, stream);
-}
-
-}  // namespace
-
 void forward(const FlashFwdParams& p, DType dtype, int head_dim, int switches, Stream stream) {
   switch (head_dim) {
     case 64:
-      return forward_hdim<64>(p, dtype, switches, stream);
+      return forward_hdim64(p, dtype, switches, stream);
     case 128:
-      return forward_hdim<128>(p, dtype, switches, stream);
+      return forward_hdim128(p, dtype, switches, stream);
     default:
-      return forward_hdim<256>(p, dtype, switches, stream);
+      return forward_hdim256(p, dtype, switches, stream);
   }
 }
 

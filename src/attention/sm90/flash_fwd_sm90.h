@@ -122,13 +122,9 @@ bool supported(const FlashFwdParams& p, DType dtype, int head_dim);
 // and the three-warpgroup shape at head dim 64 (its default).
 void forward(const FlashFwdParams& p, DType dtype, int head_dim, int switches, Stream stream);
 
-// The kernels of one head dimension come in three parts, each in its own translation unit
-// flash_fwd_sm90_hdim<d>_<part>.cu so that no unit takes much over a minute of nvcc:
-//  - Bf16: bfloat16 with the default compile-time switches, every tile shape (what `auto` runs);
-//  - Bf16Fa4: bfloat16 with the other combinations of the FA4 switches (the benchmark's rows);
-//  - F16: float16 (the default compile-time switches).
-enum class KernelPart { Bf16, Bf16Fa4, F16 };
-template <int kHeadDim, KernelPart kPart>
-void forward_part(const FlashFwdParams& p, int switches, Stream stream);
+// One per head dimension, each in its own translation unit (flash_fwd_sm90_hdim<d>.cu).
+void forward_hdim64(const FlashFwdParams& p, DType dtype, int switches, Stream stream);
+void forward_hdim128(const FlashFwdParams& p, DType dtype, int switches, Stream stream);
+void forward_hdim256(const FlashFwdParams& p, DType dtype, int switches, Stream stream);
 
 }  // namespace tilegrid::attention::sm90

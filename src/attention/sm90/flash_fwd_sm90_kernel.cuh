@@ -53,6 +53,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "attention/common/mask.h"
 #include "attention/cuda/flash_fwd_params.h"
 #include "tilegrid/attention/exp2_poly.h"
 
@@ -236,22 +237,6 @@ struct KernelParams {
   // is blockIdx.x, each later one gridDim.x + atomicAdd(tile_counter, 1). Null: static tiles.
   int* tile_counter;
 };
-
-// Keys [lo, hi) that query `row` sees, clamped to [0, seqlen_k] (as the portable kernel).
-struct KeyRange {
-  int lo, hi;
-};
-
-__device__ __forceinline__ KeyRange key_range(const FlashFwdParams& p, int64_t row, int seqlen_q,
-                                              int seqlen_k) {
-  const int64_t diag = row + seqlen_k - seqlen_q;
-  int64_t lo = 0, hi = seqlen_k;
-  if (p.window_left >= 0) lo = diag - p.window_left;
-  if (p.window_right >= 0) hi = diag + p.window_right + 1;
-  lo = lo < 0 ? 0 : (lo > seqlen_k ? seqlen_k : lo);
-  hi = hi < 0 ? 0 : (hi > seqlen_k ? seqlen_k : hi);
-  return {int(lo), int(hi)};
-}
 
 // One (query tile, head, sequence) of the grid and the key tiles it needs; the producer and
 // the consumers derive the same values.

@@ -1,6 +1,7 @@
 #pragma once
 // Builds the TMA descriptors of one call on the host and launches the Hopper kernel for one
-// (dtype, head dim, switches) (internal); included by each flash_fwd_sm90_hdim<d>_<part>.cu.
+// (dtype, head dim, switches) (internal); included once per head dimension by
+// flash_fwd_sm90_hdim<d>.cu.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -162,36 +163,26 @@ void launch_shape(const FlashFwdParams& p, int switches, cudaStream_t s) {
   return launch<Sm90Traits<Element, kHeadDim, kRescale, kExp2>>(p, switches, s);
 }
 
-// One part of a head dimension's kernels (flash_fwd_sm90.h); a part never runs another's
-// combination (the Bf16Fa4 part leaves the default one to the Bf16 part, so that no kernel
-// is compiled twice).
-template <int kHeadDim, KernelPart kPart>
-void forward_part(const FlashFwdParams& p, int switches, Stream stream) {
+// bfloat16: every combination of the two compile-time switches (the benchmark's table);
+// float16: the default combination only, to keep the number of kernels (and the compile time)
+// down.
+template <int kHeadDim>
+void launch(const FlashFwdParams& p, DType dtype, int switches, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream.handle);
   using bf16 = cutlass::bfloat16_t;
   constexpr bool kDefaultRescale = (kDefaultCompileTimeSwitches & kConditionalRescale) != 0;
   constexpr bool kDefaultExp2 = (kDefaultCompileTimeSwitches & kSoftwareExp2) != 0;
-  if constexpr (kPart == KernelPart::F16) {
+  if (dtype == DType::Float16)
     return launch_shape<cutlass::half_t, kHeadDim, kDefaultRescale, kDefaultExp2>(p, switches, s);
-  } else if constexpr (kPart == KernelPart::Bf16) {
-    return launch_shape<bf16, kHeadDim, kDefaultRescale, kDefaultExp2>(p, switches, s);
-  } else {
-    const auto combination = [&]<bool kRescale, bool kExp2>() {
-      if constexpr (kRescale == kDefaultRescale && kExp2 == kDefaultExp2)
-        TG_CHECK(false, "flash attention sm90: the default FA4 switches belong to the Bf16 part");
-      else
-        launch_shape<bf16, kHeadDim, kRescale, kExp2>(p, switches, s);
-    };
-    switch (switches & kCompileTimeSwitches) {
-      case kNoSwitches:
-        return combination.template operator()<false, false>();
-      case kConditionalRescale:
-        return combination.template operator()<true, false>();
-      case kSoftwareExp2:
-        return combination.template operator()<false, true>();
-      default:
-        return combination.template operator()<true, true>();
-    }
+  switch (switches & kCompileTimeSwitches) {
+    case kNoSwitches:
+      return launch_shape<bf16, kHeadDim, false, false>(p, switches, s);
+    case kConditionalRescale:
+      return launch_shape<bf16, kHeadDim, true, false>(p, switches, s);
+    case kSoftwareExp2:
+      return launch_shape<bf16, kHeadDim, false, true>(p, switches, s);
+    default:
+      return launch_shape<bf16, kHeadDim, true, true>(p, switches, s);
   }
 }
 

@@ -7,8 +7,9 @@
 // the cooperative 128x256x64 kernel (glu_grad: the ping-pong 128x128 one) in one layout: the forward programs in the forward
 // layout (a [M, K] row-major, b = w^T of a row-major w [N, K]), the backward ones (glu_grad,
 // elementwise_grad) in the data-gradient layout (b = w, [K, N] row-major), where their
-// products are. One translation unit epilogue_<name>.cu per program (the glu ones hold the
-// silu and the gelu_tanh kernel), about 45 s of compile a kernel.
+// products are. One file epilogue_<name>.cu per program (the glu ones hold the silu and the
+// gelu_tanh kernel), compiled in three unity units epilogue_batch_<family>.cu: a new program
+// goes into one of them.
 #include <string>
 #include <vector>
 

@@ -1,8 +1,0 @@
-// Hopper flash attention forward kernels for head dimension 128, float16 (sm_90a only).
-#include "attention/sm90/flash_fwd_sm90_launch.cuh"
-
-namespace tilegrid::attention::sm90 {
-
-template void forward_part<128, KernelPart::F16>(const FlashFwdParams&, int, Stream);
-
-}  // namespace tilegrid::attention::sm90
