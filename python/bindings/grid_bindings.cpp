@@ -6,6 +6,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "convert.h"
+#include "tilegrid/grid/convolution.h"
 #include "tilegrid/grid/grid_batch.h"
 #include "tilegrid/grid/nvdb_io.h"
 #include "tilegrid/grid/sampling.h"
@@ -127,6 +128,50 @@ void bind_grid(nb::module_& m) {
                               as_view(out), as_stream(stream));
       },
       nb::arg("grid"), nb::arg("jdata"), nb::arg("joffsets"), nb::arg("values"), nb::arg("out"),
+      nb::arg("stream") = 0);
+
+  // Sparse convolution: the output grids, the kernel maps, and the GEMMs over a map.
+  m.def(
+      "conv_grid",
+      [](const GridBatch& g, grid::Vec3i kernel_size, grid::Vec3i stride, bool transposed,
+         uintptr_t stream) {
+        return transposed ? grid::conv_transpose_grid(g, kernel_size, stride, as_stream(stream))
+                          : grid::conv_grid(g, kernel_size, stride, as_stream(stream));
+      },
+      nb::arg("grid"), nb::arg("kernel_size"), nb::arg("stride"), nb::arg("transposed"),
+      nb::arg("stream") = 0);
+  m.def(
+      "kernel_map",
+      [](const GridBatch& source, const GridBatch& target, grid::Vec3i kernel_size,
+         grid::Vec3i stride, bool transposed, uintptr_t stream) {
+        return to_capsule(grid::kernel_map(source, target, {kernel_size, stride, transposed},
+                                           as_stream(stream)));
+      },
+      nb::arg("source"), nb::arg("target"), nb::arg("kernel_size"), nb::arg("stride"),
+      nb::arg("transposed"), nb::arg("stream") = 0);
+  m.def(
+      "invert_kernel_map",
+      [](nb::ndarray<> map, int64_t source_rows, uintptr_t stream) {
+        return to_capsule(grid::invert_kernel_map(as_view(map), source_rows, as_stream(stream)));
+      },
+      nb::arg("map"), nb::arg("source_rows"), nb::arg("stream") = 0);
+  m.def(
+      "sparse_conv_forward",
+      [](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> weight, nb::ndarray<> out,
+         bool transpose_weight, uintptr_t stream) {
+        grid::sparse_conv_forward(as_view(map), as_view(features), as_view(weight), as_view(out),
+                                  transpose_weight, as_stream(stream));
+      },
+      nb::arg("map"), nb::arg("features"), nb::arg("weight"), nb::arg("out"),
+      nb::arg("transpose_weight"), nb::arg("stream") = 0);
+  m.def(
+      "sparse_conv_backward_weight",
+      [](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> grad_out,
+         nb::ndarray<> grad_weight, uintptr_t stream) {
+        grid::sparse_conv_backward_weight(as_view(map), as_view(features), as_view(grad_out),
+                                          as_view(grad_weight), as_stream(stream));
+      },
+      nb::arg("map"), nb::arg("features"), nb::arg("grad_out"), nb::arg("grad_weight"),
       nb::arg("stream") = 0);
 
   // .nvdb files: features cross as DLPack capsules, one per tensor.

@@ -17,6 +17,7 @@ from .grid_io import load, save
 from .jagged_tensor import JaggedTensor
 from .mesh_io import read_mesh, read_off, read_ply
 from .rms_norm import rms_norm
+from .sparse_conv import ConvolutionPlan
 
 __version__ = "0.1.0"
 
@@ -27,6 +28,7 @@ if with_cuda:
     install_torch_allocator()
 
 __all__ = [
+    "ConvolutionPlan",
     "GridBatch",
     "JaggedTensor",
     "describe_matmul",

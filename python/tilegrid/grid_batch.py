@@ -17,10 +17,11 @@ from typing import Optional, Sequence
 import torch
 
 from . import _C
-from . import grid_derived
+from . import grid_derived, grid_pooling
 from ._torch import current_stream, dlpack_pair
 from .grid_sampling import SampleTrilinear, SplatTrilinear
 from .jagged_tensor import JaggedTensor
+from .sparse_conv import vec3
 
 
 def _per_grid(values, n: int, name: str) -> list:
@@ -258,6 +259,29 @@ class GridBatch:
         flat = data.reshape(data.shape[0], -1)
         out = SplatTrilinear.apply(self._impl, self.total_voxels, points.jdata, points.joffsets, flat)
         return JaggedTensor.from_data_and_offsets(out.reshape(-1, *data.shape[1:]), self.voxel_offsets)
+
+    def conv_grid(self, kernel_size, stride=1) -> "GridBatch":
+        """The voxels a convolution of this grid writes (every output that some active voxel
+        reaches through some tap; include/tilegrid/grid/convolution.h has the geometry).
+        Voxel size x stride."""
+        return self._derived_conv_grid(kernel_size, stride, False)
+
+    def conv_transpose_grid(self, kernel_size, stride=1) -> "GridBatch":
+        """The voxels a transposed convolution of this grid writes. Voxel size / stride."""
+        return self._derived_conv_grid(kernel_size, stride, True)
+
+    def _derived_conv_grid(self, kernel_size, stride, transposed: bool) -> "GridBatch":
+        k, s = vec3("conv_grid: kernel_size", kernel_size), vec3("conv_grid: stride", stride)
+        return GridBatch(_C.conv_grid(self._impl, list(k), list(s), transposed, current_stream(self.device)))
+
+    def max_pool(self, kernel_size, data, stride=None, coarse_grid=None):
+        """(features, coarse grid): the max of each window of kernel_size voxels every stride
+        (default kernel_size) voxels, over the active ones; coarse grid default conv_grid."""
+        return grid_pooling.max_pool(self, kernel_size, data, stride, coarse_grid)
+
+    def avg_pool(self, kernel_size, data, stride=None, coarse_grid=None):
+        """(features, coarse grid): the mean of each window over its active voxels."""
+        return grid_pooling.avg_pool(self, kernel_size, data, stride, coarse_grid)
 
     def coarsened_grid(self, factor) -> "GridBatch":
         """Voxels of factor^3 blocks merged (voxel size x factor, centred on the block)."""

@@ -51,6 +51,14 @@ class JaggedTensor:
         self._jdata, self._joffsets, self._jidx = jdata, joffsets, None
         return self
 
+    @classmethod
+    def _from_trusted(cls, jdata: torch.Tensor, joffsets: torch.Tensor) -> "JaggedTensor":
+        """Wrap storage whose offsets tilegrid made itself (a grid's voxel_offsets for its
+        features): no validation, so no device-to-host copy on a GPU."""
+        self = cls.__new__(cls)
+        self._jdata, self._joffsets, self._jidx = jdata, joffsets, None
+        return self
+
     @property
     def jdata(self) -> torch.Tensor:
         return self._jdata

@@ -1,5 +1,35 @@
 """Drop-in torch.nn modules backed by tilegrid kernels."""
 
 from .rms_norm import RMSNorm
+from .sparse_conv import SparseConv3d, SparseConvTranspose3d
+from .sparse_layers import (
+    AvgPool,
+    AvgPool3d,
+    BatchNorm,
+    GroupNorm,
+    LayerNorm,
+    LeakyReLU,
+    MaxPool,
+    MaxPool3d,
+    ReLU,
+    SiLU,
+)
+from .sparse_unet import SparseUNet, SparseUNetPlans
 
-__all__ = ["RMSNorm"]
+__all__ = [
+    "AvgPool",
+    "AvgPool3d",
+    "BatchNorm",
+    "GroupNorm",
+    "LayerNorm",
+    "LeakyReLU",
+    "MaxPool",
+    "MaxPool3d",
+    "RMSNorm",
+    "ReLU",
+    "SiLU",
+    "SparseConv3d",
+    "SparseConvTranspose3d",
+    "SparseUNet",
+    "SparseUNetPlans",
+]

@@ -1,0 +1,78 @@
+#pragma once
+// Sparse 3D convolution over GridBatch topologies (fVDB's / spconv's operation).
+//
+// Geometry, per axis, for a kernel of size K and stride s: kernel tap t in [0, K) of output
+// voxel o reads input voxel
+//     i = o * s + t - pad,   pad = (K - 1) / 2 for odd K, 0 for even K
+// (so K = 3, s = 1 is the centred 3x3x3 stencil, and K = 2, s = 2 reads the 2x2x2 block whose
+// parent is o, the block coarsened_grid merges). A transposed convolution runs the same taps
+// backwards: input voxel i feeds output o = i * s + t - pad through tap t. Taps are numbered
+// t = (t_i * K_j + t_j) * K_k + t_k, as the last three dimensions of a torch.nn.Conv3d weight
+// laid over the (i, j, k) axes.
+//
+// A convolution is: the output grid (conv_grid / conv_transpose_grid, or any grid the caller
+// chooses, e.g. the input grid itself for a submanifold convolution), its kernel map
+// (kernel_map: for every tap and output voxel, the input row or -1), then the GEMMs over that
+// map. The map is built once and reused by every layer on the same pair of grids, forward and
+// backward (the plan idea of fVDB's ConvolutionPlan).
+#include <array>
+#include <cstdint>
+
+#include "tilegrid/core/tensor.h"
+#include "tilegrid/grid/grid_batch.h"
+
+namespace tilegrid::grid {
+
+using Vec3i = std::array<int32_t, 3>;
+
+struct ConvGeometry {
+  Vec3i kernel_size{3, 3, 3};  // each >= 1
+  Vec3i stride{1, 1, 1};       // each >= 1
+  bool transposed = false;
+
+  int64_t kernel_volume() const {
+    return int64_t(kernel_size[0]) * kernel_size[1] * kernel_size[2];
+  }
+  // The padding of axis a (see the file comment).
+  int32_t pad(int a) const { return kernel_size[a] % 2 ? (kernel_size[a] - 1) / 2 : 0; }
+};
+
+// The voxels a convolution of `source` writes: every o that some active input reaches through
+// some tap. Voxel size source * stride; origin moved to the centre of o's receptive field.
+GridBatch conv_grid(const GridBatch& source, const Vec3i& kernel_size, const Vec3i& stride,
+                    Stream stream = {});
+// The voxels a transposed convolution of `source` writes (o = i * s + t - pad for every active
+// i and tap t): voxel size source / stride.
+GridBatch conv_transpose_grid(const GridBatch& source, const Vec3i& kernel_size,
+                              const Vec3i& stride, Stream stream = {});
+
+// int32 [kernel_volume, target.total_voxels()]: map[t][o] = the row of the input voxel that
+// output row o reads through tap t, or -1 where that voxel is not active in `source`. Rows of
+// grid b read only grid b. Both grids on one device; the map is built there.
+Tensor kernel_map(const GridBatch& source, const GridBatch& target, const ConvGeometry& geometry,
+                  Stream stream = {});
+
+// The same pairs seen from the input side: inverse[t][i] = the output row that reads input row
+// i through tap t, or -1 (for each tap an input feeds at most one output, so this is a map
+// too). int32 [kernel_volume, source_rows].
+Tensor invert_kernel_map(const TensorView& map, int64_t source_rows, Stream stream = {});
+
+// out[o] = sum over taps t with map[t][o] >= 0 of features[map[t][o]] . weight[t].
+// features [N_in, C_in], weight [kernel_volume, C_in, C_out], out [N_out, C_out] (overwritten),
+// all of one float dtype (float64, float32, float16, bfloat16; sums in float32, float64 for
+// float64), contiguous, on the map's device. map int32 [kernel_volume, N_out].
+// With transpose_weight, weight is [kernel_volume, C_out, C_in] and weight[t]^T is applied:
+// the input gradient is sparse_conv_forward(inverse map, grad_out, weight, transposed).
+void sparse_conv_forward(const TensorView& map, const TensorView& features,
+                         const TensorView& weight, const TensorView& out,
+                         bool transpose_weight = false, Stream stream = {});
+
+// grad_weight[t] = sum over outputs o with map[t][o] >= 0 of features[map[t][o]]^T grad_out[o]:
+// [kernel_volume, C_in, C_out] (overwritten) in the features' dtype. The sum runs in a fixed
+// order (float32 partials over fixed chunks of outputs, then added chunk by chunk), so it is
+// the same bits on every run.
+void sparse_conv_backward_weight(const TensorView& map, const TensorView& features,
+                                 const TensorView& grad_out, const TensorView& grad_weight,
+                                 Stream stream = {});
+
+}  // namespace tilegrid::grid

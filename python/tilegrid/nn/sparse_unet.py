@@ -1,0 +1,112 @@
+"""A sparse residual U-Net (the MinkUNet / SparseResUNet family) for per-voxel prediction,
+built from tilegrid's sparse modules.
+
+    net = tg.nn.SparseUNet(in_channels=4, out_channels=3, channels=(32, 64, 128))
+    logits = net(features, grid)          # JaggedTensor [grid.total_voxels, 3]
+
+Level l runs submanifold 3x3x3 residual blocks on grid l; grid l + 1 = grid l .conv_grid(2, 2)
+(each 2x2x2 block of voxels becomes one), reached by a stride-2 convolution and left by a
+stride-2 transposed convolution back onto grid l, whose output is concatenated with level l's
+encoder features (the skip connection). The plans of a grid's levels are built once per grid
+and reused by every layer (plans(grid) builds them ahead of time).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from ..jagged_tensor import JaggedTensor
+from ..sparse_conv import ConvolutionPlan
+from .sparse_conv import SparseConv3d, SparseConvTranspose3d
+from .sparse_layers import BatchNorm
+
+
+class _ConvNormReLU(nn.Module):
+    def __init__(self, cin: int, cout: int, kernel_size: int, stride: int, transposed: bool = False):
+        super().__init__()
+        conv = SparseConvTranspose3d if transposed else SparseConv3d
+        self.conv = conv(cin, cout, kernel_size, stride, bias=False)
+        self.norm = BatchNorm(cout)
+
+    def forward(self, x: JaggedTensor, plan: ConvolutionPlan) -> JaggedTensor:
+        y = self.conv(x, plan)  # on the plan's target grid
+        return y.jagged_like(torch.relu(self.norm(y.jdata)))
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv1 = SparseConv3d(channels, channels, 3, bias=False)
+        self.norm1 = BatchNorm(channels)
+        self.conv2 = SparseConv3d(channels, channels, 3, bias=False)
+        self.norm2 = BatchNorm(channels)
+
+    def forward(self, x: JaggedTensor, plan: ConvolutionPlan) -> JaggedTensor:
+        y = torch.relu(self.norm1(self.conv1(x, plan).jdata))
+        y = self.norm2(self.conv2(x.jagged_like(y), plan).jdata)
+        return x.jagged_like(torch.relu(y + x.jdata))
+
+
+class SparseUNetPlans:
+    """The grids of a SparseUNet's levels and the plans between them, for one input grid."""
+
+    def __init__(self, grid, levels: int):
+        self.grids = [grid]
+        for _ in range(levels - 1):
+            self.grids.append(self.grids[-1].conv_grid(2, 2))
+        self.same = [ConvolutionPlan.from_grid_batch(3, 1, g, g) for g in self.grids]
+        self.down = [ConvolutionPlan.from_grid_batch(2, 2, f, c) for f, c in zip(self.grids, self.grids[1:])]
+        self.up = [ConvolutionPlan.from_grid_batch_transposed(2, 2, c, f)
+                   for f, c in zip(self.grids, self.grids[1:])]
+
+
+class SparseUNet(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int, channels: Sequence[int] = (32, 64, 128, 256),
+                 blocks_per_level: int = 1):
+        super().__init__()
+        channels = [int(c) for c in channels]
+        if not channels or min(channels) < 1 or blocks_per_level < 1:
+            raise ValueError(
+                f"SparseUNet: expected channels >= 1 for at least one level and blocks_per_level >= 1, "
+                f"got channels={channels}, blocks_per_level={blocks_per_level}"
+            )
+        self.levels = len(channels)
+        self.stem = _ConvNormReLU(in_channels, channels[0], 3, 1)
+        self.encoder = nn.ModuleList(
+            nn.ModuleList(_ResidualBlock(c) for _ in range(blocks_per_level)) for c in channels
+        )
+        self.down = nn.ModuleList(_ConvNormReLU(a, b, 2, 2) for a, b in zip(channels, channels[1:]))
+        self.up = nn.ModuleList(_ConvNormReLU(b, a, 2, 2, transposed=True) for a, b in zip(channels, channels[1:]))
+        self.merge = nn.ModuleList(_ConvNormReLU(2 * c, c, 3, 1) for c in channels[:-1])
+        self.decoder = nn.ModuleList(
+            nn.ModuleList(_ResidualBlock(c) for _ in range(blocks_per_level)) for c in channels[:-1]
+        )
+        self.head = nn.Linear(channels[0], out_channels)
+        self._cached = None  # (grid, plans) of the last call
+
+    def plans(self, grid) -> SparseUNetPlans:
+        """The level grids and plans for `grid` (kept for the next call on the same grid)."""
+        if self._cached is None or self._cached[0] is not grid:
+            self._cached = (grid, SparseUNetPlans(grid, self.levels))
+        return self._cached[1]
+
+    def forward(self, data: JaggedTensor, grid) -> JaggedTensor:
+        plans = self.plans(grid)
+        x = self.stem(data, plans.same[0])
+        skips = []
+        for level in range(self.levels):
+            for block in self.encoder[level]:
+                x = block(x, plans.same[level])
+            if level + 1 < self.levels:
+                skips.append(x)
+                x = self.down[level](x, plans.down[level])
+        for level in reversed(range(self.levels - 1)):
+            x = self.up[level](x, plans.up[level])
+            x = skips[level].jagged_like(torch.cat([x.jdata, skips[level].jdata], dim=1))
+            x = self.merge[level](x, plans.same[level])
+            for block in self.decoder[level]:
+                x = block(x, plans.same[level])
+        return x.jagged_like(self.head(x.jdata))

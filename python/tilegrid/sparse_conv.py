@@ -1,0 +1,243 @@
+"""Sparse 3D convolution over GridBatch topologies, with fVDB's ConvolutionPlan interface.
+
+    plan = tg.ConvolutionPlan.from_grid_batch(kernel_size=3, stride=1, source_grid=grid,
+                                              target_grid=grid)      # submanifold
+    out = plan.execute(features, weight)    # weight [C_out, C_in, 3, 3, 3], as torch.nn.Conv3d
+
+A plan holds the kernel map between two grids (for every tap and output voxel, the input row
+or -1; built once on the grids' device) and its inverse (the input gradient's map), so it is
+reused by every layer, forward and backward, on the same pair of grids. Geometry (tap t of
+output o reads input o * stride + t - pad, pad = (K - 1) // 2 for odd K and 0 for even K;
+transposed: input i feeds output i * stride + t - pad) is documented in
+include/tilegrid/grid/convolution.h.
+
+The GEMMs are custom ops (`tilegrid::sparse_conv`, `tilegrid::sparse_conv_backward`) with fake
+kernels and a registered autograd formula, so they are differentiable and torch.compile traces
+them. They run on the CPU (float64 sums) or the GPU, where the grids are.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+
+from . import _C
+from ._torch import current_stream
+from .jagged_tensor import JaggedTensor
+
+
+def vec3(name: str, value, minimum: int = 1) -> tuple[int, int, int]:
+    """An int or three ints, each >= minimum, as a tuple of three."""
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, int):
+        value = (value,) * 3
+    try:
+        out = tuple(int(v) for v in value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or three ints, got {value!r}") from None
+    if len(out) != 3 or any(v < minimum for v in out):
+        raise ValueError(f"{name} must be an int or three ints, each >= {minimum}, got {value!r}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The custom ops. `weight` here is tilegrid's layout, [taps, C_in, C_out] (one GEMM operand a
+# tap); ConvolutionPlan.execute converts from torch's [C_out, C_in, kx, ky, kz].
+
+
+@torch.library.custom_op("tilegrid::sparse_conv", mutates_args=())
+def sparse_conv(
+    features: torch.Tensor, weight: torch.Tensor, kernel_map: torch.Tensor, inverse_map: torch.Tensor
+) -> torch.Tensor:
+    """out[o] = sum over taps t of features[kernel_map[t, o]] @ weight[t] (absent rows skipped).
+    inverse_map is not read here; it is the input gradient's map (an argument so that the
+    autograd formula has it)."""
+    out = features.new_empty(kernel_map.shape[1], weight.shape[2])
+    _C.sparse_conv_forward(kernel_map, features, weight, out, False, current_stream(features))
+    return out
+
+
+@sparse_conv.register_fake
+def _(features, weight, kernel_map, inverse_map):
+    return features.new_empty(kernel_map.shape[1], weight.shape[2])
+
+
+@torch.library.custom_op("tilegrid::sparse_conv_backward", mutates_args=())
+def sparse_conv_backward(
+    grad_out: torch.Tensor,
+    features: torch.Tensor,
+    weight: torch.Tensor,
+    kernel_map: torch.Tensor,
+    inverse_map: torch.Tensor,
+    need_features: bool,
+    need_weight: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_features, grad_weight); an unneeded one is an empty tensor."""
+    stream = current_stream(grad_out)
+    grad_features, grad_weight = features.new_empty(0), weight.new_empty(0)
+    if need_features:
+        # The input gradient is the same gathered GEMM over the inverse map with weight[t]^T.
+        grad_features = torch.empty_like(features)
+        _C.sparse_conv_forward(inverse_map, grad_out, weight, grad_features, True, stream)
+    if need_weight:
+        grad_weight = torch.empty_like(weight)
+        _C.sparse_conv_backward_weight(kernel_map, features, grad_out, grad_weight, stream)
+    return grad_features, grad_weight
+
+
+@sparse_conv_backward.register_fake
+def _(grad_out, features, weight, kernel_map, inverse_map, need_features, need_weight):
+    return (
+        torch.empty_like(features) if need_features else features.new_empty(0),
+        torch.empty_like(weight) if need_weight else weight.new_empty(0),
+    )
+
+
+def _setup_context(ctx, inputs, output):
+    features, weight, kernel_map, inverse_map = inputs
+    ctx.save_for_backward(features, weight, kernel_map, inverse_map)
+
+
+def _backward(ctx, grad_out):
+    features, weight, kernel_map, inverse_map = ctx.saved_tensors
+    need_features, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    grad_features, grad_weight = sparse_conv_backward(
+        grad_out.contiguous(), features, weight, kernel_map, inverse_map, need_features, need_weight
+    )
+    return (
+        grad_features if need_features else None,
+        grad_weight if need_weight else None,
+        None,
+        None,
+    )
+
+
+sparse_conv.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class ConvolutionPlan:
+    """The maps of one convolution between two grids, reused across layers and passes.
+
+    Build with from_grid_batch / from_grid_batch_transposed (fVDB's names and argument order);
+    run with execute(data, weights)."""
+
+    def __init__(self, kernel_size, stride, source_grid, target_grid, transposed: bool):
+        if source_grid.device != target_grid.device:
+            raise ValueError(
+                f"ConvolutionPlan: the source grid is on {source_grid.device} but the target "
+                f"grid is on {target_grid.device}"
+            )
+        self.kernel_size = vec3("ConvolutionPlan: kernel_size", kernel_size)
+        self.stride = vec3("ConvolutionPlan: stride", stride)
+        self.transposed = bool(transposed)
+        self.source_grid, self.target_grid = source_grid, target_grid
+        # Plain values of the grids, so that execute() reads no C++ object (torch.compile
+        # traces it whole).
+        self.source_voxels = source_grid.total_voxels
+        self.target_offsets = target_grid.voxel_offsets
+        stream = current_stream(source_grid.device)
+        self.kernel_map = torch.from_dlpack(_C.kernel_map(
+            source_grid._impl, target_grid._impl, list(self.kernel_size), list(self.stride),
+            self.transposed, stream,
+        ))
+        self.inverse_map = torch.from_dlpack(
+            _C.invert_kernel_map(self.kernel_map, source_grid.total_voxels, stream)
+        )
+
+    @classmethod
+    def from_grid_batch(cls, kernel_size, stride, source_grid, target_grid=None) -> "ConvolutionPlan":
+        """A convolution from source_grid to target_grid (default: source_grid.conv_grid(
+        kernel_size, stride), every voxel the convolution reaches). target_grid = source_grid
+        with stride 1 is a submanifold convolution."""
+        if target_grid is None:
+            target_grid = source_grid.conv_grid(kernel_size, stride)
+        return cls(kernel_size, stride, source_grid, target_grid, False)
+
+    @classmethod
+    def from_grid_batch_transposed(
+        cls, kernel_size, stride, source_grid, target_grid=None
+    ) -> "ConvolutionPlan":
+        """A transposed convolution (upsampling for stride > 1) from source_grid to target_grid
+        (default: source_grid.conv_transpose_grid(kernel_size, stride)). In a U-Net's decoder
+        the target is the encoder's finer grid."""
+        if target_grid is None:
+            target_grid = source_grid.conv_transpose_grid(kernel_size, stride)
+        return cls(kernel_size, stride, source_grid, target_grid, True)
+
+    @property
+    def kernel_volume(self) -> int:
+        k = self.kernel_size
+        return k[0] * k[1] * k[2]
+
+    def valid_usage(self, in_channels: int, out_channels: int, kernel_size, stride, transposed: bool) -> bool:
+        """Whether a module with these settings may run on this plan (channels are free)."""
+        return (
+            vec3("kernel_size", kernel_size) == self.kernel_size
+            and vec3("stride", stride) == self.stride
+            and bool(transposed) == self.transposed
+        )
+
+    def execute(
+        self, data: Union[JaggedTensor, torch.Tensor], weights: torch.Tensor
+    ) -> Union[JaggedTensor, torch.Tensor]:
+        """The convolution of `data` (the source grid's features, [N_in, C_in], a tensor or a
+        JaggedTensor) with `weights` ([C_out, C_in, kx, ky, kz], or [C_out, C_in] for a 1x1x1
+        kernel; cast to the features' dtype). Returns the target grid's features [N_out,
+        C_out], as a JaggedTensor if data was one. Differentiable in data and weights."""
+        features = data.jdata if isinstance(data, JaggedTensor) else data
+        if not isinstance(features, torch.Tensor) or features.dim() != 2:
+            raise ValueError(
+                f"ConvolutionPlan.execute: data must be [N, C] features, got "
+                f"{list(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__}"
+            )
+        if features.shape[0] != self.source_voxels:
+            raise ValueError(
+                f"ConvolutionPlan.execute: data must have one row per source voxel "
+                f"({self.source_voxels}), got {features.shape[0]}"
+            )
+        if features.device != self.kernel_map.device:
+            raise ValueError(
+                f"ConvolutionPlan.execute: data is on {features.device} but the plan's grids "
+                f"are on {self.kernel_map.device}"
+            )
+        if features.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            raise TypeError(
+                f"ConvolutionPlan.execute: data must be float16, bfloat16, float32 or float64, "
+                f"got {features.dtype}"
+            )
+        cout, cin = (weights.shape[0], weights.shape[1]) if weights.dim() >= 2 else (None, None)
+        expected = [cout, features.shape[1], *self.kernel_size]
+        shape_ok = weights.dim() == 5 and list(weights.shape[1:]) == expected[1:]
+        if self.kernel_volume == 1 and weights.dim() == 2:
+            shape_ok = cin == features.shape[1]
+        if not shape_ok:
+            raise ValueError(
+                f"ConvolutionPlan.execute: weights must be [C_out, {features.shape[1]}, "
+                f"{', '.join(map(str, self.kernel_size))}] for {features.shape[1]} input channels, "
+                f"got {list(weights.shape)}"
+            )
+        if weights.device != features.device:
+            raise ValueError(
+                f"ConvolutionPlan.execute: weights are on {weights.device} but data is on "
+                f"{features.device}"
+            )
+        # [C_out, C_in, taps] -> [taps, C_in, C_out]: one small copy, differentiable.
+        w = weights.reshape(cout, cin, self.kernel_volume).permute(2, 1, 0)
+        w = w.to(features.dtype).contiguous()
+        out = sparse_conv(features.contiguous(), w, self.kernel_map, self.inverse_map)
+        if isinstance(data, JaggedTensor):
+            return JaggedTensor._from_trusted(out, self.target_offsets)
+        return out
+
+    def __repr__(self) -> str:
+        kind = "transposed " if self.transposed else ""
+        return (
+            f"ConvolutionPlan({kind}kernel_size={self.kernel_size}, stride={self.stride}, "
+            f"{self.source_grid.total_voxels} -> {self.target_grid.total_voxels} voxels, "
+            f"device={self.kernel_map.device})"
+        )

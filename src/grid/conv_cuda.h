@@ -1,0 +1,57 @@
+#pragma once
+// CUDA side of the sparse convolution (internal). Device pointers; convolution.cpp validates
+// shapes, dtypes and devices first.
+#include <cstdint>
+
+#include "grid/conv_taps.h"
+#include "tilegrid/core/dtype.h"
+#include "tilegrid/core/tensor.h"
+#include "tilegrid/grid/index_tree.h"
+
+namespace tilegrid::grid::cuda {
+
+// The output coordinates of a convolution of the voxels xyz [n, 3] (grid of each row from
+// voxel_offsets [num_grids + 1]): every (voxel, tap) that lands on an output, grid by grid,
+// duplicates kept (from_ijk merges them). Returns false if one falls outside int32.
+struct ConvCandidates {
+  Tensor xyz;      // int32 [m, 3]
+  Tensor offsets;  // int64 [num_grids + 1]
+};
+bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t num_grids,
+                     int64_t n, const Taps& taps, int device, Stream stream, ConvCandidates& out);
+
+// map [taps.volume, n_out] (see kernel_map in convolution.h): target voxels target_xyz [n_out,
+// 3] with their grids from target_offsets, looked up in `source`. Entries of `map` outside
+// [0, n_in) are skipped by invert_kernel_map and by the GEMMs (never read or written through).
+void kernel_map(const TreeView& source, const int32_t* target_xyz, const int64_t* target_offsets,
+                int64_t num_grids, int64_t n_out, const Taps& taps, int32_t* map, int device,
+                Stream stream);
+void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_t n_in,
+                       int32_t* inverse, int device, Stream stream);
+
+struct GatherGemm {
+  const int32_t* map;  // [volume, rows]
+  int64_t volume, rows;
+  const void* features;  // [feature_rows, in_channels]
+  int64_t feature_rows;
+  const void* weight;    // [volume, in, out], or [volume, out, in] with transpose_weight
+  int64_t in_channels, out_channels;
+  bool transpose_weight;
+  void* out;  // [rows, out_channels]
+  DType dtype;
+};
+void sparse_conv_forward(const GatherGemm& problem, int device, Stream stream);
+
+struct WeightGrad {
+  const int32_t* map;  // [volume, rows]
+  int64_t volume, rows;
+  const void* features;  // [feature_rows, in_channels]
+  int64_t feature_rows;
+  const void* grad_out;  // [rows, out_channels]
+  int64_t in_channels, out_channels;
+  void* grad_weight;  // [volume, in_channels, out_channels]
+  DType dtype;
+};
+void sparse_conv_backward_weight(const WeightGrad& problem, int device, Stream stream);
+
+}  // namespace tilegrid::grid::cuda

@@ -1,0 +1,163 @@
+// The convolution's grid and maps on the GPU: one thread a (voxel, tap), running the tap
+// arithmetic (conv_taps.h) and the tree lookup (TreeView::index_of) that the CPU runs.
+#include <cub/device/device_scan.cuh>
+
+#include "core/cuda_check.h"
+#include "grid/conv_cuda.h"
+#include "tilegrid/core/jagged_index.h"
+
+namespace tilegrid::grid::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20));
+}
+
+cudaStream_t raw(Stream s) {
+  return static_cast<cudaStream_t>(s.handle);
+}
+
+// flags[p] = 1 where (voxel p / volume, tap p % volume) lands on an output; *overflow = 1
+// where that output leaves int32.
+__global__ void candidate_flags_kernel(const int32_t* __restrict__ xyz, int64_t n, Taps taps,
+                                       int32_t* __restrict__ flags, int* __restrict__ overflow) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n * taps.volume;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = p / taps.volume;
+    int64_t o[3];
+    const bool lands =
+        taps.output_of({xyz[3 * row], xyz[3 * row + 1], xyz[3 * row + 2]}, p % taps.volume, o);
+    flags[p] = lands;
+    if (lands)
+      for (int a = 0; a < 3; ++a)
+        if (o[a] < INT32_MIN || o[a] > INT32_MAX) *overflow = 1;
+  }
+}
+
+// Writes each landing candidate at its scanned position; offsets[b] = position of grid b's
+// first candidate (grid b's voxels are rows [voxel_offsets[b], voxel_offsets[b+1])).
+__global__ void candidate_scatter_kernel(const int32_t* __restrict__ xyz,
+                                         const int64_t* __restrict__ voxel_offsets,
+                                         int64_t num_grids, int64_t n, Taps taps,
+                                         const int32_t* __restrict__ flags,
+                                         const int64_t* __restrict__ positions,
+                                         int32_t* __restrict__ out, int64_t* __restrict__ offsets) {
+  const int64_t total = n * taps.volume;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < total;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    if (!flags[p]) continue;
+    const int64_t row = p / taps.volume;
+    int64_t o[3];
+    taps.output_of({xyz[3 * row], xyz[3 * row + 1], xyz[3 * row + 2]}, p % taps.volume, o);
+    for (int a = 0; a < 3; ++a) out[3 * positions[p] + a] = int32_t(o[a]);
+  }
+  if (blockIdx.x == 0)
+    for (int64_t b = threadIdx.x; b <= num_grids; b += blockDim.x) {
+      const int64_t first = voxel_offsets[b] * taps.volume;  // candidates before grid b
+      offsets[b] = first < total ? positions[first] : (total ? positions[total - 1] + flags[total - 1] : 0);
+    }
+}
+
+__global__ void kernel_map_kernel(TreeView source, const int32_t* __restrict__ target_xyz,
+                                  const int64_t* __restrict__ target_offsets, int64_t num_grids,
+                                  int64_t n_out, Taps taps, int32_t* __restrict__ map) {
+  // p = t * n_out + o: consecutive threads take consecutive outputs of one tap, so the stores
+  // are coalesced and neighbouring outputs walk the same tree nodes.
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n_out * taps.volume;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = p / n_out, o = p % n_out;
+    const int64_t b = tensor_of_row(target_offsets, num_grids, o);
+    Coord in;
+    const bool has = taps.input_of({target_xyz[3 * o], target_xyz[3 * o + 1], target_xyz[3 * o + 2]},
+                                   t, in);
+    map[p] = has ? int32_t(source.index_of(b, in)) : -1;
+  }
+}
+
+__global__ void fill_kernel(int32_t* __restrict__ out, int64_t n, int32_t value) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
+       p += int64_t(gridDim.x) * blockDim.x)
+    out[p] = value;
+}
+
+__global__ void invert_kernel(const int32_t* __restrict__ map, int64_t volume, int64_t n_out,
+                              int64_t n_in, int32_t* __restrict__ inverse) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < volume * n_out;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t i = map[p];
+    // One writer per (tap, input): a tap's map is one-to-one (convolution.h).
+    if (i >= 0 && i < n_in) inverse[(p / n_out) * n_in + i] = int32_t(p % n_out);
+  }
+}
+
+}  // namespace
+
+bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t num_grids,
+                     int64_t n, const Taps& taps, int device, Stream stream, ConvCandidates& out) {
+  CudaDeviceGuard guard(device);
+  const cudaStream_t s = raw(stream);
+  const Device dev = Device::cuda(device);
+  const int64_t total = n * taps.volume;
+  Tensor flags = Tensor::empty({std::max<int64_t>(total, 1)}, DType::Int32, dev, stream);
+  Tensor positions = Tensor::empty({std::max<int64_t>(total, 1)}, DType::Int64, dev, stream);
+  Tensor overflow = Tensor::empty({1}, DType::Int32, dev, stream);
+  TG_CUDA_CHECK(cudaMemsetAsync(overflow.data(), 0, sizeof(int32_t), s));
+  int32_t* f = static_cast<int32_t*>(flags.data());
+  int64_t* pos = static_cast<int64_t*>(positions.data());
+  if (total > 0) {
+    candidate_flags_kernel<<<blocks_for(total), kThreads, 0, s>>>(
+        xyz, n, taps, f, static_cast<int*>(overflow.data()));
+    TG_CUDA_CHECK_LAUNCH();
+    size_t bytes = 0;
+    TG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, f, pos, total, s));
+    Tensor scratch = Tensor::empty({int64_t(bytes) + 1}, DType::UInt8, dev, stream);
+    TG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scratch.data(), bytes, f, pos, total, s));
+  }
+  // The candidate count and the overflow flag: one synchronisation (from_ijk needs the count).
+  int64_t count = 0;
+  int32_t overflowed = 0, last_flag = 0;
+  if (total > 0) {
+    TG_CUDA_CHECK(cudaMemcpyAsync(&count, pos + total - 1, sizeof(int64_t),
+                                  cudaMemcpyDeviceToHost, s));
+    TG_CUDA_CHECK(cudaMemcpyAsync(&last_flag, f + total - 1, sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, s));
+  }
+  TG_CUDA_CHECK(cudaMemcpyAsync(&overflowed, overflow.data(), sizeof(int32_t),
+                                cudaMemcpyDeviceToHost, s));
+  TG_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (overflowed) return false;
+  count += last_flag;
+  out.xyz = Tensor::empty({count, 3}, DType::Int32, dev, stream);
+  out.offsets = Tensor::empty({num_grids + 1}, DType::Int64, dev, stream);
+  candidate_scatter_kernel<<<blocks_for(std::max<int64_t>(total, 1)), kThreads, 0, s>>>(
+      xyz, voxel_offsets, num_grids, n, taps, f, pos, static_cast<int32_t*>(out.xyz.data()),
+      static_cast<int64_t*>(out.offsets.data()));
+  TG_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+void kernel_map(const TreeView& source, const int32_t* target_xyz, const int64_t* target_offsets,
+                int64_t num_grids, int64_t n_out, const Taps& taps, int32_t* map, int device,
+                Stream stream) {
+  if (n_out == 0) return;
+  CudaDeviceGuard guard(device);
+  kernel_map_kernel<<<blocks_for(n_out * taps.volume), kThreads, 0, raw(stream)>>>(
+      source, target_xyz, target_offsets, num_grids, n_out, taps, map);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_t n_in,
+                       int32_t* inverse, int device, Stream stream) {
+  if (volume * n_in == 0) return;
+  CudaDeviceGuard guard(device);
+  fill_kernel<<<blocks_for(volume * n_in), kThreads, 0, raw(stream)>>>(inverse, volume * n_in, -1);
+  TG_CUDA_CHECK_LAUNCH();
+  if (volume * n_out == 0) return;
+  invert_kernel<<<blocks_for(volume * n_out), kThreads, 0, raw(stream)>>>(map, volume, n_out, n_in,
+                                                                          inverse);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tilegrid::grid::cuda

@@ -1,0 +1,247 @@
+// Sparse convolution: argument checks, the derived grids, and dispatch of the maps and GEMMs
+// to the CPU reference (convolution_cpu.cpp) or the CUDA kernels (conv_kernel_map.cu,
+// sparse_conv.cu).
+#include "tilegrid/grid/convolution.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "grid/conv_cpu.h"
+#include "tilegrid/core/checks.h"
+#ifdef TILEGRID_WITH_CUDA
+#include "grid/conv_cuda.h"
+#endif
+
+namespace tilegrid::grid {
+namespace {
+
+void require_cuda_build(const char* op) {
+#ifndef TILEGRID_WITH_CUDA
+  throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
+#endif
+}
+
+Taps taps_of(const char* op, const ConvGeometry& g) {
+  Taps taps{};
+  for (int a = 0; a < 3; ++a) {
+    TG_CHECK_VALUE(g.kernel_size[a] >= 1 && g.kernel_size[a] <= 31, op,
+                   ": kernel_size must be in [1, 31] in every axis, got (", g.kernel_size[0], ", ",
+                   g.kernel_size[1], ", ", g.kernel_size[2], ")");
+    TG_CHECK_VALUE(g.stride[a] >= 1 && g.stride[a] <= 1024, op,
+                   ": stride must be in [1, 1024] in every axis, got (", g.stride[0], ", ",
+                   g.stride[1], ", ", g.stride[2], ")");
+    taps.size[a] = g.kernel_size[a];
+    taps.stride[a] = g.stride[a];
+    taps.pad[a] = g.pad(a);
+  }
+  taps.transposed = g.transposed;
+  taps.volume = g.kernel_volume();
+  return taps;
+}
+
+GridBatch output_grid(const char* op, const GridBatch& source, const ConvGeometry& g,
+                      Stream stream) {
+  const Taps taps = taps_of(op, g);
+  // The new voxel size, and the origin at the centre of an output's receptive field.
+  std::vector<Vec3d> sizes = source.voxel_sizes(), origins = source.origins();
+  for (size_t b = 0; b < sizes.size(); ++b)
+    for (int a = 0; a < 3; ++a) {
+      const double centre = (g.kernel_size[a] - 1) / 2.0 - g.pad(a);
+      if (!g.transposed) {
+        origins[b][size_t(a)] += centre * sizes[b][size_t(a)];
+        sizes[b][size_t(a)] *= g.stride[a];
+      } else {
+        sizes[b][size_t(a)] /= g.stride[a];
+        origins[b][size_t(a)] -= centre * sizes[b][size_t(a)];
+      }
+    }
+  const JaggedTensor ijk = source.ijk(stream);
+  const int32_t* xyz = ijk.jdata().view().data_ptr<const int32_t>();
+  const int64_t* offsets = source.voxel_offsets().view().data_ptr<const int64_t>();
+  constexpr const char* kRange = ": an output voxel's coordinate leaves the int32 range";
+  if (source.device().is_cuda()) {
+    require_cuda_build(op);
+#ifdef TILEGRID_WITH_CUDA
+    cuda::ConvCandidates out;
+    TG_CHECK_VALUE(cuda::conv_candidates(xyz, offsets, source.num_grids(), source.total_voxels(),
+                                         taps, source.device().index, stream, out),
+                   op, kRange);
+    return GridBatch::from_ijk(JaggedTensor(out.xyz, out.offsets, stream), sizes, origins, stream);
+#endif
+  }
+  std::vector<int32_t> out_xyz;
+  std::vector<int64_t> out_offsets;
+  TG_CHECK_VALUE(
+      cpu::conv_candidates(xyz, offsets, source.num_grids(), taps, out_xyz, out_offsets), op,
+      kRange);
+  Tensor data = Tensor::empty({int64_t(out_xyz.size() / 3), 3}, DType::Int32, Device::cpu());
+  std::copy(out_xyz.begin(), out_xyz.end(), static_cast<int32_t*>(data.data()));
+  Tensor joffsets = Tensor::empty({int64_t(out_offsets.size())}, DType::Int64, Device::cpu());
+  std::copy(out_offsets.begin(), out_offsets.end(), static_cast<int64_t*>(joffsets.data()));
+  return GridBatch::from_ijk(JaggedTensor(data, joffsets), sizes, origins);
+}
+
+void check_map(const char* op, const TensorView& map) {
+  check_dtype(op, "map", map, {DType::Int32});
+  check_ndim(op, "map", map, 2);
+  check_contiguous(op, "map", map);
+}
+
+// A [rows, cols] contiguous matrix of `dtype` on `device`.
+void check_matrix(const char* op, const char* name, const TensorView& t, int64_t rows,
+                  int64_t cols, DType dtype, Device device) {
+  check_dtype(op, name, t, {dtype});
+  check_shape(op, name, t, {rows, cols});
+  check_contiguous(op, name, t);
+  TG_CHECK_VALUE(t.device == device, op, ": ", name, " is on ", t.device, " but the map is on ",
+                 device);
+}
+
+// On the CPU every entry is checked against the rows it indexes (a GPU kernel skips entries out
+// of range instead: the maps that kernel_map builds never hold one).
+void check_map_rows(const char* op, const TensorView& map, int64_t rows) {
+  const int32_t* m = map.data_ptr<const int32_t>();
+  for (int64_t e = 0; e < map.numel(); ++e)
+    TG_CHECK_VALUE(m[e] < rows, op, ": the map names input row ", m[e], " but there are ", rows,
+                   " rows");
+}
+
+void check_float(const char* op, const char* name, const TensorView& t) {
+  check_dtype(op, name, t, {DType::Float64, DType::Float32, DType::Float16, DType::BFloat16});
+  check_ndim(op, name, t, 2);
+}
+
+void check_weight(const char* op, const char* name, const TensorView& w, int64_t volume,
+                  int64_t a, int64_t b, DType dtype, Device device) {
+  check_dtype(op, name, w, {dtype});
+  check_shape(op, name, w, {volume, a, b});
+  check_contiguous(op, name, w);
+  TG_CHECK_VALUE(w.device == device, op, ": ", name, " is on ", w.device, " but the map is on ",
+                 device);
+}
+
+}  // namespace
+
+GridBatch conv_grid(const GridBatch& source, const Vec3i& kernel_size, const Vec3i& stride,
+                    Stream stream) {
+  return output_grid("conv_grid", source, {kernel_size, stride, false}, stream);
+}
+
+GridBatch conv_transpose_grid(const GridBatch& source, const Vec3i& kernel_size,
+                              const Vec3i& stride, Stream stream) {
+  return output_grid("conv_transpose_grid", source, {kernel_size, stride, true}, stream);
+}
+
+Tensor kernel_map(const GridBatch& source, const GridBatch& target, const ConvGeometry& geometry,
+                  Stream stream) {
+  constexpr const char* kOp = "kernel_map";
+  const Taps taps = taps_of(kOp, geometry);
+  TG_CHECK_VALUE(source.num_grids() == target.num_grids(), kOp, ": the source batch has ",
+                 source.num_grids(), " grids but the target has ", target.num_grids());
+  TG_CHECK_VALUE(source.device() == target.device(), kOp, ": the source grid is on ",
+                 source.device(), " but the target is on ", target.device());
+  TG_CHECK_VALUE(source.total_voxels() < std::numeric_limits<int32_t>::max() &&
+                     target.total_voxels() < std::numeric_limits<int32_t>::max(),
+                 kOp, ": at most 2^31 - 1 voxels a batch (rows are int32), got ",
+                 source.total_voxels(), " and ", target.total_voxels());
+  const int64_t n_out = target.total_voxels();
+  const Device device = target.device();
+  Tensor map = Tensor::empty({taps.volume, n_out}, DType::Int32, device, stream);
+  const JaggedTensor ijk = target.ijk(stream);
+  const int32_t* xyz = ijk.jdata().view().data_ptr<const int32_t>();
+  const int64_t* offsets = target.voxel_offsets().view().data_ptr<const int64_t>();
+  if (device.is_cuda()) {
+    require_cuda_build(kOp);
+#ifdef TILEGRID_WITH_CUDA
+    cuda::kernel_map(source.view(), xyz, offsets, target.num_grids(), n_out, taps,
+                     static_cast<int32_t*>(map.data()), device.index, stream);
+#endif
+    return map;
+  }
+  cpu::kernel_map(source.view(), xyz, offsets, target.num_grids(), n_out, taps,
+                  static_cast<int32_t*>(map.data()));
+  return map;
+}
+
+Tensor invert_kernel_map(const TensorView& map, int64_t source_rows, Stream stream) {
+  constexpr const char* kOp = "invert_kernel_map";
+  check_map(kOp, map);
+  TG_CHECK_VALUE(source_rows >= 0 && source_rows < std::numeric_limits<int32_t>::max(), kOp,
+                 ": source_rows must be in [0, 2^31 - 1), got ", source_rows);
+  const int64_t volume = map.size(0), n_out = map.size(1);
+  Tensor inverse = Tensor::empty({volume, source_rows}, DType::Int32, map.device, stream);
+  const int32_t* m = map.data_ptr<const int32_t>();
+  int32_t* inv = static_cast<int32_t*>(inverse.data());
+  if (map.device.is_cuda()) {
+    require_cuda_build(kOp);
+#ifdef TILEGRID_WITH_CUDA
+    cuda::invert_kernel_map(m, volume, n_out, source_rows, inv, map.device.index, stream);
+#endif
+    return inverse;
+  }
+  check_map_rows(kOp, map, source_rows);
+  cpu::invert_kernel_map(m, volume, n_out, source_rows, inv);
+  return inverse;
+}
+
+void sparse_conv_forward(const TensorView& map, const TensorView& features,
+                         const TensorView& weight, const TensorView& out, bool transpose_weight,
+                         Stream stream) {
+  constexpr const char* kOp = "sparse_conv_forward";
+  check_map(kOp, map);
+  check_float(kOp, "features", features);
+  check_ndim(kOp, "out", out, 2);
+  const int64_t volume = map.size(0), rows = map.size(1);
+  const int64_t cin = features.size(1), cout = out.size(1);
+  const DType dtype = features.dtype;
+  check_matrix(kOp, "features", features, features.size(0), cin, dtype, map.device);
+  check_matrix(kOp, "out", out, rows, cout, dtype, map.device);
+  if (transpose_weight)
+    check_weight(kOp, "weight", weight, volume, cout, cin, dtype, map.device);
+  else
+    check_weight(kOp, "weight", weight, volume, cin, cout, dtype, map.device);
+  if (map.device.is_cuda()) {
+    require_cuda_build(kOp);
+#ifdef TILEGRID_WITH_CUDA
+    cuda::sparse_conv_forward({map.data_ptr<const int32_t>(), volume, rows, features.data,
+                               features.size(0), weight.data, cin, cout, transpose_weight, out.data, dtype},
+                              map.device.index, stream);
+#endif
+    return;
+  }
+  check_map_rows(kOp, map, features.size(0));
+  cpu::sparse_conv_forward(map.data_ptr<const int32_t>(), volume, rows, features.data,
+                           features.size(0), weight.data, cin, cout, transpose_weight, out.data,
+                           dtype);
+}
+
+void sparse_conv_backward_weight(const TensorView& map, const TensorView& features,
+                                 const TensorView& grad_out, const TensorView& grad_weight,
+                                 Stream stream) {
+  constexpr const char* kOp = "sparse_conv_backward_weight";
+  check_map(kOp, map);
+  check_float(kOp, "features", features);
+  check_float(kOp, "grad_out", grad_out);
+  const int64_t volume = map.size(0), rows = map.size(1);
+  const int64_t cin = features.size(1), cout = grad_out.size(1);
+  const DType dtype = features.dtype;
+  check_matrix(kOp, "features", features, features.size(0), cin, dtype, map.device);
+  check_matrix(kOp, "grad_out", grad_out, rows, cout, dtype, map.device);
+  check_weight(kOp, "grad_weight", grad_weight, volume, cin, cout, dtype, map.device);
+  if (map.device.is_cuda()) {
+    require_cuda_build(kOp);
+#ifdef TILEGRID_WITH_CUDA
+    cuda::sparse_conv_backward_weight({map.data_ptr<const int32_t>(), volume, rows, features.data,
+                                       features.size(0), grad_out.data, cin, cout, grad_weight.data, dtype},
+                                      map.device.index, stream);
+#endif
+    return;
+  }
+  check_map_rows(kOp, map, features.size(0));
+  cpu::sparse_conv_backward_weight(map.data_ptr<const int32_t>(), volume, rows, features.data,
+                                   features.size(0), grad_out.data, cin, cout, grad_weight.data,
+                                   dtype);
+}
+
+}  // namespace tilegrid::grid

@@ -1,0 +1,287 @@
+"""Sparse convolution: the grids, maps and GEMMs against dense torch convolutions (sparse = dense
+where every voxel is active) and against a brute-force float64 reference over coordinates, on
+the CPU and, where there is one, the GPU."""
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilegrid as tg
+from conftest import DEVICES, requires_cuda
+
+
+def dense_volume(grid, features):
+    """[1, C, *box] dense volume of a single-grid batch, and the box's low corner."""
+    ijk = grid.ijk().jdata.long().cpu()
+    lo = ijk.min(0).values
+    size = (ijk.max(0).values - lo + 1).tolist()
+    vol = torch.zeros(1, features.shape[1], *size, dtype=features.dtype)
+    local = ijk - lo
+    vol[0, :, local[:, 0], local[:, 1], local[:, 2]] = features.cpu().T
+    return vol, lo
+
+
+def brute_force(source, target, features, weight, kernel_size, stride, transposed):
+    """float64 convolution by coordinate lookups, independent of the map code: for every target
+    voxel and tap, the input coordinate from the documented geometry."""
+    k, s = kernel_size, stride
+    pad = [(kk - 1) // 2 if kk % 2 else 0 for kk in k]
+    src = {}
+    for b, t in enumerate(source.ijk().unbind()):
+        base = int(source.voxel_offsets[b])
+        for n, c in enumerate(t.cpu().tolist()):
+            src[(b, *c)] = base + n
+    x, w = features.double().cpu(), weight.double().cpu()
+    out = torch.zeros(target.total_voxels, w.shape[0], dtype=torch.float64)
+    for b, t in enumerate(target.ijk().unbind()):
+        base = int(target.voxel_offsets[b])
+        for n, o in enumerate(t.cpu().tolist()):
+            for tap in itertools.product(*[range(kk) for kk in k]):
+                if not transposed:
+                    i = tuple(o[a] * s[a] + tap[a] - pad[a] for a in range(3))
+                else:
+                    shifted = [o[a] + pad[a] - tap[a] for a in range(3)]
+                    if any(v % s[a] for a, v in enumerate(shifted)):
+                        continue
+                    i = tuple(v // s[a] for a, v in enumerate(shifted))
+                row = src.get((b, *i))
+                if row is not None:
+                    out[base + n] += w[:, :, tap[0], tap[1], tap[2]] @ x[row]
+    return out
+
+
+def random_grid(device, sizes=(40, 0, 1, 25), spread=6, far=False):
+    parts = []
+    for n in sizes:
+        c = torch.randint(-spread, spread, (n, 3), dtype=torch.int32)
+        if far and n:
+            c[n // 2 :] += 10**8  # two clusters 10^8 voxels apart (different upper nodes)
+        parts.append(c)
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor(parts), voxel_sizes=[0.5, 0.25, 1.0], origins=[1.0, 2.0, -3.0])
+    return grid.to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kernel_size", [1, 3, 5])
+def test_submanifold_equals_dense_conv3d_on_a_full_box(device, kernel_size):
+    grid = tg.GridBatch.from_dense(1, [6, 5, 7], ijk_min=[-2, 3, 1], device=device)
+    x = torch.randn(grid.total_voxels, 5, dtype=torch.float64, device=device)
+    w = torch.randn(4, 5, kernel_size, kernel_size, kernel_size, dtype=torch.float64, device=device)
+    plan = tg.ConvolutionPlan.from_grid_batch(kernel_size, 1, grid, grid)
+    got = plan.execute(x, w)
+    vol, lo = dense_volume(grid, x)
+    ijk = grid.ijk().jdata.long().cpu() - lo
+    want = F.conv3d(vol, w.cpu(), padding=kernel_size // 2)[0][:, ijk[:, 0], ijk[:, 1], ijk[:, 2]].T
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_full_conv_grid_is_the_dilated_grid_and_matches_conv3d(device):
+    """A k3 s1 convolution onto conv_grid writes every voxel within one of an active voxel:
+    dense conv3d with padding 2 over the box gives those outputs."""
+    grid = tg.GridBatch.from_dense(1, [4, 3, 5], device=device)
+    out_grid = grid.conv_grid(3, 1)
+    assert out_grid.total_voxels == 6 * 5 * 7
+    x = torch.randn(grid.total_voxels, 3, dtype=torch.float64, device=device)
+    w = torch.randn(2, 3, 3, 3, 3, dtype=torch.float64, device=device)
+    got = tg.ConvolutionPlan.from_grid_batch(3, 1, grid).execute(x, w)
+    vol, lo = dense_volume(grid, x)
+    ijk = out_grid.ijk().jdata.long().cpu() - lo + 1  # padding 2 shifts the output box by -1
+    want = F.conv3d(vol, w.cpu(), padding=2)[0][:, ijk[:, 0], ijk[:, 1], ijk[:, 2]].T
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_stride_two_downsampling_and_transposed_upsampling_match_torch(device):
+    grid = tg.GridBatch.from_dense(1, [6, 4, 8], device=device)
+    x = torch.randn(grid.total_voxels, 3, dtype=torch.float64, device=device)
+    w = torch.randn(4, 3, 2, 2, 2, dtype=torch.float64, device=device)
+    down = tg.ConvolutionPlan.from_grid_batch(2, 2, grid)
+    coarse = down.target_grid
+    assert coarse.total_voxels == 3 * 2 * 4
+    torch.testing.assert_close(coarse.voxel_sizes, grid.voxel_sizes * 2)
+    torch.testing.assert_close(coarse.origins, grid.origins + 0.5)
+    y = down.execute(x, w)
+    vol, _ = dense_volume(grid, x)
+    cijk = coarse.ijk().jdata.long().cpu()
+    want = F.conv3d(vol, w.cpu(), stride=2)[0][:, cijk[:, 0], cijk[:, 1], cijk[:, 2]].T
+    torch.testing.assert_close(y.cpu(), want, rtol=1e-12, atol=1e-12)
+
+    wt = torch.randn(3, 4, 2, 2, 2, dtype=torch.float64, device=device)
+    up = tg.ConvolutionPlan.from_grid_batch_transposed(2, 2, coarse, grid)
+    z = up.execute(y, wt)
+    cvol, _ = dense_volume(coarse, y)
+    ijk = grid.ijk().jdata.long().cpu()
+    want_up = F.conv_transpose3d(cvol, wt.cpu().transpose(0, 1), stride=2)[0][:, ijk[:, 0], ijk[:, 1], ijk[:, 2]].T
+    torch.testing.assert_close(z.cpu(), want_up, rtol=1e-12, atol=1e-12)
+    # conv_transpose_grid of the coarse grid is the full box again.
+    assert torch.equal(coarse.conv_transpose_grid(2, 2).ijk().jdata.cpu(), grid.ijk().jdata.cpu())
+
+
+CASES = [  # kernel_size, stride, transposed, target ("same" or "conv")
+    ((3, 3, 3), (1, 1, 1), False, "same"),
+    ((3, 3, 3), (1, 1, 1), False, "conv"),
+    ((3, 1, 5), (1, 1, 1), False, "same"),
+    ((7, 7, 7), (1, 1, 1), False, "same"),
+    ((2, 2, 2), (2, 2, 2), False, "conv"),
+    ((3, 3, 3), (2, 2, 2), False, "conv"),
+    ((3, 3, 3), (2, 1, 3), False, "conv"),
+    ((2, 2, 2), (2, 2, 2), True, "conv"),
+    ((3, 3, 3), (2, 2, 2), True, "conv"),
+    ((1, 1, 1), (2, 2, 2), False, "conv"),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kernel_size,stride,transposed,target", CASES)
+def test_random_sparse_batches_match_brute_force(device, kernel_size, stride, transposed, target):
+    """Batches of 4 grids (one empty, one a single voxel), two clusters 10^8 voxels apart."""
+    grid = random_grid(device, far=True)
+    if target == "same":
+        plan = tg.ConvolutionPlan.from_grid_batch(kernel_size, stride, grid, grid)
+    elif transposed:
+        plan = tg.ConvolutionPlan.from_grid_batch_transposed(kernel_size, stride, grid)
+    else:
+        plan = tg.ConvolutionPlan.from_grid_batch(kernel_size, stride, grid)
+    x = torch.randn(grid.total_voxels, 3, dtype=torch.float64, device=device)
+    w = torch.randn(2, 3, *kernel_size, dtype=torch.float64, device=device)
+    got = plan.execute(tg.JaggedTensor.from_data_and_offsets(x, grid.voxel_offsets), w)
+    assert isinstance(got, tg.JaggedTensor) and torch.equal(got.joffsets.cpu(), plan.target_grid.voxel_offsets.cpu())
+    want = brute_force(grid, plan.target_grid, x, w, kernel_size, stride, transposed)
+    torch.testing.assert_close(got.jdata.cpu(), want, rtol=1e-12, atol=1e-12)
+    # The output grid holds exactly the voxels that receive an input.
+    assert (plan.kernel_map >= 0).any(0).all() or target == "same"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_by_gradcheck(device):
+    grid = random_grid(device, sizes=(12, 0, 7), spread=3)
+    for plan in (
+        tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid),
+        tg.ConvolutionPlan.from_grid_batch(3, 2, grid),
+        tg.ConvolutionPlan.from_grid_batch_transposed(2, 2, grid),
+    ):
+        x = torch.randn(grid.total_voxels, 2, dtype=torch.float64, device=device, requires_grad=True)
+        w = torch.randn(3, 2, *plan.kernel_size, dtype=torch.float64, device=device, requires_grad=True)
+        assert torch.autograd.gradcheck(plan.execute, (x, w))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_low_precision_against_float64(device, dtype):
+    grid = random_grid(device, sizes=(300, 50), spread=8)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    x = torch.randn(grid.total_voxels, 24, device=device).to(dtype)
+    w = (torch.randn(40, 24, 3, 3, 3, device=device) / 10).to(dtype)
+    g = torch.randn(grid.total_voxels, 40, device=device).to(dtype)
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    want = plan.execute(xr, wr)
+    want.backward(g.double())
+    xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
+    got = plan.execute(xl, wl)
+    got.backward(g)
+    assert got.dtype == dtype and xl.grad.dtype == dtype and wl.grad.dtype == dtype
+    tol = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 8e-2}[dtype]
+    for a, b in ((got, want), (xl.grad, xr.grad), (wl.grad, wr.grad)):
+        scale = b.abs().max().item()
+        assert (a.double() - b).abs().max().item() <= tol * scale
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_weight_gradient_is_deterministic(device):
+    grid = random_grid(device, sizes=(2000,), spread=12)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    x = torch.randn(grid.total_voxels, 32, device=device)
+    w = torch.randn(32, 32, 3, 3, 3, device=device, requires_grad=True)
+    g = torch.randn(grid.total_voxels, 32, device=device)
+    grads = []
+    for _ in range(2):
+        w.grad = None
+        plan.execute(x, w).backward(g)
+        grads.append(w.grad.clone())
+    assert torch.equal(grads[0], grads[1])
+
+
+def test_maps_and_grids_on_the_gpu_equal_the_cpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU on this machine")
+    grid = random_grid("cpu", sizes=(500, 0, 1, 300), spread=20, far=True)
+    gpu = grid.cuda()
+    for k, s, t in (((3, 3, 3), (1, 1, 1), False), ((2, 2, 2), (2, 2, 2), False), ((3, 3, 3), (2, 2, 2), True)):
+        derive = "conv_transpose_grid" if t else "conv_grid"
+        a, b = getattr(grid, derive)(k, s), getattr(gpu, derive)(k, s)
+        assert torch.equal(a.ijk().jdata, b.ijk().jdata.cpu())
+        build = tg.ConvolutionPlan.from_grid_batch_transposed if t else tg.ConvolutionPlan.from_grid_batch
+        pa, pb = build(k, s, grid, a), build(k, s, gpu, b)
+        assert torch.equal(pa.kernel_map, pb.kernel_map.cpu())
+        assert torch.equal(pa.inverse_map, pb.inverse_map.cpu())
+
+
+test_maps_and_grids_on_the_gpu_equal_the_cpu = pytest.mark.gpu(requires_cuda(test_maps_and_grids_on_the_gpu_equal_the_cpu))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pooling_matches_coarsen_features(device):
+    grid = random_grid(device, sizes=(200, 30), spread=10)
+    x = torch.randn(grid.total_voxels, 6, dtype=torch.float64, device=device)
+    coarse = grid.coarsened_grid(2)
+    for reduce, pool in (("amax", grid.max_pool), ("mean", grid.avg_pool)):
+        got, got_grid = pool(2, x)
+        assert torch.equal(got_grid.ijk().jdata.cpu(), coarse.ijk().jdata.cpu())
+        want = grid.coarsen_features(coarse, x, 2, reduce)
+        torch.testing.assert_close(got.jdata, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs_are_refused_with_what_was_expected(device):
+    grid = random_grid(device, sizes=(20,), spread=4)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    x = torch.randn(grid.total_voxels, 4, device=device)
+    with pytest.raises(ValueError, match=r"weights must be \[C_out, 4, 3, 3, 3\]"):
+        plan.execute(x, torch.randn(5, 3, 3, 3, 3, device=device))
+    with pytest.raises(ValueError, match="one row per source voxel"):
+        plan.execute(x[1:], torch.randn(5, 4, 3, 3, 3, device=device))
+    with pytest.raises(TypeError, match="must be float16, bfloat16, float32 or float64"):
+        plan.execute(x.int(), torch.randn(5, 4, 3, 3, 3, device=device))
+    with pytest.raises(ValueError, match="kernel_size must be an int or three ints"):
+        tg.ConvolutionPlan.from_grid_batch(0, 1, grid, grid)
+    with pytest.raises(ValueError, match="grids"):
+        tg.ConvolutionPlan.from_grid_batch(3, 1, grid, tg.jcat([grid, grid]).to(device))
+    if device == "cpu":
+        bad = plan.kernel_map.clone()
+        bad[0, 0] = grid.total_voxels
+        with pytest.raises(ValueError, match="names input row"):
+            torch.ops.tilegrid.sparse_conv(x, torch.randn(27, 4, 5), bad, plan.inverse_map)
+
+
+def test_modules_and_a_unet_train_on_the_cpu():
+    """A small U-Net learns a per-voxel label that depends on the neighbourhood (whether the
+    voxel's 3x3x3 neighbourhood is full): the loss must fall well below its start."""
+    torch.manual_seed(0)
+    c = torch.randint(0, 12, (900, 3), dtype=torch.int32)
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([c]))
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    neighbours = (plan.kernel_map >= 0).sum(0)
+    labels = (neighbours > neighbours.float().median()).long()
+    feats = tg.JaggedTensor.from_data_and_offsets(torch.ones(grid.total_voxels, 1), grid.voxel_offsets)
+    net = tg.nn.SparseUNet(1, 2, channels=(8, 16), blocks_per_level=1)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(30):
+        loss = F.cross_entropy(net(feats, grid).jdata, labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_torch_compile_traces_the_convolution():
+    grid = random_grid("cpu", sizes=(60,), spread=5)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    conv = tg.nn.SparseConv3d(4, 6, 3)
+    x = torch.randn(grid.total_voxels, 4)
+    compiled = torch.compile(lambda a: conv(a, plan), fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(x), conv(x, plan))
