@@ -89,6 +89,13 @@ if [ "${TILEGRID_SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/nul
   step compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m pytest -q -x \
     tests/python/grid/test_grid_cuda.py >>"$OUT/sanitizer.log" 2>&1
   note "compute-sanitizer memcheck (grid, python): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  # The sparse convolution's kernels (maps, gathered GEMMs with shared-memory tiles): memcheck
+  # and racecheck over its GPU tests.
+  for tool in memcheck racecheck; do
+    step compute-sanitizer --tool $tool --error-exitcode 9 $PY -m pytest -q -x \
+      tests/python/grid/test_sparse_conv.py -k "cuda or gpu" >>"$OUT/sanitizer.log" 2>&1
+    note "compute-sanitizer $tool (sparse convolution, python): rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  done
 fi
 
 # TILEGRID_BENCH=grid (a list of names, space-separated) runs only bench/bench_grid.py etc.;
