@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import torch
 
@@ -66,7 +67,11 @@ def main() -> None:
     parser.add_argument("--channels", type=int, nargs="+", default=[32, 64, 128, 256])
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     parser.add_argument("--large", action="store_true")
+    parser.add_argument("--budget-s", type=float, default=1e9,
+                        help="skip the remaining configurations after this many seconds (the JSON "
+                             "is written after each one, so a cut-off run keeps what it measured)")
     args = parser.parse_args()
+    start = time.time()
 
     report = harness.Report("sparse convolution (submanifold 3x3x3, maps reused)")
     report.measure_ceilings()
@@ -110,17 +115,19 @@ def main() -> None:
                 conv, make = spconv_layer(spconv, rows_ijk, xs[0], w)
                 warm = make(xs[0])
                 try:
-                    ref = conv(warm).features
+                    out = conv(warm)
+                    ref = out.features
+                    shared = out.indice_dict  # the map built by the first call
                     ours = plan.execute(xs[0], w)
                     err = ((ref.float() - ours.float()).abs().max() / ref.float().abs().max()).item()
                     report.checks[f"spconv vs tilegrid {dtype_name} C={c}"] = f"max relative difference {err:.2e}"
                     tensors = [make(x) for x in xs]
                     for t in tensors:
-                        t.indice_dict = warm.indice_dict  # maps reused, as an indice_key does
+                        t.indice_dict = shared  # maps reused, as an indice_key does
                     fwd.append(("spconv SubMConv3d", lambda i: conv(tensors[i]).features))
                     tensors_g = [make(x) for x in xg]
                     for t in tensors_g:
-                        t.indice_dict = warm.indice_dict
+                        t.indice_dict = shared
 
                     def sp_train(i):
                         conv(tensors_g[i]).features.backward(gs[i])
@@ -135,15 +142,25 @@ def main() -> None:
                                          sets=sets, graph=False, iters=20)
                 except Exception as e:  # spconv has no bf16: recorded, not fatal
                     report.checks[f"spconv {dtype_name} C={c}"] = f"failed: {type(e).__name__}: {str(e)[:160]}"
-            harness.run_each(report, f"forward {dtype_name}", f"{problem}, C={c}", None, fwd, sets=sets, extra=tflops)
+            if time.time() - start > args.budget_s:
+                report.checks[f"{dtype_name} C={c}"] = "not measured: past --budget-s"
+                continue
+            harness.run_each(report, f"forward {dtype_name}", f"{problem}, C={c}", None, fwd, sets=sets,
+                             rounds=2, iters=20, extra=tflops)
             harness.run_each(report, f"fwd+bwd {dtype_name}", f"{problem}, C={c}", None, train, sets=sets,
+                             rounds=2, iters=10,
                              extra=lambda _n, ms, f=flops: {"effective_tflops": 3 * f / (ms * 1e-3) / 1e12})
             for r in report.results:
                 if r.flops is None and r.op.endswith(dtype_name) and r.problem.endswith(f"C={c}"):
                     r.flops = flops if r.op.startswith("forward") else 3 * flops
+            report.write(args.out)
+            for r in report.results[-len(fwd) - len(train):]:
+                tf = r.extra.get("effective_tflops")
+                print(f"{r.op:18} {r.problem:28} {r.system:22} {r.median_ms or float('nan'):9.3f} ms "
+                      f"{tf or float('nan'):7.1f} TFLOP/s {r.note}", flush=True)
             del xs, gs, xg
 
-    if args.large:
+    if args.large and time.time() - start < args.budget_s:
         big = scene(40, 0.025)
         bgrid = tg.GridBatch.from_ijk(tg.JaggedTensor([big]))
         bplan = tg.ConvolutionPlan.from_grid_batch(3, 1, bgrid, bgrid)
