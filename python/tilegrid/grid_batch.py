@@ -28,11 +28,24 @@ def _per_grid(values, n: int, name: str) -> list:
     if values is None:
         return []
     t = torch.as_tensor(values, dtype=torch.float64)
-    if t.dim() == 1:
+    if t.dim() == 0:  # one number for every axis of every grid, as fVDB takes it
+        t = t.expand(n, 3)
+    elif t.dim() == 1:
         t = t.expand(n, 3) if t.numel() == 3 else t.reshape(-1, 3)
     if t.shape != (n, 3):
         raise ValueError(f"GridBatch: {name} must be [3] or [{n}, 3], got {list(t.shape)}")
     return t.tolist()
+
+
+def _int32_ijk(op: str, ijk: JaggedTensor) -> JaggedTensor:
+    """int32 coordinates: int64 ones converted when every value fits, else a ValueError."""
+    data = ijk.jdata
+    if data.dtype == torch.int64:
+        limit = torch.iinfo(torch.int32)
+        if data.numel() and bool(((data < limit.min) | (data > limit.max)).any()):
+            raise ValueError(f"{op}: ijk holds coordinates outside the int32 range")
+        return ijk.jagged_like(data.to(torch.int32))
+    return ijk
 
 
 def jcat(grids: Sequence["GridBatch"]) -> "GridBatch":
@@ -49,6 +62,19 @@ def _jagged_arg(op: str, name: str, value) -> JaggedTensor:
     if not isinstance(value, JaggedTensor):
         raise TypeError(f"GridBatch.{op}: {name} must be a JaggedTensor, got {type(value).__name__}")
     return value
+
+
+def _same_device(op: str, name: str, t: torch.Tensor, device: torch.device) -> None:
+    if t.device.type != device.type or (device.type == "cuda" and t.device.index != device.index):
+        raise ValueError(f"GridBatch.{op}: {name} is on {t.device} but the grid is on {device}")
+
+
+def _finite_points(op: str, points: JaggedTensor) -> None:
+    """NaN or infinite points are errors (checked on the points' device: one flag read back)."""
+    p = points.jdata
+    if p.is_floating_point() and p.numel() and not bool(torch.isfinite(p).all()):
+        bad = int((~torch.isfinite(p)).any(1).nonzero()[0, 0])
+        raise ValueError(f"{op}: points must be finite, got {p[bad].tolist()} at point {bad}")
 
 
 def _capsules(j: JaggedTensor):
@@ -71,10 +97,12 @@ class GridBatch:
         voxel_sizes: Optional[Sequence] = None,
         origins: Optional[Sequence] = None,
     ) -> "GridBatch":
-        """One grid per tensor of `ijk` (int32 [N_b, 3] each); duplicates are merged and empty
-        grids allowed. voxel_sizes / origins: [3] for all grids or [B, 3]; default 1 and 0."""
+        """One grid per tensor of `ijk` (int32 or int64 [N_b, 3] each; int64 must fit int32);
+        duplicates are merged and empty grids allowed. voxel_sizes / origins: a number or [3]
+        for all grids, or [B, 3]; default 1 and 0."""
         if not isinstance(ijk, JaggedTensor):
             raise TypeError(f"GridBatch.from_ijk: ijk must be a JaggedTensor, got {type(ijk).__name__}")
+        ijk = _int32_ijk("GridBatch.from_ijk", ijk)
         n = ijk.num_tensors
         jdata, joffsets = _capsules(ijk)
         impl = _C.GridBatch.from_ijk(
@@ -214,6 +242,13 @@ class GridBatch:
         """Feature row of each coordinate (int64), -1 where the voxel is not active."""
         if not isinstance(ijk, JaggedTensor):
             raise TypeError(f"GridBatch.ijk_to_index: ijk must be a JaggedTensor, got {type(ijk).__name__}")
+        if ijk.jdata.dtype == torch.int64:  # coordinates outside int32 are in no grid
+            limit = torch.iinfo(torch.int32)
+            data = ijk.jdata
+            outside = ((data < limit.min) | (data > limit.max)).any(1)
+            ijk = ijk.jagged_like(data.clamp(limit.min, limit.max).to(torch.int32))
+            rows = self.ijk_to_index(ijk).jdata
+            return ijk.jagged_like(rows.masked_fill(outside, -1))
         index = torch.from_dlpack(self._impl.ijk_to_index(*_capsules(ijk), current_stream(ijk.jdata)))
         return ijk.jagged_like(index)
 
@@ -234,7 +269,7 @@ class GridBatch:
         """Features (a [total_voxels, ...] tensor or JaggedTensor) trilinearly interpolated at
         the points; voxels that are not active count as zero. Differentiable in the features
         and in the points (same float dtype for both: float32 or float64)."""
-        _jagged_arg("sample_trilinear", "points", points)
+        _finite_points("sample_trilinear", _jagged_arg("sample_trilinear", "points", points))
         data = features.jdata if isinstance(features, JaggedTensor) else features
         if data.shape[0] != self.total_voxels:
             raise ValueError(
@@ -242,14 +277,19 @@ class GridBatch:
                 f"got shape {list(data.shape)}"
             )
         flat = data.reshape(data.shape[0], -1)
-        out = SampleTrilinear.apply(self._impl, points.jdata, points.joffsets, flat)
+        pts, low = points.jdata, flat.dtype in (torch.float16, torch.bfloat16)
+        if low:  # half-precision features: weights and sums in float32, result in their dtype
+            flat, pts = flat.float(), pts.float()
+        out = SampleTrilinear.apply(self._impl, pts, points.joffsets, flat)
+        if low:
+            out = out.to(data.dtype)
         return points.jagged_like(out.reshape(points.jdata.shape[0], *data.shape[1:]))
 
     def splat_trilinear(self, points: JaggedTensor, values: JaggedTensor) -> JaggedTensor:
         """Point values ([N, ...], jagged like points) spread over the 8 voxels around each
         point with trilinear weights; returns voxel features [total_voxels, ...].
         Differentiable in the values."""
-        _jagged_arg("splat_trilinear", "points", points)
+        _finite_points("splat_trilinear", _jagged_arg("splat_trilinear", "points", points))
         data = values.jdata if isinstance(values, JaggedTensor) else values
         if data.shape[0] != points.jdata.shape[0]:
             raise ValueError(
@@ -257,7 +297,12 @@ class GridBatch:
                 f"got shape {list(data.shape)}"
             )
         flat = data.reshape(data.shape[0], -1)
-        out = SplatTrilinear.apply(self._impl, self.total_voxels, points.jdata, points.joffsets, flat)
+        pts, low = points.jdata, flat.dtype in (torch.float16, torch.bfloat16)
+        if low:
+            flat, pts = flat.float(), pts.float()
+        out = SplatTrilinear.apply(self._impl, self.total_voxels, pts, points.joffsets, flat)
+        if low:
+            out = out.to(data.dtype)
         return JaggedTensor.from_data_and_offsets(out.reshape(-1, *data.shape[1:]), self.voxel_offsets)
 
     def conv_grid(self, kernel_size, stride=1) -> "GridBatch":
@@ -311,18 +356,32 @@ class GridBatch:
         """This grid's features copied to `fine_grid` (this grid refined by factor)."""
         return grid_derived.refine_features(self, fine_grid, features, factor)
 
+    def points_to_ijk(self, points: JaggedTensor) -> JaggedTensor:
+        """The coordinates of the voxel containing each world point (int32), rounded as
+        from_points rounds: (p - origin) / voxel_size in float64, halves away from zero."""
+        p = _jagged_arg("points_to_ijk", "points", points)
+        b = p.jidx.long()
+        sizes, origins = (t.to(p.jdata.device) for t in (self.voxel_sizes, self.origins))
+        u = (p.jdata.double() - origins[b]) / sizes[b]
+        rounded = torch.sign(u) * torch.floor(u.abs() + 0.5)  # std::round, not torch.round
+        return p.jagged_like(rounded.to(torch.int32))
+
+    def points_to_index(self, points: JaggedTensor) -> JaggedTensor:
+        """The feature row of the voxel containing each point (int64, -1 where inactive)."""
+        return self.ijk_to_index(self.points_to_ijk(points))
+
     def points_in_grid(self, points: JaggedTensor) -> JaggedTensor:
-        """Whether the voxel containing each point is active (bool)."""
-        u = self.world_to_voxel(_jagged_arg("points_in_grid", "points", points))
-        ijk = u.jagged_like(torch.round(u.jdata).to(torch.int32))
-        return points.jagged_like(self.ijk_to_index(ijk).jdata >= 0)
+        """Whether the voxel containing each point is active (bool); every point that built a
+        grid with from_points tests inside it."""
+        return points.jagged_like(self.points_to_index(points).jdata >= 0)
 
     def bbox(self) -> torch.Tensor:
-        """int32 [B, 2, 3]: min and max active ijk per grid (zeros for an empty grid)."""
+        """int32 [B, 2, 3] on the CPU: min and max active ijk per grid (zeros for an empty
+        grid)."""
         out = torch.zeros(self.num_grids, 2, 3, dtype=torch.int32)
         for b, ijk in enumerate(self.ijk().unbind()):
             if ijk.shape[0]:
-                out[b, 0], out[b, 1] = ijk.min(0).values, ijk.max(0).values
+                out[b, 0], out[b, 1] = ijk.min(0).values.cpu(), ijk.max(0).values.cpu()
         return out
 
     def inject_to_dense(self, features, min_coord=None, size=None) -> torch.Tensor:
@@ -330,9 +389,11 @@ class GridBatch:
         [B, size_i, size_j, size_k, ...] covering [min_coord, min_coord + size) per grid
         (default: the batch's bounding box); zeros elsewhere. Differentiable."""
         data = features.jdata if isinstance(features, JaggedTensor) else features
+        _same_device("inject_to_dense", "features", data, self.device)
         lo, size = self._dense_box(min_coord, size)
         ijk = self.ijk()
-        local = ijk.jdata.long() - lo
+        local = ijk.jdata.long() - lo.to(data.device)
+        size = size.to(data.device)
         b = ijk.jidx.long()
         inside = ((local >= 0) & (local < size)).all(1)
         out = data.new_zeros(self.num_grids, *size.tolist(), *data.shape[1:])
@@ -343,11 +404,12 @@ class GridBatch:
         """Voxel features read from dense volumes [B, size_i, size_j, size_k, ...] whose
         voxel (0, 0, 0) is min_coord (default: the batch's bounding-box minimum); voxels
         outside the volume get zeros. Differentiable."""
+        _same_device("inject_from_dense", "dense", dense, self.device)
         size = torch.tensor(dense.shape[1:4])
         lo, size = self._dense_box(min_coord, size)
         ijk = self.ijk()
-        local = ijk.jdata.long() - lo
-        inside = ((local >= 0) & (local < size)).all(1)
+        local = ijk.jdata.long() - lo.to(dense.device)
+        inside = ((local >= 0) & (local < size.to(dense.device))).all(1)
         out = dense.new_zeros(self.total_voxels, *dense.shape[4:])
         li, b = local[inside], ijk.jidx.long()[inside]
         return out.index_put((inside.nonzero().flatten(),), dense[b, li[:, 0], li[:, 1], li[:, 2]])

@@ -41,6 +41,9 @@ def _expand(ijk: JaggedTensor, offsets: torch.Tensor, scale: torch.Tensor) -> Ja
     by the construction)."""
     device = ijk.jdata.device
     data = ijk.jdata.long()[:, None, :] * scale.to(device) + offsets.long().to(device)[None, :, :]
+    limit = torch.iinfo(torch.int32)
+    if data.numel() and bool(((data < limit.min) | (data > limit.max)).any()):
+        raise ValueError("derived grid: a voxel coordinate leaves the int32 range")
     counts = torch.diff(ijk.joffsets) * offsets.shape[0]
     joffsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
     return JaggedTensor.from_data_and_offsets(data.reshape(-1, 3).to(torch.int32), joffsets)
@@ -104,6 +107,11 @@ def coarsen_features(fine_grid, coarse_grid, features: torch.Tensor, factor, red
     """Features of a fine grid pooled into its coarsened grid ('mean' or 'amax'); differentiable."""
     if reduce not in ("mean", "amax"):
         raise ValueError(f"coarsen_features: reduce must be 'mean' or 'amax', got {reduce!r}")
+    if features.shape[0] != fine_grid.total_voxels:
+        raise ValueError(
+            f"coarsen_features: features must have one row per fine voxel "
+            f"({fine_grid.total_voxels}), got {features.shape[0]}"
+        )
     index = coarse_index(fine_grid, coarse_grid, factor)
     keep = index >= 0
     src = features[keep]
@@ -115,6 +123,11 @@ def coarsen_features(fine_grid, coarse_grid, features: torch.Tensor, factor, red
 def refine_features(coarse_grid, fine_grid, features: torch.Tensor, factor) -> torch.Tensor:
     """Features of a coarse grid copied to each voxel of its refined grid (nearest);
     voxels without a parent get zeros. Differentiable."""
+    if features.shape[0] != coarse_grid.total_voxels:
+        raise ValueError(
+            f"refine_features: features must have one row per coarse voxel "
+            f"({coarse_grid.total_voxels}), got {features.shape[0]}"
+        )
     index = coarse_index(fine_grid, coarse_grid, factor)
     out = features.new_zeros(fine_grid.total_voxels, *features.shape[1:])
     keep = index >= 0

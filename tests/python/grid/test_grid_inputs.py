@@ -1,0 +1,98 @@
+"""GridBatch's edge cases and bad inputs: rounding that agrees with from_points, int64
+coordinates, scalar voxel sizes, non-finite points, half-precision features, coordinates
+leaving int32, mismatched row counts and devices."""
+
+import pytest
+import torch
+
+import tilegrid as tg
+from conftest import DEVICES
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_points_that_built_a_grid_test_inside_it(device, dtype):
+    """Halfway points (k + 0.5 voxels) round away from zero in from_points; points_in_grid and
+    points_to_index must round them the same way (torch.round would send half of them to the
+    even neighbour, outside the grid)."""
+    k = torch.arange(-50, 50, dtype=torch.float64)
+    halves = torch.stack([k + 0.5, -k - 0.5, k * 0 + 2.5], 1)
+    points = tg.JaggedTensor([torch.cat([halves, torch.randn(500, 3, dtype=torch.float64) * 20]).to(dtype).to(device)])
+    grid = tg.GridBatch.from_points(points, voxel_sizes=1.0)
+    assert bool(grid.points_in_grid(points).jdata.all())
+    rows = grid.points_to_index(points).jdata
+    assert torch.equal(grid.ijk().jdata[rows].cpu(), grid.points_to_ijk(points).jdata.cpu())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_int64_coordinates_and_scalar_voxel_sizes(device):
+    ijk64 = torch.randint(-1000, 1000, (300, 3), dtype=torch.int64, device=device)
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk64]), voxel_sizes=0.5, origins=1.0)
+    ref = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk64.int()]), voxel_sizes=[0.5] * 3, origins=[1.0] * 3)
+    assert torch.equal(grid.ijk().jdata.cpu(), ref.ijk().jdata.cpu())
+    assert torch.equal(grid.voxel_sizes, ref.voxel_sizes) and torch.equal(grid.origins, ref.origins)
+    far = torch.tensor([[2**40, 0, 0], [0, 0, 0]], dtype=torch.int64, device=device)
+    rows = grid.ijk_to_index(tg.JaggedTensor([far])).jdata
+    assert int(rows[0]) == -1
+    with pytest.raises(ValueError, match="outside the int32 range"):
+        tg.GridBatch.from_ijk(tg.JaggedTensor([far]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_finite_points_are_refused_by_sampling(device):
+    grid = tg.GridBatch.from_dense(1, [4, 4, 4], device=device)
+    feats = torch.randn(grid.total_voxels, 2, device=device)
+    for bad in (float("nan"), float("inf")):
+        pts = torch.rand(10, 3, device=device) * 3
+        pts[7, 1] = bad
+        with pytest.raises(ValueError, match="points must be finite.*at point 7"):
+            grid.sample_trilinear(tg.JaggedTensor([pts]), feats)
+        with pytest.raises(ValueError, match="points must be finite"):
+            grid.splat_trilinear(tg.JaggedTensor([pts]), tg.JaggedTensor([torch.ones(10, 2, device=device)]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_features_are_sampled_in_float32(device, dtype):
+    grid = tg.GridBatch.from_dense(1, [5, 5, 5], device=device)
+    feats = torch.randn(grid.total_voxels, 3, device=device)
+    pts = tg.JaggedTensor([torch.rand(50, 3, device=device) * 4])
+    got = grid.sample_trilinear(pts, feats.to(dtype)).jdata
+    want = grid.sample_trilinear(pts, feats.to(dtype).float()).jdata
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), want, rtol=1e-2, atol=1e-2)
+    splat = grid.splat_trilinear(pts, tg.JaggedTensor([torch.ones(50, 3, device=device, dtype=dtype)]))
+    assert splat.jdata.dtype == dtype
+
+
+def test_derived_grids_refuse_to_leave_int32():
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([torch.tensor([[2**31 - 2, 0, 0]], dtype=torch.int32)]))
+    with pytest.raises(ValueError, match="int32 range"):
+        grid.refined_grid(4)
+    with pytest.raises(ValueError, match="int32 range"):
+        grid.dilated_grid(3)
+    with pytest.raises(ValueError, match="int32 range"):
+        grid.conv_grid(7, 1)
+
+
+def test_feature_transfers_check_their_row_counts():
+    grid = tg.GridBatch.from_dense(1, [4, 4, 4])
+    coarse = grid.coarsened_grid(2)
+    with pytest.raises(ValueError, match="one row per coarse voxel"):
+        coarse.refine_features(grid, torch.randn(coarse.total_voxels + 1, 2), 2)
+    with pytest.raises(ValueError, match="one row per fine voxel"):
+        grid.coarsen_features(coarse, torch.randn(grid.total_voxels - 1, 2), 2)
+
+
+def test_inject_refuses_features_on_another_device():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU on this machine")
+    grid = tg.GridBatch.from_dense(1, [3, 3, 3], device="cuda")
+    with pytest.raises(ValueError, match="is on cpu but the grid is on cuda"):
+        grid.inject_to_dense(torch.randn(grid.total_voxels, 2))
+    dense = grid.inject_to_dense(torch.randn(grid.total_voxels, 2, device="cuda"))
+    back = grid.inject_from_dense(dense)
+    assert back.device.type == "cuda" and back.shape == (grid.total_voxels, 2)
+
+
+test_inject_refuses_features_on_another_device = pytest.mark.gpu(test_inject_refuses_features_on_another_device)
