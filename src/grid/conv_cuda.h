@@ -54,4 +54,11 @@ struct WeightGrad {
 };
 void sparse_conv_backward_weight(const WeightGrad& problem, int device, Stream stream);
 
+// Tensor-core versions (sparse_conv_mma.cu) for float16 / bfloat16 with channel counts that are
+// multiples of 8 on sm_80 and newer; they return false, launching nothing, for any other case.
+bool sparse_conv_forward_mma(const GatherGemm& problem, int device, Stream stream);
+// partials: float32 [chunks][volume][in][out], chunks of chunk_rows output rows each.
+bool sparse_conv_weight_partials_mma(const WeightGrad& problem, int64_t chunks, int64_t chunk_rows,
+                                     float* partials, int device, Stream stream);
+
 }  // namespace tilegrid::grid::cuda

@@ -1,5 +1,5 @@
-// Sparse convolution GEMMs on CUDA cores (any GPU; the portable path, and the float64 one):
-// output-stationary implicit GEMM over the kernel map.
+// Sparse convolution GEMMs on CUDA cores (any GPU; float32, float64, and the shapes the tensor-core
+// kernels of sparse_conv_mma.cu do not take): output-stationary implicit GEMM over the kernel map.
 //
 // Forward / input gradient: a block owns 64 output rows x 64 output channels; for each tap it
 // gathers the 64 input rows the map names (zeros where a row is absent) 16 channels at a time
@@ -12,6 +12,7 @@
 // partials are then summed in chunk order by a second kernel. The chunk count depends only on
 // the shapes, so the result is the same bits on every run.
 #include <algorithm>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "core/cuda_convert.cuh"
@@ -213,11 +214,16 @@ void launch_weight_grad(const WeightGrad& p, int device, Stream stream) {
                                   Device::cuda(device), stream);
   const dim3 grid(unsigned(ceil_div(p.in_channels, kTileRows)),
                   unsigned(ceil_div(p.out_channels, kTileCols)), unsigned(chunks * p.volume));
-  weight_grad_kernel<T, Acc><<<grid, kThreads, 0, s>>>(
-      p.map, p.volume, p.rows, static_cast<const T*>(p.features), p.feature_rows,
-      static_cast<const T*>(p.grad_out), p.in_channels, p.out_channels, chunk_rows,
-      static_cast<Acc*>(partials.data()));
-  TG_CUDA_CHECK_LAUNCH();
+  Acc* partial = static_cast<Acc*>(partials.data());
+  bool done = false;
+  if constexpr (std::is_same_v<Acc, float>)
+    done = sparse_conv_weight_partials_mma(p, chunks, chunk_rows, partial, device, stream);
+  if (!done) {
+    weight_grad_kernel<T, Acc><<<grid, kThreads, 0, s>>>(
+        p.map, p.volume, p.rows, static_cast<const T*>(p.features), p.feature_rows,
+        static_cast<const T*>(p.grad_out), p.in_channels, p.out_channels, chunk_rows, partial);
+    TG_CUDA_CHECK_LAUNCH();
+  }
   sum_chunks_kernel<T, Acc><<<unsigned(std::min<int64_t>(ceil_div(n, 256), 1 << 16)), 256, 0, s>>>(
       static_cast<const Acc*>(partials.data()), chunks, n, static_cast<T*>(p.grad_weight));
   TG_CUDA_CHECK_LAUNCH();
@@ -228,6 +234,7 @@ void launch_weight_grad(const WeightGrad& p, int device, Stream stream) {
 void sparse_conv_forward(const GatherGemm& p, int device, Stream stream) {
   if (p.rows == 0 || p.out_channels == 0) return;
   CudaDeviceGuard guard(device);
+  if (sparse_conv_forward_mma(p, device, stream)) return;
   const cudaStream_t s = raw(stream);
   switch (p.dtype) {
     case DType::Float64: return launch_forward<double, double>(p, s);

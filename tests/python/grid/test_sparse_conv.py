@@ -170,12 +170,15 @@ def test_gradients_by_gradcheck(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_low_precision_against_float64(device, dtype):
+@pytest.mark.parametrize("cin,cout", [(24, 40), (136, 72), (5, 7)])
+def test_low_precision_against_float64(device, dtype, cin, cout):
+    """On a GPU, float16/bfloat16 with channels a multiple of 8 take the tensor-core kernels
+    (136 and 72: tiles of 32 and 64 channels with a remainder); 5 -> 7 the CUDA-core ones."""
     grid = random_grid(device, sizes=(300, 50), spread=8)
     plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
-    x = torch.randn(grid.total_voxels, 24, device=device).to(dtype)
-    w = (torch.randn(40, 24, 3, 3, 3, device=device) / 10).to(dtype)
-    g = torch.randn(grid.total_voxels, 40, device=device).to(dtype)
+    x = torch.randn(grid.total_voxels, cin, device=device).to(dtype)
+    w = (torch.randn(cout, cin, 3, 3, 3, device=device) / cin**0.5).to(dtype)
+    g = torch.randn(grid.total_voxels, cout, device=device).to(dtype)
     xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
     want = plan.execute(xr, wr)
     want.backward(g.double())
@@ -190,12 +193,13 @@ def test_low_precision_against_float64(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_weight_gradient_is_deterministic(device):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_weight_gradient_is_deterministic(device, dtype):
     grid = random_grid(device, sizes=(2000,), spread=12)
     plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
-    x = torch.randn(grid.total_voxels, 32, device=device)
-    w = torch.randn(32, 32, 3, 3, 3, device=device, requires_grad=True)
-    g = torch.randn(grid.total_voxels, 32, device=device)
+    x = torch.randn(grid.total_voxels, 32, device=device, dtype=dtype)
+    w = torch.randn(32, 32, 3, 3, 3, device=device, dtype=dtype, requires_grad=True)
+    g = torch.randn(grid.total_voxels, 32, device=device, dtype=dtype)
     grads = []
     for _ in range(2):
         w.grad = None
