@@ -1,0 +1,153 @@
+// The sparse convolution's C++ API: output grids and kernel maps against coordinate arithmetic
+// done here independently, the GEMMs against a naive loop, argument errors, and (on a GPU) the
+// CUDA maps and GEMMs against the CPU.
+#include "tilegrid/grid/convolution.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "test_util.h"
+
+namespace tilegrid::grid {
+namespace {
+
+using Ijk = std::tuple<int32_t, int32_t, int32_t>;
+
+GridBatch random_grid(int n, int32_t range) {
+  std::uniform_int_distribution<int32_t> coord(-range, range);
+  Tensor data = Tensor::empty({n, 3}, DType::Int32, Device::cpu());
+  int32_t* xyz = static_cast<int32_t*>(data.data());
+  for (int e = 0; e < 3 * n; ++e) xyz[e] = coord(testing::rng());
+  Tensor offsets = Tensor::empty({2}, DType::Int64, Device::cpu());
+  static_cast<int64_t*>(offsets.data())[0] = 0;
+  static_cast<int64_t*>(offsets.data())[1] = n;
+  return GridBatch::from_ijk(JaggedTensor(data, offsets));
+}
+
+std::vector<Ijk> coords(const GridBatch& g) {
+  JaggedTensor ijk = g.ijk();
+  const int32_t* xyz = static_cast<const int32_t*>(ijk.jdata().data());
+  std::vector<Ijk> out;
+  for (int64_t r = 0; r < g.total_voxels(); ++r) out.emplace_back(xyz[3 * r], xyz[3 * r + 1], xyz[3 * r + 2]);
+  return out;
+}
+
+Tensor random_tensor(const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::Float64, Device::cpu());
+  std::normal_distribution<double> normal;
+  for (int64_t e = 0; e < t.numel(); ++e) static_cast<double*>(t.data())[e] = normal(testing::rng());
+  return t;
+}
+
+TEST(Convolution, StrideTwoGridAndMapFollowTheDocumentedGeometry) {
+  const GridBatch source = random_grid(300, 9);
+  const ConvGeometry g{{3, 3, 3}, {2, 2, 2}, false};
+  const GridBatch target = conv_grid(source, g.kernel_size, g.stride);
+  const std::vector<Ijk> in = coords(source), out = coords(target);
+  std::map<Ijk, int32_t> row_of;
+  for (size_t r = 0; r < in.size(); ++r) row_of[in[r]] = int32_t(r);
+  // Expected outputs: o with o * 2 + t - 1 active for some t in [0, 3)^3.
+  std::set<Ijk> expected;
+  for (const auto& [i, j, k] : in)
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b)
+        for (int c = 0; c < 3; ++c) {
+          const int32_t x = i + 1 - a, y = j + 1 - b, z = k + 1 - c;
+          if (x % 2 == 0 && y % 2 == 0 && z % 2 == 0) expected.emplace(x / 2, y / 2, z / 2);
+        }
+  EXPECT_EQ(std::set<Ijk>(out.begin(), out.end()), expected);
+  EXPECT_EQ(target.voxel_sizes()[0][0], 2.0);
+
+  const Tensor map = kernel_map(source, target, g);
+  ASSERT_EQ(map.shape()[0], 27);
+  const int32_t* m = static_cast<const int32_t*>(map.data());
+  for (size_t o = 0; o < out.size(); ++o)
+    for (int t = 0; t < 27; ++t) {
+      const auto [i, j, k] = out[o];
+      const Ijk want{i * 2 + t / 9 - 1, j * 2 + (t / 3) % 3 - 1, k * 2 + t % 3 - 1};
+      const auto it = row_of.find(want);
+      ASSERT_EQ(m[t * int64_t(out.size()) + int64_t(o)], it == row_of.end() ? -1 : it->second)
+          << "output " << o << " tap " << t;
+    }
+}
+
+TEST(Convolution, ForwardAndWeightGradientMatchNaiveLoops) {
+  const GridBatch grid = random_grid(200, 5);
+  const Tensor map = kernel_map(grid, grid, {});
+  const int64_t n = grid.total_voxels(), cin = 3, cout = 4;
+  const Tensor x = random_tensor({n, cin}), w = random_tensor({27, cin, cout});
+  const TensorView& wv = w.view();
+  Tensor y = Tensor::empty({n, cout}, DType::Float64, Device::cpu());
+  sparse_conv_forward(map.view(), x.view(), wv, y.view());
+  const int32_t* m = static_cast<const int32_t*>(map.data());
+  const double* xd = static_cast<const double*>(x.data());
+  const double* wd = static_cast<const double*>(w.data());
+  for (int64_t o = 0; o < n; ++o)
+    for (int64_t co = 0; co < cout; ++co) {
+      double want = 0;
+      for (int t = 0; t < 27; ++t)
+        if (m[t * n + o] >= 0)
+          for (int64_t ci = 0; ci < cin; ++ci) want += xd[m[t * n + o] * cin + ci] * wd[(t * cin + ci) * cout + co];
+      EXPECT_NEAR(static_cast<const double*>(y.data())[o * cout + co], want, 1e-12);
+    }
+  Tensor gw = Tensor::empty({27, cin, cout}, DType::Float64, Device::cpu());
+  sparse_conv_backward_weight(map.view(), x.view(), y.view(), gw.view());
+  const double* yd = static_cast<const double*>(y.data());
+  for (int t = 0; t < 27; ++t)
+    for (int64_t ci = 0; ci < cin; ++ci) {
+      double want = 0;
+      for (int64_t o = 0; o < n; ++o)
+        if (m[t * n + o] >= 0) want += xd[m[t * n + o] * cin + ci] * yd[o * cout];
+      EXPECT_NEAR(static_cast<const double*>(gw.data())[(t * cin + ci) * cout], want, 1e-9);
+    }
+}
+
+TEST(Convolution, BadArgumentsSayWhatWasExpected) {
+  const GridBatch grid = random_grid(50, 4);
+  const Tensor map = kernel_map(grid, grid, {});
+  const Tensor x = random_tensor({grid.total_voxels(), 3});
+  const Tensor w = random_tensor({27, 2, 4});  // C_in 2, but the features have 3
+  const TensorView& wv = w.view();
+  Tensor y = Tensor::empty({grid.total_voxels(), 4}, DType::Float64, Device::cpu());
+  EXPECT_NE(testing::error_message([&] { sparse_conv_forward(map.view(), x.view(), wv, y.view()); })
+                .find("weight must have shape [27, 3, 4]"),
+            std::string::npos);
+  EXPECT_NE(testing::error_message([&] { conv_grid(grid, {0, 3, 3}, {1, 1, 1}); })
+                .find("kernel_size must be in [1, 31]"),
+            std::string::npos);
+}
+
+TEST(Convolution, CudaMapsAndForwardEqualTheCpu) {
+  TG_SKIP_WITHOUT_GPU();
+  const GridBatch cpu = random_grid(2000, 20);
+  const GridBatch gpu = cpu.to(Device::cuda(0));
+  const ConvGeometry g{{3, 3, 3}, {2, 2, 2}, true};
+  const GridBatch target_cpu = conv_transpose_grid(cpu, g.kernel_size, g.stride);
+  const GridBatch target_gpu = conv_transpose_grid(gpu, g.kernel_size, g.stride);
+  ASSERT_EQ(target_cpu.total_voxels(), target_gpu.total_voxels());
+  const Tensor map_cpu = kernel_map(cpu, target_cpu, g);
+  const Tensor map_gpu = kernel_map(gpu, target_gpu, g).to(Device::cpu());
+  ASSERT_EQ(std::memcmp(map_cpu.data(), map_gpu.data(), size_t(map_cpu.numel()) * 4), 0);
+  const Tensor x = random_tensor({cpu.total_voxels(), 5}), w = random_tensor({27, 5, 6});
+  const TensorView& wv = w.view();
+  const Tensor wg = w.to(Device::cuda(0));
+  const TensorView& wgv = wg.view();
+  Tensor y = Tensor::empty({target_cpu.total_voxels(), 6}, DType::Float64, Device::cpu());
+  Tensor yg = Tensor::empty({target_cpu.total_voxels(), 6}, DType::Float64, Device::cuda(0));
+  const Tensor map_dev = kernel_map(gpu, target_gpu, g);
+  const Tensor xg = x.to(Device::cuda(0));
+  sparse_conv_forward(map_cpu.view(), x.view(), wv, y.view());
+  sparse_conv_forward(map_dev.view(), xg.view(), wgv, yg.view());
+  const Tensor back = yg.to(Device::cpu());
+  for (int64_t e = 0; e < y.numel(); ++e)
+    EXPECT_NEAR(static_cast<const double*>(back.data())[e], static_cast<const double*>(y.data())[e], 1e-12);
+}
+
+}  // namespace
+}  // namespace tilegrid::grid
