@@ -238,8 +238,10 @@ class GridBatch:
         """Coordinates of the active voxels, in feature-row order (int32)."""
         return _jagged(self._impl.ijk(current_stream(self.device)))
 
-    def ijk_to_index(self, ijk: JaggedTensor) -> JaggedTensor:
-        """Feature row of each coordinate (int64), -1 where the voxel is not active."""
+    def ijk_to_index(self, ijk: JaggedTensor, cumulative: bool = False) -> JaggedTensor:
+        """Row of each coordinate (int64), -1 where the voxel is not active. As fVDB's: the
+        row within its own grid by default; cumulative=True gives the row in the batch's
+        feature tensor (offset by voxel_offsets[b] for grid b)."""
         if not isinstance(ijk, JaggedTensor):
             raise TypeError(f"GridBatch.ijk_to_index: ijk must be a JaggedTensor, got {type(ijk).__name__}")
         if ijk.jdata.dtype == torch.int64:  # coordinates outside int32 are in no grid
@@ -247,9 +249,12 @@ class GridBatch:
             data = ijk.jdata
             outside = ((data < limit.min) | (data > limit.max)).any(1)
             ijk = ijk.jagged_like(data.clamp(limit.min, limit.max).to(torch.int32))
-            rows = self.ijk_to_index(ijk).jdata
+            rows = self.ijk_to_index(ijk, cumulative).jdata
             return ijk.jagged_like(rows.masked_fill(outside, -1))
         index = torch.from_dlpack(self._impl.ijk_to_index(*_capsules(ijk), current_stream(ijk.jdata)))
+        if not cumulative and self.num_grids > 1:
+            first = self.voxel_offsets.to(index.device)[ijk.jidx.long()]
+            index = torch.where(index >= 0, index - first, index)
         return ijk.jagged_like(index)
 
     def world_to_voxel(self, points: JaggedTensor) -> JaggedTensor:
@@ -366,14 +371,15 @@ class GridBatch:
         rounded = torch.sign(u) * torch.floor(u.abs() + 0.5)  # std::round, not torch.round
         return p.jagged_like(rounded.to(torch.int32))
 
-    def points_to_index(self, points: JaggedTensor) -> JaggedTensor:
-        """The feature row of the voxel containing each point (int64, -1 where inactive)."""
-        return self.ijk_to_index(self.points_to_ijk(points))
+    def points_to_index(self, points: JaggedTensor, cumulative: bool = False) -> JaggedTensor:
+        """The row of the voxel containing each point (int64, -1 where inactive): within its
+        grid, or in the batch's features with cumulative=True (as ijk_to_index)."""
+        return self.ijk_to_index(self.points_to_ijk(points), cumulative)
 
     def points_in_grid(self, points: JaggedTensor) -> JaggedTensor:
         """Whether the voxel containing each point is active (bool); every point that built a
         grid with from_points tests inside it."""
-        return points.jagged_like(self.points_to_index(points).jdata >= 0)
+        return points.jagged_like(self.points_to_index(points, cumulative=True).jdata >= 0)
 
     def bbox(self) -> torch.Tensor:
         """int32 [B, 2, 3] on the CPU: min and max active ijk per grid (zeros for an empty

@@ -100,7 +100,7 @@ def coarse_index(fine_grid, coarse_grid, factor) -> torch.Tensor:
     f = _factor("coarse_index", factor)
     ijk = fine_grid.ijk()
     parents = _parents(ijk, f)
-    return coarse_grid.ijk_to_index(parents).jdata
+    return coarse_grid.ijk_to_index(parents, cumulative=True).jdata
 
 
 def coarsen_features(fine_grid, coarse_grid, features: torch.Tensor, factor, reduce: str) -> torch.Tensor:

@@ -51,7 +51,7 @@ def test_feature_transfer_between_levels():
     features = torch.randn(grid.total_voxels, 4, requires_grad=True)
     pooled = grid.coarsen_features(coarse, features, 2, reduce="mean")
     parent = torch.div(grid.ijk().jdata, 2, rounding_mode="floor")
-    rows = coarse.ijk_to_index(grid.ijk().jagged_like(parent)).jdata
+    rows = coarse.ijk_to_index(grid.ijk().jagged_like(parent), cumulative=True).jdata
     for r in range(0, coarse.total_voxels, 17):
         torch.testing.assert_close(pooled[r], features[rows == r].mean(0))
     pooled.sum().backward()

@@ -41,12 +41,15 @@ def test_ijk_to_index_matches_a_torch_lookup():
     queries = tg.JaggedTensor(
         [torch.cat([ijk[b][:1000], torch.randint(-210, 210, (1000, 3), dtype=torch.int32)]) for b in range(2)]
     )
-    got = grid.ijk_to_index(queries)
+    got = grid.ijk_to_index(queries, cumulative=True)
+    local = grid.ijk_to_index(queries)  # fVDB's default: rows within each grid
     active = grid.ijk()
     for b in range(2):
         rows = {tuple(c): r + int(grid.voxel_offsets[b]) for r, c in enumerate(active[b].tolist())}
         expected = torch.tensor([rows.get(tuple(c), -1) for c in queries[b].tolist()])
         assert torch.equal(got[b], expected)
+        first = int(grid.voxel_offsets[b])
+        assert torch.equal(local[b], torch.where(expected >= 0, expected - first, expected))
     assert (got.jdata >= 0).any() and (got.jdata == -1).any()  # both cases were exercised
 
 
