@@ -289,3 +289,27 @@ def test_torch_compile_traces_the_convolution():
     x = torch.randn(grid.total_voxels, 4)
     compiled = torch.compile(lambda a: conv(a, plan), fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(compiled(x), conv(x, plan))
+
+
+def test_torch_compile_traces_a_whole_sparse_unet():
+    """With its plans built ahead (net.plans(grid)), a SparseUNet's forward and backward trace
+    as one graph (fullgraph=True) and give eager mode's results."""
+    c = torch.randint(0, 10, (500, 3), dtype=torch.int32)
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([c]))
+    net = tg.nn.SparseUNet(2, 3, channels=(8, 16)).eval()
+    net.plans(grid)
+    offsets = grid.voxel_offsets
+
+    def run(x):
+        return net(tg.JaggedTensor._from_trusted(x, offsets), grid).jdata
+
+    compiled = torch.compile(run, fullgraph=True, backend="aot_eager")
+    x = torch.randn(grid.total_voxels, 2, requires_grad=True)
+    got = compiled(x)
+    got.square().sum().backward()
+    grad = x.grad.clone()
+    x.grad = None
+    want = run(x)
+    want.square().sum().backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grad, x.grad)
