@@ -1,7 +1,11 @@
 // The sparse convolution's CPU reference: the grid, the maps and the GEMMs over the maps as
 // plain loops, every sum in float64 (features and weights widened once, results rounded once).
+// The GEMMs run on every core (parallel_for): the forward over blocks of output rows, the weight
+// gradient over taps, each writing its own outputs, so the sums do not depend on the cores.
+#include <algorithm>
 #include <vector>
 
+#include "core/parallel_for.h"
 #include "grid/conv_cpu.h"
 #include "tilegrid/core/element_access.h"
 #include "tilegrid/core/jagged_index.h"
@@ -74,21 +78,24 @@ void sparse_conv_forward(const int32_t* map, int64_t volume, int64_t rows, const
                                              : (t * in_channels + ci) * out_channels + co;
         w[size_t((t * in_channels + ci) * out_channels + co)] = load_element(dtype, weight, src);
       }
-  std::vector<double> acc(static_cast<size_t>(out_channels));
-  for (int64_t o = 0; o < rows; ++o) {
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t t = 0; t < volume; ++t) {
-      const int32_t n = map[t * rows + o];
-      if (n < 0) continue;
-      for (int64_t ci = 0; ci < in_channels; ++ci) {
-        const double v = x[size_t(n * in_channels + ci)];
-        const double* wrow = &w[size_t((t * in_channels + ci) * out_channels)];
-        for (int64_t co = 0; co < out_channels; ++co) acc[size_t(co)] += v * wrow[co];
+  constexpr int64_t kBlock = 256;  // output rows a task
+  parallel_for((rows + kBlock - 1) / kBlock, [&](int64_t block) {
+    std::vector<double> acc(static_cast<size_t>(out_channels));
+    for (int64_t o = block * kBlock; o < std::min(rows, (block + 1) * kBlock); ++o) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t t = 0; t < volume; ++t) {
+        const int32_t n = map[t * rows + o];
+        if (n < 0) continue;
+        for (int64_t ci = 0; ci < in_channels; ++ci) {
+          const double v = x[size_t(n * in_channels + ci)];
+          const double* wrow = &w[size_t((t * in_channels + ci) * out_channels)];
+          for (int64_t co = 0; co < out_channels; ++co) acc[size_t(co)] += v * wrow[co];
+        }
       }
+      for (int64_t co = 0; co < out_channels; ++co)
+        store_element(dtype, out, o * out_channels + co, acc[size_t(co)]);
     }
-    for (int64_t co = 0; co < out_channels; ++co)
-      store_element(dtype, out, o * out_channels + co, acc[size_t(co)]);
-  }
+  });
 }
 
 void sparse_conv_backward_weight(const int32_t* map, int64_t volume, int64_t rows,
@@ -98,7 +105,7 @@ void sparse_conv_backward_weight(const int32_t* map, int64_t volume, int64_t row
   const std::vector<double> x = widen(dtype, features, features_rows * in_channels);
   const std::vector<double> g = widen(dtype, grad_out, rows * out_channels);
   std::vector<double> gw(size_t(volume * in_channels * out_channels), 0.0);
-  for (int64_t t = 0; t < volume; ++t)
+  parallel_for(volume, [&](int64_t t) {
     for (int64_t o = 0; o < rows; ++o) {
       const int32_t n = map[t * rows + o];
       if (n < 0) continue;
@@ -109,6 +116,7 @@ void sparse_conv_backward_weight(const int32_t* map, int64_t volume, int64_t row
         for (int64_t co = 0; co < out_channels; ++co) wrow[co] += v * grow[co];
       }
     }
+  });
   for (size_t e = 0; e < gw.size(); ++e) store_element(dtype, grad_weight, int64_t(e), gw[e]);
 }
 
