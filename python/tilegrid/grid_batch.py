@@ -70,8 +70,11 @@ def _same_device(op: str, name: str, t: torch.Tensor, device: torch.device) -> N
 
 
 def _finite_points(op: str, points: JaggedTensor) -> None:
-    """NaN or infinite points are errors (checked on the points' device: one flag read back)."""
+    """NaN or infinite points are errors (checked on the points' device: one flag read back;
+    skipped while a CUDA graph is being captured, where nothing can be read back)."""
     p = points.jdata
+    if p.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
     if p.is_floating_point() and p.numel() and not bool(torch.isfinite(p).all()):
         bad = int((~torch.isfinite(p)).any(1).nonzero()[0, 0])
         raise ValueError(f"{op}: points must be finite, got {p[bad].tolist()} at point {bad}")
