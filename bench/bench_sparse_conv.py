@@ -158,7 +158,7 @@ def main() -> None:
                 tf = r.extra.get("effective_tflops")
                 print(f"{r.op:18} {r.problem:28} {r.system:22} {r.median_ms or float('nan'):9.3f} ms "
                       f"{tf or float('nan'):7.1f} TFLOP/s {r.note}", flush=True)
-            del xs, gs, xg
+            xs = gs = xg = None  # free this configuration's tensors before the next
 
     if args.large and time.time() - start < args.budget_s:
         big = scene(40, 0.025)

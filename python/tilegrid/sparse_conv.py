@@ -18,7 +18,7 @@ them. They run on the CPU (float64 sums) or the GPU, where the grids are.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Union
 
 import torch
 
