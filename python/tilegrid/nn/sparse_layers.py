@@ -10,12 +10,14 @@ from ..jagged_tensor import JaggedTensor
 from ..sparse_conv import vec3
 
 
-def _rows(data) -> torch.Tensor:
-    return data.jdata if isinstance(data, JaggedTensor) else data
+class _OnFeatureRows:
+    """Mixin for a torch.nn module that acts on [N, C] rows: forward(data, grid=None) runs the
+    torch module on data's rows (a JaggedTensor's jdata, or a tensor) and keeps data's layout."""
 
-
-def _like(data, rows: torch.Tensor):
-    return data.jagged_like(rows) if isinstance(data, JaggedTensor) else rows
+    def forward(self, data, grid=None):
+        rows = data.jdata if isinstance(data, JaggedTensor) else data
+        out = super().forward(rows)
+        return data.jagged_like(out) if isinstance(data, JaggedTensor) else out
 
 
 class MaxPool(nn.Module):
@@ -44,11 +46,8 @@ class AvgPool(MaxPool):
 MaxPool3d, AvgPool3d = MaxPool, AvgPool
 
 
-class BatchNorm(nn.BatchNorm1d):
+class BatchNorm(_OnFeatureRows, nn.BatchNorm1d):
     """torch.nn.BatchNorm1d over every voxel of every grid of the batch (features [N, C])."""
-
-    def forward(self, data, grid=None):
-        return _like(data, super().forward(_rows(data)))
 
 
 class GroupNorm(nn.GroupNorm):
@@ -74,23 +73,17 @@ class GroupNorm(nn.GroupNorm):
         return data.jagged_like(y.to(x.dtype))
 
 
-class LayerNorm(nn.LayerNorm):
+class LayerNorm(_OnFeatureRows, nn.LayerNorm):
     """torch.nn.LayerNorm over each voxel's channels."""
 
-    def forward(self, data, grid=None):
-        return _like(data, super().forward(_rows(data)))
+
+class ReLU(_OnFeatureRows, nn.ReLU):
+    pass
 
 
-class ReLU(nn.ReLU):
-    def forward(self, data, grid=None):
-        return _like(data, super().forward(_rows(data)))
+class LeakyReLU(_OnFeatureRows, nn.LeakyReLU):
+    pass
 
 
-class LeakyReLU(nn.LeakyReLU):
-    def forward(self, data, grid=None):
-        return _like(data, super().forward(_rows(data)))
-
-
-class SiLU(nn.SiLU):
-    def forward(self, data, grid=None):
-        return _like(data, super().forward(_rows(data)))
+class SiLU(_OnFeatureRows, nn.SiLU):
+    pass

@@ -313,3 +313,15 @@ def test_torch_compile_traces_a_whole_sparse_unet():
     want.square().sum().backward()
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(grad, x.grad)
+
+
+def test_feature_modules_act_on_rows_and_keep_the_layout():
+    j = tg.JaggedTensor([torch.randn(5, 4), torch.randn(3, 4)])
+    pairs = [(tg.nn.BatchNorm(4), torch.nn.BatchNorm1d(4)), (tg.nn.LayerNorm(4), torch.nn.LayerNorm(4)),
+             (tg.nn.ReLU(), torch.nn.ReLU()), (tg.nn.LeakyReLU(0.1), torch.nn.LeakyReLU(0.1)),
+             (tg.nn.SiLU(), torch.nn.SiLU())]
+    for ours, theirs in pairs:
+        out = ours(j)
+        assert isinstance(out, tg.JaggedTensor) and torch.equal(out.joffsets, j.joffsets)
+        torch.testing.assert_close(out.jdata, theirs(j.jdata))
+        torch.testing.assert_close(ours(j.jdata), theirs(j.jdata))  # a plain tensor stays one
