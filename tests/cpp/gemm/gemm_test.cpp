@@ -74,9 +74,11 @@ Reference reference(const Operands& o, int64_t m, int64_t n, int64_t k) {
   return r;
 }
 
-// |got - want| <= u * |want| + 2^-14 * sum |a||b|: u is the unit roundoff of the output's
+// |got - want| <= u * |want| + 2^-14 * sum |a||b| + s: u is the unit roundoff of the output's
 // storage type (2^-8 for bfloat16's 8-bit significand, 2^-11 for float16, 0 for float32), the
-// second term bounds the float32 accumulation (K <= 1040 here, and K * 2^-24 < 2^-14). NaN (a
+// second term bounds the float32 accumulation (K <= 1040 here, and K * 2^-24 < 2^-14), and s is
+// half the spacing of the storage type's subnormals (float16: 2^-25), where rounding is absolute,
+// not relative (a K = 1 product of about 2e-5 rounds to float16 with an error of 1.4e-8). NaN (a
 // poisoned, unwritten element) fails.
 void expect_matches(const Tensor& out, const Reference& ref, const std::string& what) {
   const std::vector<double> got = to_doubles(out);
@@ -84,8 +86,9 @@ void expect_matches(const Tensor& out, const Reference& ref, const std::string& 
   const double rtol = out.dtype() == DType::BFloat16  ? std::ldexp(1.0, -8)
                       : out.dtype() == DType::Float16 ? std::ldexp(1.0, -11)
                                                       : 0.0;
+  const double subnormal = out.dtype() == DType::Float16 ? std::ldexp(1.0, -25) : 1e-30;
   for (size_t i = 0; i < got.size(); ++i) {
-    const double bound = rtol * std::fabs(ref.out[i]) + std::ldexp(ref.magnitude[i], -14) + 1e-30;
+    const double bound = rtol * std::fabs(ref.out[i]) + std::ldexp(ref.magnitude[i], -14) + subnormal;
     ASSERT_TRUE(std::fabs(got[i] - ref.out[i]) <= bound)
         << what << " [" << i << "]: got " << got[i] << ", want " << ref.out[i];
   }
