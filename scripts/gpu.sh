@@ -77,11 +77,12 @@ if [ "${TILEGRID_SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/nul
     note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
   done
   # The attention backward is reached from Python: memcheck and racecheck over a few of its
-  # GPU tests (every kernel, head dims 64 and 256, varlen with empty sequences).
+  # GPU tests (every kernel, head dims 64, 192 and 256, one tile and several, varlen with
+  # empty sequences).
   for tool in memcheck racecheck; do
     step compute-sanitizer --tool $tool --error-exitcode 9 $PY -m pytest -q -x \
       tests/python/attention/test_flash_attn_backward.py \
-      -k "gpu_autograd_varlen or (gpu_gradients and bfloat16 and (77-30 or 130-200))" \
+      -k "gpu_autograd_varlen or (gpu_gradients and bfloat16 and (77-30 or 130-200 or 300-300 or 200-333))" \
       >>"$OUT/sanitizer.log" 2>&1
     note "compute-sanitizer $tool (attention backward, python): rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)"
   done

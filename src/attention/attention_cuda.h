@@ -14,8 +14,9 @@ namespace tilegrid::attention {
 // Runs a validated problem (float16 or bfloat16) on the current device's `stream`.
 void forward_cuda(const Problem& p, int device, Stream stream);
 
-// The gradients of a validated problem: the portable backward (cuda/flash_bwd_kernel.cuh) on
-// every GPU for now; its row deltas in a scratch buffer from the device's allocator.
+// The gradients of a validated problem: the portable tensor-core backward
+// (cuda/flash_bwd_dkdv_kernel.cuh, cuda/flash_bwd_dq_kernel.cuh) on every GPU for now; its row
+// deltas in a scratch buffer from the device's allocator.
 void backward_cuda(const Problem& p, const Gradients& g, int device, Stream stream);
 
 // Copies int32 offsets from device memory to the host for validation; waits on `stream`.
@@ -29,8 +30,11 @@ void forward_cuda_hdim128(const FlashFwdParams& p, DType dtype, Stream stream);
 void forward_cuda_hdim192(const FlashFwdParams& p, DType dtype, Stream stream);
 void forward_cuda_hdim256(const FlashFwdParams& p, DType dtype, Stream stream);
 
-// One per element type (cuda/flash_bwd_<dtype>.cu), every head dimension.
-void backward_cuda_bf16(const FlashBwdParams& g, int head_dim, int max_seqlen_k, Stream stream);
-void backward_cuda_f16(const FlashBwdParams& g, int head_dim, int max_seqlen_k, Stream stream);
+// One per head dimension, each in its own translation unit (cuda/flash_bwd_hdim<d>.cu).
+void backward_cuda_hdim64(const FlashBwdParams& g, DType dtype, int max_seqlen_k, Stream stream);
+void backward_cuda_hdim96(const FlashBwdParams& g, DType dtype, int max_seqlen_k, Stream stream);
+void backward_cuda_hdim128(const FlashBwdParams& g, DType dtype, int max_seqlen_k, Stream stream);
+void backward_cuda_hdim192(const FlashBwdParams& g, DType dtype, int max_seqlen_k, Stream stream);
+void backward_cuda_hdim256(const FlashBwdParams& g, DType dtype, int max_seqlen_k, Stream stream);
 
 }  // namespace tilegrid::attention

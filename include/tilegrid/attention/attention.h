@@ -76,8 +76,9 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
 // d lse / d s = P, it enters as dS = P * (dP - rowsum(dO * O) + dlse). Queries that see no
 // key, and keys that no query sees, get zero gradients. deterministic: the same bits on every
 // run with the same inputs (both back ends below always give them). CPU tensors run the
-// reference (float64 sums); CUDA tensors a portable kernel on the CUDA cores (no tensor cores
-// yet; see cuda/flash_bwd_kernel.cuh), with a scratch buffer of one float per query row and
+// reference (float64 sums); CUDA tensors a portable tensor-core kernel (mma.sync, sm_80 and
+// newer; the H200 too, as no Hopper backward exists yet; see cuda/flash_bwd_dkdv_kernel.cuh
+// and cuda/flash_bwd_dq_kernel.cuh), with a scratch buffer of one float per query row and
 // head from the device's allocator.
 void backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
               const TensorView& out, const TensorView& lse, const std::optional<TensorView>& dlse,

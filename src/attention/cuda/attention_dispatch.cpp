@@ -155,9 +155,19 @@ void backward_cuda(const Problem& p, const Gradients& g, int device, Stream stre
                                Device::cuda(device), stream);
   b.delta = static_cast<float*>(delta.data());
   set_last_cuda_kernel("portable");
-  if (p.dtype == DType::Float16)
-    return backward_cuda_f16(b, int(p.head_dim), as_int(max_seqlen_k), stream);
-  backward_cuda_bf16(b, int(p.head_dim), as_int(max_seqlen_k), stream);
+  const int keys = as_int(max_seqlen_k);
+  switch (p.head_dim) {
+    case 64:
+      return backward_cuda_hdim64(b, p.dtype, keys, stream);
+    case 96:
+      return backward_cuda_hdim96(b, p.dtype, keys, stream);
+    case 128:
+      return backward_cuda_hdim128(b, p.dtype, keys, stream);
+    case 192:
+      return backward_cuda_hdim192(b, p.dtype, keys, stream);
+    default:
+      return backward_cuda_hdim256(b, p.dtype, keys, stream);
+  }
 }
 
 std::vector<int64_t> offsets_to_host(const int32_t* device_offsets, int64_t count, int device,

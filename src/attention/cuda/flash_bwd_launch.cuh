@@ -1,11 +1,15 @@
 #pragma once
-// Launches the portable backward's three kernels for one element type (internal); included by
-// flash_bwd_bf16.cu and flash_bwd_f16.cu.
+// Launches the portable backward's three kernels for one element type (internal; included by
+// flash_bwd_hdim<d>.cu, one per head dimension): delta, then dK/dV, then dQ, on one stream.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "attention/cuda/flash_bwd_kernel.cuh"
+#include "attention/attention_cuda.h"
+#include "attention/cuda/dynamic_smem.h"
+#include "attention/cuda/flash_bwd_delta.cuh"
+#include "attention/cuda/flash_bwd_dkdv_kernel.cuh"
+#include "attention/cuda/flash_bwd_dq_kernel.cuh"
 #include "core/cuda_check.h"
 
 namespace tilegrid::attention::flash_bwd {
@@ -14,42 +18,42 @@ inline unsigned tiles(int64_t n, int64_t tile) {
   return unsigned((n + tile - 1) / tile);
 }
 
+// Element: cutlass::half_t or cutlass::bfloat16_t.
 template <class Element, int kHeadDim>
 void launch(const FlashBwdParams& g, int max_seqlen_k, cudaStream_t stream) {
+  using DkDv = DkDvTraits<Element, kHeadDim>;
+  using Dq = DqTraits<Element, kHeadDim>;
   const FlashFwdParams& p = g.fwd;
   const unsigned heads_q = unsigned(p.heads_q), heads_kv = unsigned(p.heads_kv);
   const unsigned batch = unsigned(p.batch);
+  if (batch == 0 || heads_q == 0) return;
   if (p.max_seqlen_q > 0) {
     delta_kernel<Element, kHeadDim>
-        <<<dim3(tiles(p.max_seqlen_q, 8), heads_q, batch), 256, 0, stream>>>(g);
+        <<<dim3(tiles(p.max_seqlen_q, kDeltaRowsPerBlock), heads_q, batch),
+           32 * kDeltaRowsPerBlock, 0, stream>>>(g);
     TG_CUDA_CHECK_LAUNCH();
   }
   if (max_seqlen_k > 0) {
-    dkdv_kernel<Element, kHeadDim>
-        <<<dim3(tiles(max_seqlen_k, kTile), heads_kv, batch), kThreads, 0, stream>>>(g);
+    allow_dynamic_smem<dkdv_kernel<DkDv>>(int(DkDv::kSmemBytes), "attention backward (dK, dV)");
+    dkdv_kernel<DkDv><<<dim3(tiles(max_seqlen_k, DkDv::kBlockN), heads_kv, batch), DkDv::kThreads,
+                        DkDv::kSmemBytes, stream>>>(g);
     TG_CUDA_CHECK_LAUNCH();
   }
   if (p.max_seqlen_q > 0) {  // also where there are no keys: dq is written as zeros
-    dq_kernel<Element, kHeadDim>
-        <<<dim3(tiles(p.max_seqlen_q, kTile), heads_q, batch), kThreads, 0, stream>>>(g);
+    allow_dynamic_smem<dq_kernel<Dq>>(int(Dq::kSmemBytes), "attention backward (dQ)");
+    dq_kernel<Dq><<<dim3(tiles(p.max_seqlen_q, Dq::kBlockM), heads_q, batch), Dq::kThreads,
+                    Dq::kSmemBytes, stream>>>(g);
     TG_CUDA_CHECK_LAUNCH();
   }
 }
 
-template <class Element>
-void launch(const FlashBwdParams& g, int head_dim, int max_seqlen_k, cudaStream_t stream) {
-  switch (head_dim) {
-    case 64:
-      return launch<Element, 64>(g, max_seqlen_k, stream);
-    case 96:
-      return launch<Element, 96>(g, max_seqlen_k, stream);
-    case 128:
-      return launch<Element, 128>(g, max_seqlen_k, stream);
-    case 192:
-      return launch<Element, 192>(g, max_seqlen_k, stream);
-    default:
-      return launch<Element, 256>(g, max_seqlen_k, stream);
-  }
+template <int kHeadDim>
+void launch(const FlashBwdParams& g, DType dtype, int max_seqlen_k, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  if (dtype == DType::Float16)
+    launch<cutlass::half_t, kHeadDim>(g, max_seqlen_k, s);
+  else
+    launch<cutlass::bfloat16_t, kHeadDim>(g, max_seqlen_k, s);
 }
 
 }  // namespace tilegrid::attention::flash_bwd

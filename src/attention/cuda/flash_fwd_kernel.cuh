@@ -18,6 +18,7 @@
 
 #include "attention/common/mask.h"
 #include "attention/cuda/flash_fwd_params.h"
+#include "attention/cuda/flash_mma_util.cuh"
 
 namespace tilegrid::attention::flash {
 
@@ -67,72 +68,24 @@ struct FwdTraits {
   static constexpr int kWarps = kBlockM / 16;  // 16 query rows per warp
   static constexpr int kThreads = kWarps * 32;
 
-  using MmaOp = std::conditional_t<std::is_same_v<Element, cutlass::bfloat16_t>,
-                                   SM80_16x8x16_F32BF16BF16F32_TN, SM80_16x8x16_F32F16F16F32_TN>;
+  using MmaOp = Mma16816<Element>;
   // Warps stacked along M; the N and K extents of 16 make one ldmatrix.x4 feed two atoms.
   using TiledMma =
       TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<Int<kWarps>, _1, _1>>, Tile<Int<kBlockM>, _16, _16>>;
 
-  // Shared-memory rows in chunks of 64 elements (128 bytes, 8 16-byte units; XOR swizzle over
-  // 8 rows) or of 32 (d = 96: 64 bytes, 4 units over 4 row pairs), so that the 8 rows one
-  // ldmatrix phase reads fall into distinct banks.
-  static constexpr int kRowChunk = kHeadDim % 64 == 0 ? 64 : 32;
-  static constexpr int kSwizzleBits = kRowChunk == 64 ? 3 : 2;
-  using SmemAtom =
-      decltype(composition(Swizzle<kSwizzleBits, 3, 3>{},
-                           Layout<Shape<_8, Int<kRowChunk>>, Stride<Int<kRowChunk>, _1>>{}));
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-  // V read as the (head_dim x kBlockN) B operand of P V: the same memory, coordinates swapped.
-  using SmemLayoutVt = decltype(composition(
-      SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+  // Swizzled tiles (flash_mma_util.cuh); V read as the (head_dim x kBlockN) B operand of
+  // P V: the same memory, coordinates swapped.
+  using SmemLayoutQ = SmemTile<kBlockM, kHeadDim>;
+  using SmemLayoutKV = SmemTile<kBlockN, kHeadDim>;
+  using SmemLayoutVt = SmemTileTransposed<kBlockN, kHeadDim>;
   static constexpr int kSmemQ = int(cosize(SmemLayoutQ{}));
   static constexpr int kSmemKV = int(cosize(SmemLayoutKV{}));
   static constexpr int kStages = 2;
   static constexpr size_t kSmemBytes = size_t(kSmemQ + 2 * kStages * kSmemKV) * sizeof(Element);
 
-  // Global -> shared: 16-byte cp.async per thread, a row chunk per kRowChunk / 8 threads.
-  static constexpr int kThreadsPerRow = kRowChunk / 8;
-  using GmemCopy =
-      decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
-                               Layout<Shape<Int<kThreads / kThreadsPerRow>, Int<kThreadsPerRow>>,
-                                      Stride<Int<kThreadsPerRow>, _1>>{},
-                               Layout<Shape<_1, _8>>{}));
+  // Global -> shared: 16-byte cp.async per thread, a row chunk per 8 or 4 threads.
+  using GmemCopy = GmemRowCopy<Element, kThreads, kHeadDim>;
 };
-
-// Copies the rows of a (CPY, rows, cols) partition whose tile row is below `valid_rows` and
-// zero-fills the others: a K row past the sequence would only be masked, but a V row past it
-// meets P = 0, and 0 x NaN garbage would poison O.
-template <class TiledCopy, class Src, class Dst, class Coords>
-__device__ __forceinline__ void load_rows(const TiledCopy& tiled_copy, const Src& src, Dst&& dst,
-                                          const Coords& coords, int valid_rows) {
-  CUTE_UNROLL
-  for (int m = 0; m < size<1>(src); ++m) {
-    if (get<0>(coords(0, m, 0)) < valid_rows)
-      copy(tiled_copy, src(_, m, _), dst(_, m, _));
-    else
-      clear(dst(_, m, _));
-  }
-}
-
-// The C fragment of two neighbouring n8 MMAs holds exactly the A fragment of one k16 MMA
-// (rows g and g + 8, columns 2t, 2t + 1 and 2t + 8, 2t + 9): regroup ((2,2), M, N) as
-// (((2,2),2), M, N/2) so that P feeds the second product without leaving registers.
-template <class Layout>
-__device__ __forceinline__ auto c_layout_as_a(Layout c) {
-  auto l = logical_divide(c, Shape<Underscore, Underscore, _2>{});
-  return make_layout(make_layout(get<0>(l), get<2, 0>(l)), get<1>(l), get<2, 1>(l));
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffff, x, 1);
-  return x + __shfl_xor_sync(0xffffffff, x, 2);
-}
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(const FlashFwdParams p) {

@@ -256,6 +256,14 @@ def poisoned_backward(dout, q, k, v, out, lse, causal=False, window=(-1, -1), so
 @pytest.mark.parametrize("sq,sk,hq,hk,d,causal,window,softcap", CASES + [
     (130, 200, 4, 2, 64, False, (33, 5), 0.0),   # tails in every tile, GQA, window
     (77, 30, 2, 2, 256, True, (-1, -1), 0.0),    # head dim 256, rows that see nothing
+    # Several key and query tiles of both kernels (dK/dV: 128 or 64 keys a CTA, 64 or 32
+    # queries a step; dQ: 128 or 64 queries, 64 or 32 keys a tile), whole tiles and edges:
+    (300, 300, 4, 2, 64, True, (-1, -1), 0.0),
+    (257, 390, 2, 1, 96, False, (-1, -1), 0.0),
+    (390, 257, 4, 4, 128, True, (-1, -1), 0.0),
+    (256, 256, 2, 2, 128, False, (100, 20), 0.0),
+    (200, 333, 6, 2, 192, True, (-1, -1), 0.0),
+    (320, 320, 2, 2, 256, False, (-1, -1), 10.0),
 ])
 @gpu_test
 def test_gpu_gradients_meet_flash_attention_criterion(dtype, sq, sk, hq, hk, d, causal, window,

@@ -1,0 +1,56 @@
+#pragma once
+// The portable attention backward's first kernel and what its kernels share (internal):
+// where a sequence of a dense or variable-length batch lies, where its lse rows are, and
+//   delta_kernel: D_i = rowsum(dO_i * O_i) - dlse_i, one warp a query row,
+// which the dK/dV and dQ kernels (flash_bwd_dkdv_kernel.cuh, flash_bwd_dq_kernel.cuh) read
+// as dS = P * (dP - D).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "attention/cuda/flash_bwd_params.h"
+
+namespace tilegrid::attention::flash_bwd {
+
+struct Sequence {
+  int64_t q0, sq, k0, sk;  // first token and length of the queries and of the keys
+};
+
+__device__ __forceinline__ Sequence sequence(const FlashFwdParams& p, int b) {
+  if (p.cu_seqlens_q != nullptr) {
+    const int64_t q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
+    return {q0, p.cu_seqlens_q[b + 1] - q0, k0, p.cu_seqlens_k[b + 1] - k0};
+  }
+  return {0, p.seqlen_q, 0, p.seqlen_k};
+}
+
+// Index of (batch b, head h, token) in lse's layout (and in delta's, which is the same).
+__device__ __forceinline__ int64_t lse_index(const FlashFwdParams& p, int b, int h, int64_t token) {
+  return b * p.lse_batch_stride + h * p.lse_head_stride + token;
+}
+
+constexpr int kDeltaRowsPerBlock = 8;  // one warp a row, 256 threads
+
+// Grid (ceil(max_seqlen_q / 8), heads_q, batch). Element: cutlass::half_t or bfloat16_t.
+template <class Element, int kHeadDim>
+__global__ void __launch_bounds__(32 * kDeltaRowsPerBlock) delta_kernel(const FlashBwdParams g) {
+  const FlashFwdParams& p = g.fwd;
+  const int b = blockIdx.z, h = blockIdx.y, lane = threadIdx.x % 32;
+  const Sequence seq = sequence(p, b);
+  const int64_t i = int64_t(blockIdx.x) * kDeltaRowsPerBlock + threadIdx.x / 32;
+  if (i >= seq.sq) return;
+  const int64_t token = seq.q0 + i;
+  const auto* out = static_cast<const Element*>(p.out) + b * p.out_batch_stride +
+                    token * p.out_row_stride + h * p.out_head_stride;
+  const auto* dout = static_cast<const Element*>(g.dout) + b * g.dout_batch_stride +
+                     token * g.dout_row_stride + h * g.dout_head_stride;
+  float sum = 0.f;
+  for (int c = lane; c < kHeadDim; c += 32) sum += float(out[c]) * float(dout[c]);
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0) {
+    const int64_t at = lse_index(p, b, h, token);
+    g.delta[at] = sum - (g.dlse != nullptr ? g.dlse[at] : 0.f);
+  }
+}
+
+}  // namespace tilegrid::attention::flash_bwd

@@ -1,0 +1,43 @@
+#pragma once
+// One score's part of the attention backward (internal; both tensor-core backward kernels):
+// from the raw products s = q.k and dp = dO.v of a visible (query, key) pair, the recomputed
+// probability P = exp(x - lse) and dX = P * (dP - D) * dx/dy, the gradient of the capped score
+// x = softcap * tanh(y / softcap) (x = y without softcap) with respect to the scaled one
+// y = scale * s; dQ and dK are then scale * dX K and scale * dX^T Q. lse arrives in log2 units
+// (lse * log2 e), so that the exponent is one FFMA without softcap; a row past the sequence
+// carries lse = +inf and gets P = 0.
+#include <cmath>
+
+#include "attention/cuda/flash_bwd_params.h"
+
+namespace tilegrid::attention::flash_bwd {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct ScoreGrad {
+  float p, dx;
+};
+
+struct ScoreGradFn {
+  float scale_log2;  // scale * log2 e (no softcap)
+  float cap_scale;   // scale / softcap; 0 without softcap
+  float softcap;
+
+  explicit __device__ __forceinline__ ScoreGradFn(const FlashBwdParams& g)
+      : scale_log2(g.scale * kLog2e),
+        cap_scale(g.softcap > 0 ? g.scale / g.softcap : 0.f),
+        softcap(g.softcap) {}
+
+  __device__ __forceinline__ ScoreGrad operator()(float s, float dp, float lse_log2,
+                                                  float delta) const {
+    if (cap_scale > 0.f) {
+      const float t = tanhf(s * cap_scale);
+      const float p = exp2f(fmaf(softcap * t, kLog2e, -lse_log2));
+      return {p, p * (dp - delta) * (1.f - t * t)};
+    }
+    const float p = exp2f(fmaf(s, scale_log2, -lse_log2));
+    return {p, p * (dp - delta)};
+  }
+};
+
+}  // namespace tilegrid::attention::flash_bwd
