@@ -9,6 +9,7 @@
 #include "tilegrid/grid/convolution.h"
 #include "tilegrid/grid/grid_batch.h"
 #include "tilegrid/grid/nvdb_io.h"
+#include "tilegrid/grid/rays.h"
 #include "tilegrid/grid/sampling.h"
 
 namespace tilegrid::python {
@@ -101,6 +102,34 @@ void bind_grid(nb::module_& m) {
           },
           nb::arg("jdata"), nb::arg("joffsets"), nb::arg("stream") = 0);
 
+  m.def(
+      "grid_voxels_along_rays",
+      [](const GridBatch& g, nb::capsule origins, nb::capsule origin_offsets,
+         nb::capsule directions, nb::capsule direction_offsets, int64_t max_voxels, double eps,
+         uintptr_t stream) {
+        const grid::RayVoxels r = grid::voxels_along_rays(
+            g, jagged_from_capsules(origins, origin_offsets),
+            jagged_from_capsules(directions, direction_offsets), max_voxels, eps,
+            as_stream(stream));
+        return nb::make_tuple(to_capsule(r.offsets), to_capsule(r.rows), to_capsule(r.ijk),
+                              to_capsule(r.times));
+      },
+      nb::arg("grid"), nb::arg("origins"), nb::arg("origin_offsets"), nb::arg("directions"),
+      nb::arg("direction_offsets"), nb::arg("max_voxels"), nb::arg("eps"), nb::arg("stream") = 0);
+  m.def(
+      "grid_segments_along_rays",
+      [](const GridBatch& g, nb::capsule origins, nb::capsule origin_offsets,
+         nb::capsule directions, nb::capsule direction_offsets, int64_t max_segments, double eps,
+         uintptr_t stream) {
+        const grid::RaySegments r = grid::segments_along_rays(
+            g, jagged_from_capsules(origins, origin_offsets),
+            jagged_from_capsules(directions, direction_offsets), max_segments, eps,
+            as_stream(stream));
+        return nb::make_tuple(to_capsule(r.offsets), to_capsule(r.times));
+      },
+      nb::arg("grid"), nb::arg("origins"), nb::arg("origin_offsets"), nb::arg("directions"),
+      nb::arg("direction_offsets"), nb::arg("max_segments"), nb::arg("eps"),
+      nb::arg("stream") = 0);
   m.def(
       "grid_sample_trilinear",
       [](const GridBatch& g, nb::capsule jdata, nb::capsule joffsets, nb::ndarray<> features,

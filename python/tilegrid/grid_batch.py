@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import torch
 
 from . import _C
-from . import grid_derived, grid_pooling
+from . import grid_derived, grid_pooling, grid_rays
 from ._torch import current_stream, dlpack_pair
 from .grid_sampling import SampleTrilinear, SplatTrilinear
 from .jagged_tensor import JaggedTensor
@@ -335,6 +335,18 @@ class GridBatch:
     def avg_pool(self, kernel_size, data, stride=None, coarse_grid=None):
         """(features, coarse grid): the mean of each window over its active voxels."""
         return grid_pooling.avg_pool(self, kernel_size, data, stride, coarse_grid)
+
+    def voxels_along_rays(self, ray_origins, ray_directions, max_voxels: int, eps: float = 0.0,
+                          return_ijk: bool = False, cumulative: bool = False):
+        """(voxels, times) of the active voxels each ray crosses, in order (grid_rays.py):
+        rows of their grid (or ijk), and [n, 2] entry/exit t, one JaggedTensor entry a ray."""
+        return grid_rays.voxels_along_rays(self, ray_origins, ray_directions, max_voxels, eps,
+                                           return_ijk, cumulative)
+
+    def segments_along_rays(self, ray_origins, ray_directions, max_segments: int,
+                            eps: float = 0.0) -> JaggedTensor:
+        """[n, 2] start/end t of the runs of consecutive active voxels along each ray."""
+        return grid_rays.segments_along_rays(self, ray_origins, ray_directions, max_segments, eps)
 
     def coarsened_grid(self, factor) -> "GridBatch":
         """Voxels of factor^3 blocks merged (voxel size x factor, centred on the block)."""

@@ -1,0 +1,42 @@
+#pragma once
+// Rays through a GridBatch (fVDB's voxels_along_rays / segments_along_rays): for each ray, the
+// active voxels it crosses, in order, with the ray parameters where it enters and leaves each
+// one; or the segments of consecutive active voxels. Ray n of tensor b of the JaggedTensors
+// runs through grid b; origin + t * direction in world space, t >= 0 (t in multiples of the
+// direction's length, which need not be 1). A voxel is the box of one voxel size around its
+// centre; a crossing shorter than eps (in t) is left out. NaN or infinite rays cross nothing.
+//
+// Origins and directions: [N, 3] float32 or float64 (one dtype), jagged over the batch's
+// grids, on the grid's device. On CUDA the call waits for `stream` once, to size the outputs.
+// Sums and steps in float64 on both back ends (the same arithmetic: src/grid/ray_march.h).
+#include <cstdint>
+
+#include "tilegrid/core/jagged_tensor.h"
+#include "tilegrid/core/tensor.h"
+#include "tilegrid/grid/grid_batch.h"
+
+namespace tilegrid::grid {
+
+struct RayVoxels {
+  Tensor offsets;  // int64 [N + 1]: ray n's voxels are rows offsets[n] .. offsets[n+1]
+  Tensor rows;     // int64 [H]: each voxel's row in the batch's features
+  Tensor ijk;      // int32 [H, 3]
+  Tensor times;    // [H, 2] (the rays' dtype): t where the ray enters and leaves the voxel
+};
+
+// At most max_voxels (>= 1) voxels a ray: the first ones along it.
+RayVoxels voxels_along_rays(const GridBatch& grid, const JaggedTensor& origins,
+                            const JaggedTensor& directions, int64_t max_voxels, double eps = 0.0,
+                            Stream stream = {});
+
+struct RaySegments {
+  Tensor offsets;  // int64 [N + 1]
+  Tensor times;    // [S, 2]: t where each run of consecutive active voxels starts and ends
+};
+
+// At most max_segments (>= 1) segments a ray.
+RaySegments segments_along_rays(const GridBatch& grid, const JaggedTensor& origins,
+                                const JaggedTensor& directions, int64_t max_segments,
+                                double eps = 0.0, Stream stream = {});
+
+}  // namespace tilegrid::grid

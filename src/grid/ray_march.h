@@ -1,0 +1,144 @@
+#pragma once
+// Marching one ray through one grid's index tree (internal; host and device code, so the CPU
+// reference and the CUDA kernels run the same arithmetic and give the same voxels and times).
+//
+// Space: w = (world - origin) / voxel_size + 0.5, in which voxel (i, j, k) is the unit cube
+// [i, i+1) x [j, j+1) x [k, k+1) and a leaf of origin o the cube [o, o+8)^3. A ray is
+// w(t) = w0 + t d with d = direction / voxel_size, so t is the world parameter of
+// origin + t * direction (a multiple of the direction's length, as fVDB reports it).
+//
+// The march is hierarchical in two levels: a DDA over 8^3 leaf cells between the ray's entry
+// into and exit from the grid's bounding box (of its leaves), and inside each leaf that exists
+// a DDA over its voxels. Empty leaf cells cost one step each; the lower (128^3) and upper
+// (4096^3) levels are not skipped yet. Arithmetic in double.
+#include <cmath>
+#include <cstdint>
+
+#include "tilegrid/core/host_device.h"
+#include "tilegrid/grid/index_tree.h"
+
+namespace tilegrid::grid {
+
+struct Box3 {
+  double lo[3], hi[3];  // in w space; empty when lo > hi on an axis
+};
+
+// Where the leaf that would hold voxel c sits, or null.
+TG_HOST_DEVICE const LeafNode* find_leaf(const TreeView& tree, int64_t b, Coord c) {
+  int64_t lo = tree.upper_offsets[b], hi = tree.upper_offsets[b + 1];
+  const Coord key = root_origin(c);
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (root_less(tree.uppers[mid].origin, key))
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo == tree.upper_offsets[b + 1]) return nullptr;
+  const UpperNode& upper = tree.uppers[lo];
+  if (upper.origin.i != key.i || upper.origin.j != key.j || upper.origin.k != key.k)
+    return nullptr;
+  const uint32_t un = child_position(c, kUpperShift, kUpperLog2);
+  if (!upper.lowers.test(un)) return nullptr;
+  const LowerNode& lower = tree.lowers[upper.first_lower + upper.lowers.rank(un)];
+  const uint32_t ln = child_position(c, kLowerShift, kLowerLog2);
+  if (!lower.leaves.test(ln)) return nullptr;
+  return &tree.leaves[lower.first_leaf + lower.leaves.rank(ln)];
+}
+
+// [t_enter, t_exit] of the ray inside box, clipped to t >= 0; false when it misses.
+TG_HOST_DEVICE bool clip_to_box(const double w0[3], const double d[3], const Box3& box,
+                                double& t_enter, double& t_exit) {
+  t_enter = 0.0;
+  t_exit = INFINITY;
+  for (int a = 0; a < 3; ++a) {
+    if (box.lo[a] > box.hi[a]) return false;
+    if (d[a] == 0.0) {
+      if (w0[a] < box.lo[a] || w0[a] >= box.hi[a]) return false;
+      continue;
+    }
+    double t0 = (box.lo[a] - w0[a]) / d[a], t1 = (box.hi[a] - w0[a]) / d[a];
+    if (t0 > t1) {
+      const double s = t0;
+      t0 = t1;
+      t1 = s;
+    }
+    t_enter = t0 > t_enter ? t0 : t_enter;
+    t_exit = t1 < t_exit ? t1 : t_exit;
+  }
+  return t_enter < t_exit;
+}
+
+// Calls visit(cell, t0, t1) for the cells of size 2^shift (in w space) that the ray crosses
+// between t_begin and t_end, in order, until visit returns false. A cell is named by its
+// integer coordinates (w / 2^shift, floored); at a boundary the cell the ray moves into is
+// taken. Returns false if visit stopped it.
+template <class Visit>
+TG_HOST_DEVICE bool dda(const double w0[3], const double d[3], double t_begin, double t_end,
+                        int shift, Visit&& visit) {
+  const double size = double(int64_t(1) << shift);
+  int64_t cell[3];
+  double t_next[3], t_step[3];
+  int step[3];
+  const double tm = t_begin;
+  for (int a = 0; a < 3; ++a) {
+    const double x = (w0[a] + tm * d[a]) / size;
+    if (d[a] > 0) {
+      cell[a] = int64_t(std::floor(x));
+      step[a] = 1;
+      t_next[a] = ((double(cell[a]) + 1.0) * size - w0[a]) / d[a];
+      t_step[a] = size / d[a];
+    } else if (d[a] < 0) {
+      cell[a] = int64_t(std::ceil(x)) - 1;
+      step[a] = -1;
+      t_next[a] = (double(cell[a]) * size - w0[a]) / d[a];
+      t_step[a] = -size / d[a];
+    } else {
+      cell[a] = int64_t(std::floor(x));
+      step[a] = 0;
+      t_next[a] = INFINITY;
+      t_step[a] = INFINITY;
+    }
+  }
+  double t = t_begin;
+  while (t < t_end) {
+    int axis = t_next[0] < t_next[1] ? 0 : 1;
+    axis = t_next[2] < t_next[axis] ? 2 : axis;
+    const double t_exit = t_next[axis] < t_end ? t_next[axis] : t_end;
+    if (!visit(cell, t, t_exit)) return false;
+    t = t_exit;
+    cell[axis] += step[axis];
+    t_next[axis] += t_step[axis];
+  }
+  return true;
+}
+
+// Calls hit(row, ijk, t0, t1) for every active voxel of grid b the ray crosses, in order,
+// with t1 - t0 > eps, until hit returns false. box: the grid's leaves' bounding box in w.
+template <class Hit>
+TG_HOST_DEVICE void march_voxels(const TreeView& tree, int64_t b, const Box3& box,
+                                 const double w0[3], const double d[3], double eps, Hit&& hit) {
+  for (int a = 0; a < 3; ++a)
+    if (!std::isfinite(w0[a]) || !std::isfinite(d[a])) return;  // NaN/inf rays cross nothing
+  double t_enter, t_exit;
+  if (!clip_to_box(w0, d, box, t_enter, t_exit)) return;
+  dda(w0, d, t_enter, t_exit, kLeafLog2, [&](const int64_t* leaf_cell, double t0, double t1) {
+    const Coord leaf_origin{int32_t(leaf_cell[0] * 8), int32_t(leaf_cell[1] * 8),
+                            int32_t(leaf_cell[2] * 8)};
+    const LeafNode* leaf = find_leaf(tree, b, leaf_origin);
+    if (leaf == nullptr) return true;
+    return dda(w0, d, t0, t1, 0, [&](const int64_t* v, double s0, double s1) {
+      if (!(s1 - s0 > eps)) return true;
+      // A start rounded onto the neighbouring leaf's side of the boundary names a voxel
+      // outside this leaf for a sliver of ~1e-12; the next step is inside.
+      for (int a = 0; a < 3; ++a)
+        if (v[a] < leaf_cell[a] * 8 || v[a] >= leaf_cell[a] * 8 + 8) return true;
+      const Coord c{int32_t(v[0]), int32_t(v[1]), int32_t(v[2])};
+      const uint32_t n = child_position(c, 0, kLeafLog2);
+      if (!leaf->voxels.test(n)) return true;
+      return hit(leaf->first_voxel + leaf->voxels.rank(n), c, s0, s1);
+    });
+  });
+}
+
+}  // namespace tilegrid::grid

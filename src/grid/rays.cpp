@@ -1,0 +1,159 @@
+// voxels_along_rays / segments_along_rays: argument checks, the CPU loops (two passes over the
+// rays, count then write, on every core), and dispatch to the CUDA kernels (rays_cuda.cu),
+// which run the same trace_ray.
+#include "tilegrid/grid/rays.h"
+
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/parallel_for.h"
+#include "grid/ray_trace.h"
+#include "tilegrid/core/checks.h"
+#ifdef TILEGRID_WITH_CUDA
+#include "grid/rays_cuda.h"
+#endif
+
+namespace tilegrid::grid {
+namespace {
+
+struct Checked {
+  RayInputs in;
+  DType dtype;
+};
+
+Checked check_rays(const char* op, const GridBatch& grid, const JaggedTensor& origins,
+                   const JaggedTensor& directions, const char* max_name, int64_t max_out,
+                   double eps) {
+  const TensorView& o = origins.jdata();
+  const TensorView& d = directions.jdata();
+  check_dtype(op, "ray_origins", o, {DType::Float32, DType::Float64});
+  check_dtype(op, "ray_directions", d, {o.dtype});
+  check_ndim(op, "ray_origins", o, 2);
+  check_shape(op, "ray_origins", o, {o.size(0), 3});
+  check_shape(op, "ray_directions", d, {o.size(0), 3});
+  check_contiguous(op, "ray_origins", o);
+  check_contiguous(op, "ray_directions", d);
+  TG_CHECK_VALUE(o.device == grid.device() && d.device == grid.device(), op,
+                 ": rays must be on the grid's device (", grid.device(), "), got ", o.device,
+                 " and ", d.device);
+  TG_CHECK_VALUE(origins.num_tensors() == grid.num_grids(), op, ": ray_origins hold ",
+                 origins.num_tensors(), " tensors but the batch has ", grid.num_grids(), " grids");
+  TG_CHECK_VALUE(directions.num_tensors() == grid.num_grids(), op, ": ray_directions hold ",
+                 directions.num_tensors(), " tensors but the batch has ", grid.num_grids(),
+                 " grids");
+  TG_CHECK_VALUE(max_out >= 1, op, ": ", max_name, " must be at least 1, got ", max_out);
+  TG_CHECK_VALUE(std::isfinite(eps) && eps >= 0, op, ": eps must be finite and >= 0, got ", eps);
+  // Both jagged the same way: compared on the host (a copy for GPU offsets).
+  const Tensor oo = origins.joffsets().to(Device::cpu());
+  const Tensor od = directions.joffsets().to(Device::cpu());
+  TG_CHECK_VALUE(std::memcmp(oo.data(), od.data(), sizeof(int64_t) * size_t(oo.numel())) == 0,
+                 op, ": ray_origins and ray_directions must be jagged alike (same offsets)");
+  return {{o.data, d.data, o.dtype == DType::Float64,
+           origins.joffsets().view().data_ptr<const int64_t>(), grid.num_grids(), o.size(0)},
+          o.dtype};
+}
+
+// Leaf bounding boxes per grid, on the CPU.
+std::vector<int32_t> leaf_boxes_cpu(const GridBatch& grid) {
+  std::vector<int32_t> boxes(size_t(6 * grid.num_grids()));
+  for (int64_t b = 0; b < grid.num_grids(); ++b)
+    for (int a = 0; a < 3; ++a) {
+      boxes[size_t(6 * b + a)] = INT32_MAX;
+      boxes[size_t(6 * b + 3 + a)] = INT32_MIN;
+    }
+  const TreeView tree = grid.view();
+  const auto* voxel_offsets = grid.voxel_offsets().view().data_ptr<const int64_t>();
+  for (int64_t l = 0; l < grid.num_leaves(); ++l) {
+    const LeafNode& leaf = tree.leaves[l];
+    const int64_t b = grid_of_row(voxel_offsets, grid.num_grids(), leaf.first_voxel);
+    const int32_t o[3] = {leaf.origin.i, leaf.origin.j, leaf.origin.k};
+    for (int a = 0; a < 3; ++a) {
+      int32_t& lo = boxes[size_t(6 * b + a)];
+      int32_t& hi = boxes[size_t(6 * b + 3 + a)];
+      lo = o[a] < lo ? o[a] : lo;
+      hi = o[a] + 8 > hi ? o[a] + 8 : hi;
+    }
+  }
+  return boxes;
+}
+
+// Both passes on the CPU; returns the offsets and fills outputs allocated by `allocate`.
+template <class Allocate>
+Tensor trace_cpu(const GridBatch& grid, const RayInputs& in, int64_t max_out, double eps,
+                 bool segments, Allocate allocate) {
+  const std::vector<int32_t> box_data = leaf_boxes_cpu(grid);
+  const GridBoxes boxes{box_data.data()};
+  const TreeView tree = grid.view();
+  const VoxelTransform* transforms = grid.transforms();
+  Tensor offsets = Tensor::empty({in.num_rays + 1}, DType::Int64, Device::cpu());
+  auto* off = static_cast<int64_t*>(offsets.data());
+  off[0] = 0;
+  parallel_for(in.num_rays, [&](int64_t n) {
+    off[n + 1] = trace_ray(tree, transforms, boxes, in, n, max_out, eps, segments, 0, {});
+  });
+  for (int64_t n = 0; n < in.num_rays; ++n) off[n + 1] += off[n];
+  const RayOutputs out = allocate(off[in.num_rays]);
+  parallel_for(in.num_rays, [&](int64_t n) {
+    trace_ray(tree, transforms, boxes, in, n, max_out, eps, segments, off[n], out);
+  });
+  return offsets;
+}
+
+void require_cuda_build(const char* op) {
+#ifndef TILEGRID_WITH_CUDA
+  throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
+#endif
+}
+
+}  // namespace
+
+RayVoxels voxels_along_rays(const GridBatch& grid, const JaggedTensor& origins,
+                            const JaggedTensor& directions, int64_t max_voxels, double eps,
+                            Stream stream) {
+  constexpr const char* kOp = "voxels_along_rays";
+  const Checked c = check_rays(kOp, grid, origins, directions, "max_voxels", max_voxels, eps);
+  RayVoxels r;
+  const Device device = grid.device();
+  auto allocate = [&](int64_t hits) {
+    r.rows = Tensor::empty({hits}, DType::Int64, device, stream);
+    r.ijk = Tensor::empty({hits, 3}, DType::Int32, device, stream);
+    r.times = Tensor::empty({hits, 2}, c.dtype, device, stream);
+    return RayOutputs{static_cast<int64_t*>(r.rows.data()), static_cast<int32_t*>(r.ijk.data()),
+                      r.times.data()};
+  };
+  if (device.is_cuda()) {
+    require_cuda_build(kOp);
+#ifdef TILEGRID_WITH_CUDA
+    r.offsets = cuda::trace_rays(grid, c.in, max_voxels, eps, false, allocate, stream);
+#endif
+    return r;
+  }
+  r.offsets = trace_cpu(grid, c.in, max_voxels, eps, false, allocate);
+  return r;
+}
+
+RaySegments segments_along_rays(const GridBatch& grid, const JaggedTensor& origins,
+                                const JaggedTensor& directions, int64_t max_segments, double eps,
+                                Stream stream) {
+  constexpr const char* kOp = "segments_along_rays";
+  const Checked c = check_rays(kOp, grid, origins, directions, "max_segments", max_segments, eps);
+  RaySegments r;
+  const Device device = grid.device();
+  auto allocate = [&](int64_t segments) {
+    r.times = Tensor::empty({segments, 2}, c.dtype, device, stream);
+    return RayOutputs{nullptr, nullptr, r.times.data()};
+  };
+  if (device.is_cuda()) {
+    require_cuda_build(kOp);
+#ifdef TILEGRID_WITH_CUDA
+    r.offsets = cuda::trace_rays(grid, c.in, max_segments, eps, true, allocate, stream);
+#endif
+    return r;
+  }
+  r.offsets = trace_cpu(grid, c.in, max_segments, eps, true, allocate);
+  return r;
+}
+
+}  // namespace tilegrid::grid

@@ -1,0 +1,208 @@
+"""Rays through grids (voxels_along_rays, segments_along_rays) against brute force: every
+active voxel's box intersected with the ray in float64 (a slab test written here, independent
+of the march), sorted by entry; and dense stepping along the ray at a fine step. On the CPU
+and, where there is one, the GPU (whose answers must be the CPU's bit for bit)."""
+
+import pytest
+import torch
+
+import tilegrid as tg
+from conftest import DEVICES, requires_cuda
+
+
+def random_grids(num_grids=2, voxels=1500, extent=16):
+    ijk = [torch.unique(torch.randint(-extent // 2, extent // 2, (voxels, 3), dtype=torch.int32), dim=0)
+           for _ in range(num_grids)]
+    sizes = (0.5 + torch.rand(num_grids, 3)).double().tolist()
+    origins = (torch.randn(num_grids, 3)).double().tolist()
+    return tg.GridBatch.from_ijk(tg.JaggedTensor(ijk), voxel_sizes=sizes, origins=origins), ijk
+
+
+def random_rays(grid, counts, dtype=torch.float64):
+    """Rays from outside and inside the grids' boxes towards random points in them; directions
+    not normalised."""
+    origins, directions = [], []
+    for b, n in enumerate(counts):
+        size = grid.voxel_sizes[b].double()
+        centre = grid.origins[b].double()
+        start = centre + size * torch.randn(n, 3, dtype=torch.float64) * 20
+        target = centre + size * (torch.rand(n, 3, dtype=torch.float64) - 0.5) * 24
+        origins.append(start.to(dtype))
+        directions.append(((target - start) * (0.2 + torch.rand(n, 1, dtype=torch.float64))).to(dtype))
+    return tg.JaggedTensor(origins), tg.JaggedTensor(directions)
+
+
+def slab(o, d, lo, hi):
+    """[t0, t1] of the ray o + t d (t >= 0) in each box [lo[n], hi[n]], float64 (written here
+    from the slab definition); t1 <= t0 where it misses."""
+    t0 = torch.zeros(lo.shape[0], dtype=torch.float64)
+    t1 = torch.full((lo.shape[0],), float("inf"), dtype=torch.float64)
+    for a in range(3):
+        if d[a] == 0:
+            inside = (lo[:, a] <= o[a]) & (o[a] < hi[:, a])
+            t1 = torch.where(inside, t1, torch.full_like(t1, -1.0))
+            continue
+        u, v = (lo[:, a] - o[a]) / d[a], (hi[:, a] - o[a]) / d[a]
+        t0, t1 = torch.maximum(t0, torch.minimum(u, v)), torch.minimum(t1, torch.maximum(u, v))
+    return t0, t1
+
+
+def brute_force(grid, ijk, origins, directions, eps=0.0):
+    """Per ray: [(batch row, ijk, t0, t1)] of every active voxel it crosses longer than eps,
+    in order of entry."""
+    expected = []
+    for b, (os, ds) in enumerate(zip(origins.unbind(), directions.unbind())):
+        size, origin = grid.voxel_sizes[b].double(), grid.origins[b].double()
+        base = int(grid.voxel_offsets[b])
+        coords = grid.ijk().unbind()[b].cpu()
+        lo_all = origin + size * (coords.double() - 0.5)
+        hi_all = origin + size * (coords.double() + 0.5)
+        for o, d in zip(os.double().cpu(), ds.double().cpu()):
+            t0, t1 = slab(o, d, lo_all, hi_all)
+            keep = (t1 - t0 > eps).nonzero()[:, 0]
+            keep = keep[torch.argsort(t0[keep])]
+            expected.append([(base + int(n), coords[n].tolist(), float(t0[n]), float(t1[n]))
+                             for n in keep])
+    return expected
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_voxels_along_rays_match_brute_force(device):
+    grid, ijk = random_grids()
+    origins, directions = random_rays(grid, [40, 25])
+    expected = brute_force(grid, ijk, origins, directions)
+    g = grid.to(device)
+    o, d = (j.to(device) for j in (origins, directions))
+    rows, times = g.voxels_along_rays(o, d, max_voxels=10_000, cumulative=True)
+    ijk_out, _ = g.voxels_along_rays(o, d, max_voxels=10_000, return_ijk=True)
+    assert sum(len(e) for e in expected) > 100  # the rays do cross voxels
+    for r, exp in enumerate(expected):
+        got_rows = rows[r].cpu().tolist()
+        assert got_rows == [h[0] for h in exp], f"ray {r}"
+        assert ijk_out[r].cpu().tolist() == [h[1] for h in exp]
+        want = torch.tensor([[h[2], h[3]] for h in exp], dtype=torch.float64).reshape(-1, 2)
+        torch.testing.assert_close(times[r].cpu(), want, rtol=1e-9, atol=1e-9)
+
+
+def test_dense_stepping_meets_only_listed_voxels_in_their_intervals():
+    """Every point of a fine walk along the ray that lies in an active voxel lies in one the
+    march listed, inside that voxel's [t0, t1]."""
+    grid, _ = random_grids(num_grids=1, voxels=400, extent=16)
+    origins, directions = random_rays(grid, [30])
+    rows, times = grid.voxels_along_rays(origins, directions, max_voxels=10_000, cumulative=True)
+    size, origin = grid.voxel_sizes[0].double(), grid.origins[0].double()
+    for r, (o, d) in enumerate(zip(origins.jdata, directions.jdata)):
+        listed = dict(zip(rows[r].tolist(), times[r].tolist()))
+        t = torch.linspace(0, 3, 20_000, dtype=torch.float64)
+        ijk = torch.round((o + t[:, None] * d - origin) / size).to(torch.int32)
+        found = grid.ijk_to_index(tg.JaggedTensor([ijk]), cumulative=True).jdata
+        for row, tt in zip(found[found >= 0].tolist(), t[found >= 0].tolist()):
+            assert row in listed, f"ray {r}: voxel row {row} met at t={tt} but not listed"
+            t0, t1 = listed[row]
+            assert t0 - 1e-9 <= tt <= t1 + 1e-9
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_max_voxels_eps_and_segments(device):
+    grid, ijk = random_grids(num_grids=2, voxels=500, extent=12)
+    origins, directions = random_rays(grid, [20, 20])
+    g = grid.to(device)
+    o, d = (j.to(device) for j in (origins, directions))
+    full = brute_force(grid, ijk, origins, directions)
+    rows, _ = g.voxels_along_rays(o, d, max_voxels=3, cumulative=True)
+    for r, exp in enumerate(full):
+        assert rows[r].cpu().tolist() == [h[0] for h in exp[:3]]
+    eps = 0.05
+    rows_eps, _ = g.voxels_along_rays(o, d, max_voxels=10_000, eps=eps, cumulative=True)
+    for r, exp in enumerate(brute_force(grid, ijk, origins, directions, eps=eps)):
+        assert rows_eps[r].cpu().tolist() == [h[0] for h in exp]
+    # Segments: the voxel crossings merged where one ends exactly where the next begins.
+    _, times = g.voxels_along_rays(o, d, max_voxels=10_000)
+    segments = g.segments_along_rays(o, d, max_segments=10_000)
+    two = g.segments_along_rays(o, d, max_segments=2)
+    for r in range(len(full)):
+        merged = []
+        for t0, t1 in times[r].cpu().tolist():
+            if merged and merged[-1][1] == t0:
+                merged[-1][1] = t1
+            else:
+                merged.append([t0, t1])
+        assert segments[r].cpu().tolist() == merged
+        assert two[r].cpu().tolist() == merged[:2]
+    assert sum(len(s) for s in segments.unbind()) < times.jdata.shape[0]  # some runs merged
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_per_grid_rows_float32_rays_and_rays_that_cross_nothing(device):
+    grid, ijk = random_grids(num_grids=2)
+    origins, directions = random_rays(grid, [15, 15])
+    g = grid.to(device)
+    o, d = (j.to(device) for j in (origins, directions))
+    local, t64 = g.voxels_along_rays(o, d, max_voxels=100)
+    batch, _ = g.voxels_along_rays(o, d, max_voxels=100, cumulative=True)
+    first = int(grid.voxel_offsets[1])
+    assert torch.equal(local[20], batch[20] - first)  # a ray of grid 1
+    o32, d32 = (j.jagged_like(j.jdata.float()) for j in (o, d))
+    rows32, t32 = g.voxels_along_rays(o32, d32, max_voxels=100)
+    assert t32.jdata.dtype == torch.float32
+    # float32 rays are other rays (rounded inputs): compare where both list the same voxels.
+    for r in range(30):
+        if torch.equal(rows32[r], local[r]):
+            torch.testing.assert_close(t32[r].double(), t64[r], rtol=1e-4, atol=1e-4)
+    # Away from the grid, pointing away, NaN, a zero direction inside an active voxel.
+    centre = grid.voxel_to_world(tg.JaggedTensor([ijk[0][:1].double()])).jdata[0]
+    special_o = torch.stack([torch.full((3,), 1e4), torch.full((3,), 1e4),
+                             torch.full((3,), float("nan")), centre]).double()
+    special_d = torch.tensor([[1.0, 0, 0], [-1.0, -1.0, -1.0], [1.0, 0, 0], [0, 0, 0]]).double()
+    special_d[1] = -special_d[1]  # from (1e4, ...) further out
+    one = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk[0]]), voxel_sizes=[grid.voxel_sizes[0].tolist()],
+                                origins=[grid.origins[0].tolist()]).to(device)
+    rows, times = one.voxels_along_rays(special_o.to(device), special_d.to(device), max_voxels=10)
+    assert rows.joffsets.cpu().tolist() == [0, 0, 0, 0, 1]
+    assert rows[3].cpu().tolist() == [0]
+    assert times[3].cpu().tolist() == [[0.0, float("inf")]]
+
+
+def test_an_empty_grid_and_no_rays():
+    ijk = [torch.zeros(0, 3, dtype=torch.int32), torch.tensor([[0, 0, 0]], dtype=torch.int32)]
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor(ijk), voxel_sizes=[[1.0] * 3] * 2, origins=[[0.0] * 3] * 2)
+    o = tg.JaggedTensor([torch.tensor([[-5.0, 0, 0]]).double(), torch.zeros(0, 3).double()])
+    d = o.jagged_like(torch.tensor([[1.0, 0, 0]]).double())
+    rows, times = grid.voxels_along_rays(o, d, max_voxels=4)
+    assert rows.joffsets.tolist() == [0, 0] and times.jdata.shape == (0, 2)
+
+
+def test_bad_inputs_get_clear_errors():
+    grid, _ = random_grids(num_grids=2)
+    o, d = random_rays(grid, [3, 4])
+    with pytest.raises(ValueError, match="max_voxels must be at least 1"):
+        grid.voxels_along_rays(o, d, max_voxels=0)
+    with pytest.raises(ValueError, match="eps must be finite and >= 0"):
+        grid.voxels_along_rays(o, d, max_voxels=4, eps=-1.0)
+    with pytest.raises(TypeError, match="one dtype"):
+        grid.voxels_along_rays(o, d.jagged_like(d.jdata.float()), max_voxels=4)
+    with pytest.raises(TypeError, match="JaggedTensor"):
+        grid.voxels_along_rays(o.jdata, d.jdata, max_voxels=4)
+    with pytest.raises(ValueError, match="jagged alike"):
+        swapped = tg.JaggedTensor([d.jdata[:4], d.jdata[4:]])
+        grid.voxels_along_rays(o, swapped, max_voxels=4)
+    with pytest.raises(ValueError, match="2 grids"):
+        grid.segments_along_rays(tg.JaggedTensor([o.jdata]), tg.JaggedTensor([d.jdata]), max_segments=1)
+    with pytest.raises(ValueError, match="shape"):
+        bad = tg.JaggedTensor([o.jdata[:3, :2], o.jdata[3:, :2]])
+        grid.voxels_along_rays(bad, bad, max_voxels=4)
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_gpu_answers_are_the_cpu_ones_bit_for_bit():
+    grid, _ = random_grids(num_grids=3, voxels=2000, extent=40)
+    origins, directions = random_rays(grid, [500, 0, 700])
+    cpu = grid.voxels_along_rays(origins, directions, max_voxels=64, cumulative=True)
+    gpu = grid.to("cuda").voxels_along_rays(origins.to("cuda"), directions.to("cuda"),
+                                            max_voxels=64, cumulative=True)
+    for a, b in zip(cpu, gpu):
+        assert torch.equal(a.joffsets, b.joffsets.cpu()) and torch.equal(a.jdata, b.jdata.cpu())
+    seg_cpu = grid.segments_along_rays(origins, directions, max_segments=8)
+    seg_gpu = grid.to("cuda").segments_along_rays(origins.to("cuda"), directions.to("cuda"), max_segments=8)
+    assert torch.equal(seg_cpu.jdata, seg_gpu.jdata.cpu())
