@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import tilegrid as tg
+import render_grid
 import scan_segmentation
 from sample_models import find_bunny
 
@@ -105,7 +106,8 @@ def demo_attention(device: torch.device) -> list[tuple]:
 
 def demo_grid_batch(device: torch.device) -> list[tuple]:
     """A sparse grid from the Stanford Bunny's mesh (1024 voxels across) when the model is
-    there (scripts/fetch_models.sh), else from points on a sphere; then every voxel looked up."""
+    there (scripts/fetch_models.sh), else from points on a sphere; then every voxel looked up,
+    and the grid rendered by tilegrid's ray marcher to demo_output/grid_render.png."""
     path = find_bunny()
     if path is not None:
         vertices, faces = tg.read_mesh(path)
@@ -133,7 +135,13 @@ def demo_grid_batch(device: torch.device) -> list[tuple]:
     print(f"grid: {name}: {grid.total_voxels} voxels, {grid.tree_bytes / 2**20:.1f} MiB "
           f"({grid.bytes_per_voxel:.2f} B/voxel), built on {device} in {ms:.2f} ms")
     op = "GridBatch.from_mesh" if path is not None else "GridBatch.from_points"
-    return [(op, f"{grid.total_voxels} voxels", wrong, ms)]
+    picture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "demo_output", "grid_render.png")
+    shot = render_grid.render(grid, picture)
+    print(f"render: {shot['rays']} camera rays marched through the grid, {shot['hits']} hit; "
+          f"picture in demo_output/grid_render.png")
+    return [(op, f"{grid.total_voxels} voxels", wrong, ms),
+            ("voxels_along_rays (render)", f"{shot['rays']} rays, first hits", float(shot["wrong"]),
+             1e3 * shot["seconds"])]
 
 
 def demo_scan_segmentation(device: torch.device) -> list[tuple]:
@@ -164,8 +172,9 @@ def main() -> None:
     for op, problem, err, ms in rows:
         print(f"{op:28} {problem:28} {str(device):8} {err:10.2e} {ms:9.3f}")
     print("error: norm-wise relative error against float64 torch (rms_norm, attention); "
-          "wrong entries (jidx, grid lookups of every active voxel); held-out error rate "
-          "(1 - accuracy) of the scan segmentation")
+          "wrong entries (jidx, grid lookups of every active voxel; ray hits whose entry point "
+          "is off the listed voxel's surface); held-out error rate (1 - accuracy) of the scan "
+          "segmentation")
 
 
 if __name__ == "__main__":
