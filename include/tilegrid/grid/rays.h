@@ -4,7 +4,8 @@
 // one; or the segments of consecutive active voxels. Ray n of tensor b of the JaggedTensors
 // runs through grid b; origin + t * direction in world space, t >= 0 (t in multiples of the
 // direction's length, which need not be 1). A voxel is the box of one voxel size around its
-// centre; a crossing shorter than eps (in t) is left out. NaN or infinite rays cross nothing.
+// centre; a crossing shorter than eps (in t) is left out. NaN or infinite rays cross nothing;
+// a zero direction from inside an active voxel gives that voxel with times [0, inf].
 //
 // Origins and directions: [N, 3] float32 or float64 (one dtype), jagged over the batch's
 // grids, on the grid's device. On CUDA the call waits for `stream` once, to size the outputs.
