@@ -1,5 +1,6 @@
 """Drop-in torch.nn modules backed by tilegrid kernels."""
 
+from .llama import LlamaAttention, LlamaDecoderLayer, LlamaMLP
 from .rms_norm import RMSNorm
 from .sparse_conv import SparseConv3d, SparseConvTranspose3d
 from .sparse_layers import (
@@ -23,6 +24,9 @@ __all__ = [
     "GroupNorm",
     "LayerNorm",
     "LeakyReLU",
+    "LlamaAttention",
+    "LlamaDecoderLayer",
+    "LlamaMLP",
     "MaxPool",
     "MaxPool3d",
     "RMSNorm",

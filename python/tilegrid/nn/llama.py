@@ -1,0 +1,191 @@
+"""A Llama decoder layer whose non-attention work runs in GEMM epilogues: tg.nn.LlamaMLP,
+tg.nn.LlamaAttention and tg.nn.LlamaDecoderLayer, with Hugging Face's constructor arguments
+and state_dict names, so that a Llama checkpoint's layer loads as it is:
+
+    layer = tg.nn.LlamaDecoderLayer(hidden_size=4096, num_attention_heads=32,
+                                    num_key_value_heads=8, intermediate_size=14336)
+    layer.load_state_dict(hf_layer.state_dict())   # input_layernorm.weight, self_attn.q_proj.weight, ...
+    y = layer(x)                                   # x [batch, seq, hidden], causal
+
+What is fused today (forward and backward):
+- the MLP: gate/up as one product whose epilogue stores the pre-activation and applies
+  SwiGLU (`store > glu(silu) > store`); in the backward, the down projection's data gradient
+  carries SwiGLU's backward in its epilogue (`glu_grad(silu) > store`). The gate and up
+  weights are kept interleaved ([g0, u0, g1, u1, ...] rows, one parameter): checkpoints are
+  interleaved when they load and split again by state_dict();
+- attention is tg.flash_attn_func (forward and backward kernels, causal);
+- the projections are tg.linear; RMSNorm is tg.nn.RMSNorm.
+Not fused yet (plain torch between the kernels): RoPE (Hugging Face's rotate-half form), the
+residual additions, and the norms' row statistics, which the issue wants in the O and down
+projections' epilogues.
+
+On CUDA the fused programs run on Hopper (sm_90a, bfloat16); elsewhere the program raises
+(see tg.epilogue). On the CPU every piece runs its reference.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .. import epilogue
+from ..flash_attn import flash_attn_func
+from ..gemm import linear, matmul
+from .rms_norm import RMSNorm
+
+
+class _GluMLP(torch.autograd.Function):
+    """down(act(gate(x)) * up(x)) with the gate/up product's epilogue doing the activation and
+    the down product's data gradient doing its backward."""
+
+    @staticmethod
+    def forward(ctx, x, gate_up, down, act):
+        pre = x.new_empty(x.shape[0], gate_up.shape[0])
+        h = x.new_empty(x.shape[0], gate_up.shape[0] // 2)
+        epilogue.matmul(x, gate_up.t(), epilogue.Program().store(pre).glu(act).store(h))
+        out = matmul(h, down.t())
+        ctx.save_for_backward(x, gate_up, down, pre, h)
+        ctx.act = act
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        x, gate_up, down, pre, h = ctx.saved_tensors
+        dout = dout.to(x.dtype).contiguous()
+        dpre = torch.empty_like(pre)
+        epilogue.matmul(dout, down, epilogue.Program().glu_grad(pre, ctx.act).store(dpre))
+        dx = matmul(dpre, gate_up) if ctx.needs_input_grad[0] else None
+        dgate_up = matmul(dpre.t(), x) if ctx.needs_input_grad[1] else None
+        ddown = matmul(dout.t(), h) if ctx.needs_input_grad[2] else None
+        return dx, dgate_up, ddown, None
+
+
+def _interleave(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return torch.stack([gate, up], dim=1).reshape(2 * gate.shape[0], gate.shape[1])
+
+
+class LlamaMLP(torch.nn.Module):
+    """Hugging Face's LlamaMLP (gate_proj, up_proj, down_proj; no bias; hidden_act "silu"):
+    down_proj(act(gate_proj(x)) * up_proj(x)). state_dict keys: gate_proj.weight,
+    up_proj.weight, down_proj.weight."""
+
+    _ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+
+    def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str = "silu",
+                 mlp_bias: bool = False, device=None, dtype=None):
+        super().__init__()
+        if hidden_act not in self._ACTS:
+            raise ValueError(f"LlamaMLP: hidden_act must be one of {sorted(self._ACTS)}, got {hidden_act!r}")
+        if mlp_bias:
+            raise NotImplementedError("LlamaMLP: mlp_bias=True is not supported (Llama has no MLP bias)")
+        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        self.hidden_act = hidden_act
+        gate = torch.nn.Linear(hidden_size, intermediate_size, bias=False, device=device, dtype=dtype)
+        up = torch.nn.Linear(hidden_size, intermediate_size, bias=False, device=device, dtype=dtype)
+        # Rows [g0, u0, g1, u1, ...]: the layout the glu epilogue reads.
+        self.gate_up_weight = torch.nn.Parameter(_interleave(gate.weight.data, up.weight.data))
+        self.down_proj = torch.nn.Linear(intermediate_size, hidden_size, bias=False, device=device,
+                                         dtype=dtype)
+        self.register_load_state_dict_pre_hook(LlamaMLP._load_hook)
+        self.register_state_dict_post_hook(LlamaMLP._save_hook)
+
+    @property
+    def gate_weight(self) -> torch.Tensor:
+        return self.gate_up_weight[0::2]
+
+    @property
+    def up_weight(self) -> torch.Tensor:
+        return self.gate_up_weight[1::2]
+
+    @staticmethod
+    def _load_hook(module, state_dict, prefix, *args):
+        gate, up = prefix + "gate_proj.weight", prefix + "up_proj.weight"
+        if gate in state_dict and up in state_dict:
+            state_dict[prefix + "gate_up_weight"] = _interleave(state_dict.pop(gate), state_dict.pop(up))
+
+    @staticmethod
+    def _save_hook(module, state_dict, prefix, local_metadata):
+        w = state_dict.pop(prefix + "gate_up_weight")
+        state_dict[prefix + "gate_proj.weight"] = w[0::2].contiguous()
+        state_dict[prefix + "up_proj.weight"] = w[1::2].contiguous()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.hidden_size:
+            raise ValueError(f"LlamaMLP: input's last dimension must be {self.hidden_size}, got shape {list(x.shape)}")
+        rows = x.reshape(-1, self.hidden_size).contiguous()
+        out = _GluMLP.apply(rows, self.gate_up_weight, self.down_proj.weight, self._ACTS[self.hidden_act])
+        return out.reshape(*x.shape[:-1], self.hidden_size)
+
+
+def rotary_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype):
+    """Hugging Face's default rotary embedding: cos, sin [..., head_dim] for integer positions."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    angles = positions.to(torch.float32)[..., None] * inv_freq
+    emb = torch.cat([angles, angles], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+class LlamaAttention(torch.nn.Module):
+    """Hugging Face's LlamaAttention (q/k/v/o_proj, no bias, GQA, rotary positions, causal)
+    with the core as tg.flash_attn_func. Input [batch, seq, hidden]."""
+
+    def __init__(self, hidden_size: int, num_attention_heads: int, num_key_value_heads: Optional[int] = None,
+                 head_dim: Optional[int] = None, rope_theta: float = 10000.0, attention_bias: bool = False,
+                 device=None, dtype=None):
+        super().__init__()
+        if attention_bias:
+            raise NotImplementedError("LlamaAttention: attention_bias=True is not supported")
+        self.num_heads = num_attention_heads
+        self.num_kv_heads = num_key_value_heads or num_attention_heads
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"LlamaAttention: num_attention_heads ({self.num_heads}) must be a multiple "
+                             f"of num_key_value_heads ({self.num_kv_heads})")
+        self.head_dim = head_dim or hidden_size // num_attention_heads
+        self.rope_theta = rope_theta
+        kw = dict(bias=False, device=device, dtype=dtype)
+        self.q_proj = torch.nn.Linear(hidden_size, self.num_heads * self.head_dim, **kw)
+        self.k_proj = torch.nn.Linear(hidden_size, self.num_kv_heads * self.head_dim, **kw)
+        self.v_proj = torch.nn.Linear(hidden_size, self.num_kv_heads * self.head_dim, **kw)
+        self.o_proj = torch.nn.Linear(self.num_heads * self.head_dim, hidden_size, **kw)
+
+    def forward(self, x: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        b, s, _ = x.shape
+        if position_ids is None:
+            position_ids = torch.arange(s, device=x.device).expand(b, s)
+        q = linear(x, self.q_proj.weight).view(b, s, self.num_heads, self.head_dim)
+        k = linear(x, self.k_proj.weight).view(b, s, self.num_kv_heads, self.head_dim)
+        v = linear(x, self.v_proj.weight).view(b, s, self.num_kv_heads, self.head_dim)
+        cos, sin = rotary_cos_sin(position_ids, self.head_dim, self.rope_theta, x.dtype)
+        cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        out = flash_attn_func(q, k, v, causal=True)
+        return linear(out.reshape(b, s, self.num_heads * self.head_dim), self.o_proj.weight)
+
+
+class LlamaDecoderLayer(torch.nn.Module):
+    """Hugging Face's pre-norm LlamaDecoderLayer: x + attn(norm(x)), then h + mlp(norm(h)).
+    state_dict keys as Hugging Face's: input_layernorm.weight, self_attn.{q,k,v,o}_proj.weight,
+    post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight."""
+
+    def __init__(self, hidden_size: int, num_attention_heads: int, intermediate_size: int,
+                 num_key_value_heads: Optional[int] = None, head_dim: Optional[int] = None,
+                 rms_norm_eps: float = 1e-6, rope_theta: float = 10000.0, hidden_act: str = "silu",
+                 device=None, dtype=None):
+        super().__init__()
+        kw = dict(device=device, dtype=dtype)
+        self.input_layernorm = RMSNorm(hidden_size, eps=rms_norm_eps, **kw)
+        self.self_attn = LlamaAttention(hidden_size, num_attention_heads, num_key_value_heads, head_dim,
+                                        rope_theta, **kw)
+        self.post_attention_layernorm = RMSNorm(hidden_size, eps=rms_norm_eps, **kw)
+        self.mlp = LlamaMLP(hidden_size, intermediate_size, hidden_act, **kw)
+
+    def forward(self, x: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), position_ids)
+        return h + self.mlp(self.post_attention_layernorm(h))

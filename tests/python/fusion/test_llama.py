@@ -1,0 +1,162 @@
+"""tg.nn.LlamaMLP / LlamaAttention / LlamaDecoderLayer against a Hugging Face-style Llama layer
+written here in plain torch (the same state_dict), forward and backward, in float32 math on
+the same bfloat16 weights; checkpoints load and save under Hugging Face's names; a small
+model of these layers trains. CPU always; the Hopper GPU where there is one."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilegrid as tg
+from conftest import HAS_CUDA
+
+HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not HOPPER, reason="the fused programs need a compute capability 9.0 GPU")])]
+
+CONFIG = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256)
+
+
+def reference_layer(sd, x, eps=1e-6, heads=4, kv_heads=2, theta=10000.0):
+    """Hugging Face's LlamaDecoderLayer from its state_dict, float32 math."""
+    f = {k: v.float() for k, v in sd.items()}
+    x = x.float()
+
+    def norm(t, w):
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    def rot(t):
+        h = t.shape[-1] // 2
+        return torch.cat([-t[..., h:], t[..., :h]], -1)
+
+    b, s, d = x.shape
+    hd = d // heads
+    h = norm(x, f["input_layernorm.weight"])
+    q = (h @ f["self_attn.q_proj.weight"].T).view(b, s, heads, hd).transpose(1, 2)
+    k = (h @ f["self_attn.k_proj.weight"].T).view(b, s, kv_heads, hd).transpose(1, 2)
+    v = (h @ f["self_attn.v_proj.weight"].T).view(b, s, kv_heads, hd).transpose(1, 2)
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2).float() / hd))
+    ang = torch.arange(s).float()[:, None] * inv
+    cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()
+    q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+    k, v = k.repeat_interleave(heads // kv_heads, 1), v.repeat_interleave(heads // kv_heads, 1)
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d)
+    x = x + a @ f["self_attn.o_proj.weight"].T
+    h = norm(x, f["post_attention_layernorm.weight"])
+    m = F.silu(h @ f["mlp.gate_proj.weight"].T) * (h @ f["mlp.up_proj.weight"].T)
+    return x + m @ f["mlp.down_proj.weight"].T
+
+
+def hf_state_dict(dtype=torch.bfloat16):
+    d, i, hd = CONFIG["hidden_size"], CONFIG["intermediate_size"], CONFIG["hidden_size"] // 4
+    w = lambda *shape: (torch.randn(*shape) / math.sqrt(shape[-1])).to(dtype)  # noqa: E731
+    return {
+        "input_layernorm.weight": (1 + 0.1 * torch.randn(d)).to(dtype),
+        "self_attn.q_proj.weight": w(4 * hd, d), "self_attn.k_proj.weight": w(2 * hd, d),
+        "self_attn.v_proj.weight": w(2 * hd, d), "self_attn.o_proj.weight": w(d, 4 * hd),
+        "post_attention_layernorm.weight": (1 + 0.1 * torch.randn(d)).to(dtype),
+        "mlp.gate_proj.weight": w(i, d), "mlp.up_proj.weight": w(i, d), "mlp.down_proj.weight": w(d, i),
+    }
+
+
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def test_checkpoints_load_and_save_under_hugging_face_names():
+    sd = hf_state_dict()
+    layer = tg.nn.LlamaDecoderLayer(**CONFIG, dtype=torch.bfloat16)
+    layer.load_state_dict(sd)
+    out = layer.state_dict()
+    assert set(out) == set(sd)
+    for k in sd:
+        assert torch.equal(out[k], sd[k]), k
+    assert torch.equal(layer.mlp.gate_weight, sd["mlp.gate_proj.weight"])
+    assert torch.equal(layer.mlp.up_weight, sd["mlp.up_proj.weight"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_decoder_layer_matches_the_reference_forward_and_backward(device):
+    sd = hf_state_dict()
+    layer = tg.nn.LlamaDecoderLayer(**CONFIG, dtype=torch.bfloat16).to(device)
+    layer.load_state_dict(sd)
+    x = torch.randn(2, 40, CONFIG["hidden_size"]).bfloat16()
+    xd = x.to(device).detach().requires_grad_()
+    y = layer(xd)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    # The reference in float32 from the same bf16 weights and input, with autograd.
+    ref_sd = {k: v.float().requires_grad_() for k, v in sd.items()}
+    xr = x.detach().float().requires_grad_()
+    yr = reference_layer(ref_sd, xr)
+    yr.backward(dy.float().cpu())
+    # bf16 storage between the kernels: errors of a few bf16 ulps (2^-8) in norm.
+    assert rel(y.cpu(), yr) < 2e-2
+    assert rel(xd.grad.cpu(), xr.grad) < 4e-2
+    grads = {k: p.grad for k, p in layer.named_parameters()}
+    for name, ours in [("self_attn.q_proj.weight", grads["self_attn.q_proj.weight"]),
+                       ("mlp.down_proj.weight", grads["mlp.down_proj.weight"]),
+                       ("mlp.gate_proj.weight", grads["mlp.gate_up_weight"][0::2]),
+                       ("mlp.up_proj.weight", grads["mlp.gate_up_weight"][1::2]),
+                       ("input_layernorm.weight", grads["input_layernorm.weight"])]:
+        assert rel(ours.cpu(), ref_sd[name].grad) < 4e-2, name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mlp_gradients_against_autograd_of_the_unfused_mlp(device):
+    mlp = tg.nn.LlamaMLP(64, 192, dtype=torch.bfloat16).to(device)
+    x = torch.randn(3, 17, 64, dtype=torch.bfloat16, device=device, requires_grad=True)
+    y = mlp(x)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    g = mlp.gate_weight.detach().float().requires_grad_()
+    u = mlp.up_weight.detach().float().requires_grad_()
+    dw = mlp.down_proj.weight.detach().float().requires_grad_()
+    xr = x.detach().float().requires_grad_()
+    yr = (F.silu(xr @ g.T) * (xr @ u.T)) @ dw.T
+    yr.backward(dy.float())
+    assert rel(y, yr) < 2e-2 and rel(x.grad, xr.grad) < 3e-2
+    assert rel(mlp.gate_up_weight.grad[0::2], g.grad) < 3e-2
+    assert rel(mlp.gate_up_weight.grad[1::2], u.grad) < 3e-2
+    assert rel(mlp.down_proj.weight.grad, dw.grad) < 3e-2
+
+
+def test_bad_configurations_are_refused():
+    with pytest.raises(ValueError, match="hidden_act"):
+        tg.nn.LlamaMLP(64, 128, hidden_act="relu")
+    with pytest.raises(ValueError, match="multiple"):
+        tg.nn.LlamaAttention(64, num_attention_heads=4, num_key_value_heads=3)
+    with pytest.raises(ValueError, match="last dimension"):
+        tg.nn.LlamaMLP(64, 128)(torch.randn(2, 32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_small_model_of_these_layers_learns_to_copy(device):
+    """Embedding, two decoder layers, a tied head: next-token prediction of sequences that
+    repeat their first half, a task only attention solves. The loss on the second half falls."""
+    torch.manual_seed(0)
+    vocab, d, s = 32, 64, 32
+    kw = dict(device=device, dtype=torch.bfloat16)
+    emb = torch.nn.Embedding(vocab, d, **kw)
+    layers = torch.nn.ModuleList(
+        tg.nn.LlamaDecoderLayer(d, 2, 128, num_key_value_heads=2, **kw) for _ in range(2))
+    norm = tg.nn.RMSNorm(d, eps=1e-6, **kw)
+    params = list(emb.parameters()) + list(layers.parameters()) + list(norm.parameters())
+    opt = torch.optim.AdamW(params, lr=3e-3)
+    losses = []
+    for step in range(60 if device == "cpu" else 150):
+        half = torch.randint(0, vocab, (8, s // 2), device=device)
+        seq = torch.cat([half, half], 1)
+        h = emb(seq)
+        for layer in layers:
+            h = layer(h)
+        logits = norm(h).float() @ emb.weight.float().T
+        loss = F.cross_entropy(logits[:, s // 2:-1].reshape(-1, vocab), seq[:, s // 2 + 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(math.isfinite(v) for v in losses)
+    assert sum(losses[-10:]) / 10 < 0.7 * sum(losses[:10]) / 10, losses[::10]
