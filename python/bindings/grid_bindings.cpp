@@ -1,6 +1,7 @@
 // Grid-pillar bindings: GridBatch. Jagged inputs arrive as (jdata, joffsets) DLPack capsules,
 // outputs leave as capsules; the Python class tilegrid.GridBatch wraps this one.
 #include <nanobind/stl/array.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -11,6 +12,7 @@
 #include "tilegrid/grid/nvdb_io.h"
 #include "tilegrid/grid/rays.h"
 #include "tilegrid/grid/sampling.h"
+#include "tilegrid/grid/volume_render.h"
 
 namespace tilegrid::python {
 
@@ -130,6 +132,38 @@ void bind_grid(nb::module_& m) {
       nb::arg("grid"), nb::arg("origins"), nb::arg("origin_offsets"), nb::arg("directions"),
       nb::arg("direction_offsets"), nb::arg("max_segments"), nb::arg("eps"),
       nb::arg("stream") = 0);
+  m.def(
+      "volume_render",
+      [](nb::ndarray<> sigmas, nb::ndarray<> rgbs, nb::ndarray<> deltas, nb::ndarray<> ts,
+         nb::ndarray<> offsets, double threshold, nb::ndarray<> rgb, nb::ndarray<> depth,
+         nb::ndarray<> opacity, nb::ndarray<> weights, nb::ndarray<> count, uintptr_t stream) {
+        grid::volume_render({as_view(sigmas), as_view(rgbs), as_view(deltas), as_view(ts),
+                             as_view(offsets), threshold},
+                            as_view(rgb), as_view(depth), as_view(opacity), as_view(weights),
+                            as_view(count), as_stream(stream));
+      },
+      nb::arg("sigmas"), nb::arg("rgbs"), nb::arg("deltas"), nb::arg("ts"), nb::arg("offsets"),
+      nb::arg("threshold"), nb::arg("rgb"), nb::arg("depth"), nb::arg("opacity"),
+      nb::arg("weights"), nb::arg("count"), nb::arg("stream") = 0);
+  m.def(
+      "volume_render_backward",
+      [](nb::ndarray<> sigmas, nb::ndarray<> rgbs, nb::ndarray<> deltas, nb::ndarray<> ts,
+         nb::ndarray<> offsets, double threshold, nb::ndarray<> grad_rgb, nb::ndarray<> grad_depth,
+         nb::ndarray<> grad_opacity, std::optional<nb::ndarray<>> grad_weights,
+         nb::ndarray<> grad_sigmas, nb::ndarray<> grad_rgbs, nb::ndarray<> grad_deltas,
+         nb::ndarray<> grad_ts, uintptr_t stream) {
+        std::optional<TensorView> gw;
+        if (grad_weights) gw = as_view(*grad_weights);
+        grid::volume_render_backward({as_view(sigmas), as_view(rgbs), as_view(deltas), as_view(ts),
+                                      as_view(offsets), threshold},
+                                     as_view(grad_rgb), as_view(grad_depth), as_view(grad_opacity),
+                                     gw, as_view(grad_sigmas), as_view(grad_rgbs),
+                                     as_view(grad_deltas), as_view(grad_ts), as_stream(stream));
+      },
+      nb::arg("sigmas"), nb::arg("rgbs"), nb::arg("deltas"), nb::arg("ts"), nb::arg("offsets"),
+      nb::arg("threshold"), nb::arg("grad_rgb"), nb::arg("grad_depth"), nb::arg("grad_opacity"),
+      nb::arg("grad_weights").none(), nb::arg("grad_sigmas"), nb::arg("grad_rgbs"),
+      nb::arg("grad_deltas"), nb::arg("grad_ts"), nb::arg("stream") = 0);
   m.def(
       "grid_sample_trilinear",
       [](const GridBatch& g, nb::capsule jdata, nb::capsule joffsets, nb::ndarray<> features,

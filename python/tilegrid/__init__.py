@@ -18,6 +18,7 @@ from .jagged_tensor import JaggedTensor
 from .mesh_io import read_mesh, read_off, read_ply
 from .rms_norm import rms_norm
 from .sparse_conv import ConvolutionPlan
+from .volume_render import volume_render
 
 __version__ = "0.1.0"
 
@@ -47,5 +48,6 @@ __all__ = [
     "rms_norm",
     "save",
     "uninstall_torch_allocator",
+    "volume_render",
     "with_cuda",
 ]
