@@ -133,6 +133,37 @@ void bind_grid(nb::module_& m) {
       nb::arg("direction_offsets"), nb::arg("max_segments"), nb::arg("eps"),
       nb::arg("stream") = 0);
   m.def(
+      "grid_uniform_ray_samples",
+      [](const GridBatch& g, nb::capsule origins, nb::capsule origin_offsets,
+         nb::capsule directions, nb::capsule direction_offsets, nb::capsule t_min,
+         nb::capsule t_min_offsets, nb::capsule t_max, nb::capsule t_max_offsets,
+         double step_size, double cone_angle, bool include_end_segments, bool return_midpoints,
+         double eps, uintptr_t stream) {
+        const grid::RaySamples r = grid::uniform_ray_samples(
+            g, jagged_from_capsules(origins, origin_offsets),
+            jagged_from_capsules(directions, direction_offsets),
+            jagged_from_capsules(t_min, t_min_offsets), jagged_from_capsules(t_max, t_max_offsets),
+            step_size, cone_angle, include_end_segments, return_midpoints, eps, as_stream(stream));
+        return nb::make_tuple(to_capsule(r.offsets), to_capsule(r.times));
+      },
+      nb::arg("grid"), nb::arg("origins"), nb::arg("origin_offsets"), nb::arg("directions"),
+      nb::arg("direction_offsets"), nb::arg("t_min"), nb::arg("t_min_offsets"), nb::arg("t_max"),
+      nb::arg("t_max_offsets"), nb::arg("step_size"), nb::arg("cone_angle"),
+      nb::arg("include_end_segments"), nb::arg("return_midpoints"), nb::arg("eps"),
+      nb::arg("stream") = 0);
+  m.def(
+      "grid_ray_implicit_intersection",
+      [](const GridBatch& g, nb::capsule origins, nb::capsule origin_offsets,
+         nb::capsule directions, nb::capsule direction_offsets, nb::ndarray<> scalars, double eps,
+         uintptr_t stream) {
+        return to_capsule(grid::ray_implicit_intersection(
+            g, jagged_from_capsules(origins, origin_offsets),
+            jagged_from_capsules(directions, direction_offsets), as_view(scalars), eps,
+            as_stream(stream)));
+      },
+      nb::arg("grid"), nb::arg("origins"), nb::arg("origin_offsets"), nb::arg("directions"),
+      nb::arg("direction_offsets"), nb::arg("scalars"), nb::arg("eps"), nb::arg("stream") = 0);
+  m.def(
       "volume_render",
       [](nb::ndarray<> sigmas, nb::ndarray<> rgbs, nb::ndarray<> deltas, nb::ndarray<> ts,
          nb::ndarray<> offsets, double threshold, nb::ndarray<> rgb, nb::ndarray<> depth,

@@ -348,6 +348,18 @@ class GridBatch:
         """[n, 2] start/end t of the runs of consecutive active voxels along each ray."""
         return grid_rays.segments_along_rays(self, ray_origins, ray_directions, max_segments, eps)
 
+    def uniform_ray_samples(self, ray_origins, ray_directions, t_min, t_max, step_size: float,
+                            cone_angle: float = 0.0, include_end_segments: bool = True,
+                            return_midpoints: bool = False, eps: float = 0.0) -> JaggedTensor:
+        """Sample intervals along each ray inside its active segments (grid_rays.py)."""
+        return grid_rays.uniform_ray_samples(self, ray_origins, ray_directions, t_min, t_max, step_size,
+                                             cone_angle, include_end_segments, return_midpoints, eps)
+
+    def ray_implicit_intersection(self, ray_origins, ray_directions, grid_scalars,
+                                  eps: float = 0.0) -> JaggedTensor:
+        """t of each ray's first zero crossing of a per-voxel field, -1 if none (grid_rays.py)."""
+        return grid_rays.ray_implicit_intersection(self, ray_origins, ray_directions, grid_scalars, eps)
+
     def coarsened_grid(self, factor) -> "GridBatch":
         """Voxels of factor^3 blocks merged (voxel size x factor, centred on the block)."""
         return grid_derived.coarsened(self, factor)

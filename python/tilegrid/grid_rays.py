@@ -1,5 +1,7 @@
 """Rays through a GridBatch, with fVDB's names and arguments: the active voxels a ray crosses
-(`voxels_along_rays`) and the segments of consecutive active voxels (`segments_along_rays`).
+(`voxels_along_rays`), the segments of consecutive active voxels (`segments_along_rays`),
+uniform samples inside them (`uniform_ray_samples`) and the first zero crossing of a
+per-voxel field (`ray_implicit_intersection`).
 
     voxels, times = grid.voxels_along_rays(origins, directions, max_voxels=64)
     voxels[r]   # voxel rows (or ijk with return_ijk=True) along ray r, in order
@@ -75,3 +77,47 @@ def segments_along_rays(grid, ray_origins, ray_directions, max_segments: int, ep
     _, (offsets, times) = _call(grid, "segments_along_rays", _C.grid_segments_along_rays,
                                 ray_origins, ray_directions, max_segments, eps)
     return JaggedTensor._from_trusted(times, offsets)
+
+
+def _per_ray(grid, op: str, name: str, value, rays: JaggedTensor) -> JaggedTensor:
+    if isinstance(value, JaggedTensor):
+        value = value.jdata
+    if not isinstance(value, torch.Tensor):
+        value = torch.full((rays.jdata.shape[0],), float(value), dtype=rays.jdata.dtype,
+                           device=rays.jdata.device)
+    return rays.jagged_like(value.to(rays.jdata.dtype).contiguous())
+
+
+def uniform_ray_samples(grid, ray_origins, ray_directions, t_min, t_max, step_size: float,
+                        cone_angle: float = 0.0, include_end_segments: bool = True,
+                        return_midpoints: bool = False, eps: float = 0.0) -> JaggedTensor:
+    """Sample intervals [n_r, 2] (or midpoints [n_r]) along each ray inside its segments of
+    active voxels between t_min and t_max (numbers, or [N] per ray): boundaries t_min,
+    t_min + step, ..., each step max(step_size, t * cone_angle); whole intervals inside a
+    segment, and the parts of those that cross a segment's end when include_end_segments."""
+    origins = _rays(grid, "uniform_ray_samples", "ray_origins", ray_origins)
+    directions = _rays(grid, "uniform_ray_samples", "ray_directions", ray_directions)
+    lo = _per_ray(grid, "uniform_ray_samples", "t_min", t_min, origins)
+    hi = _per_ray(grid, "uniform_ray_samples", "t_max", t_max, origins)
+    offsets, times = (torch.from_dlpack(r) for r in _C.grid_uniform_ray_samples(
+        grid._impl, *dlpack_pair(origins.jdata, origins.joffsets),
+        *dlpack_pair(directions.jdata, directions.joffsets), *dlpack_pair(lo.jdata, lo.joffsets),
+        *dlpack_pair(hi.jdata, hi.joffsets), float(step_size), float(cone_angle),
+        bool(include_end_segments), bool(return_midpoints), float(eps), current_stream(origins.jdata)))
+    return JaggedTensor._from_trusted(times, offsets)
+
+
+def ray_implicit_intersection(grid, ray_origins, ray_directions, grid_scalars, eps: float = 0.0) -> JaggedTensor:
+    """t of each ray's first zero crossing of the field grid_scalars ([total_voxels] or
+    [total_voxels, 1], one value a voxel, trilinear between voxel centres where all 8 are
+    active), -1 where there is none; jagged like the rays."""
+    origins = _rays(grid, "ray_implicit_intersection", "ray_origins", ray_origins)
+    directions = _rays(grid, "ray_implicit_intersection", "ray_directions", ray_directions)
+    scalars = grid_scalars.jdata if isinstance(grid_scalars, JaggedTensor) else grid_scalars
+    if scalars.dim() == 2 and scalars.shape[1] == 1:
+        scalars = scalars[:, 0]
+    t = torch.from_dlpack(_C.grid_ray_implicit_intersection(
+        grid._impl, *dlpack_pair(origins.jdata, origins.joffsets),
+        *dlpack_pair(directions.jdata, directions.joffsets), scalars.contiguous(), float(eps),
+        current_stream(origins.jdata)))
+    return origins.jagged_like(t)

@@ -3,11 +3,13 @@
 // which grid it runs through, and the march of ray_march.h turned into output rows. The CPU
 // loop and the CUDA kernels call trace_ray twice: once to count (outputs null), once to write
 // at the ray's offset.
+#include <cmath>
 #include <cstdint>
 
 #include "tilegrid/core/dtype.h"
 #include "tilegrid/core/host_device.h"
 #include "grid/ray_march.h"
+#include "tilegrid/grid/trilinear.h"
 #include "tilegrid/grid/transform.h"
 
 namespace tilegrid::grid {
@@ -67,13 +69,47 @@ TG_HOST_DEVICE void store_times(void* times, bool float64, int64_t row, double t
   }
 }
 
-// Traces ray n; writes its rows from `first` on when out.times is set; returns how many
-// (at most max_out). segments: runs of voxels whose crossings touch (one's exit t is exactly
-// the next one's entry t) are merged into one [t0, t1].
+// What a trace produces: the voxels crossed, the runs of consecutive ones (segments), uniform
+// samples inside those runs, or the first zero crossing of a per-voxel scalar field.
+enum class RayMode : int { Voxels = 0, Segments = 1, Samples = 2, Implicit = 3 };
+
+struct RayOptions {
+  RayMode mode = RayMode::Voxels;
+  int64_t max_out = 1;  // voxels / segments a ray
+  double eps = 0;       // crossings (and samples) no longer than eps are left out
+  // Samples: interval boundaries t_min, t_min + step, ... along the ray, the step growing to
+  // t * cone when that is longer; an interval is kept where it lies inside a segment, and its
+  // part inside one where it crosses a segment's end (include_end).
+  const void* t_min = nullptr;  // [N], the rays' dtype
+  const void* t_max = nullptr;
+  double step = 0, cone = 0;
+  bool include_end = true, midpoints = false;
+  // Implicit: one scalar a voxel ([total_voxels], the rays' dtype), trilinearly interpolated
+  // between voxel centres where all 8 are active.
+  const void* scalars = nullptr;
+};
+
+// The scalar field at w-space point w (ray_march.h), or false where a corner is inactive.
+TG_HOST_DEVICE bool field_at(const TreeView& tree, int64_t b, const void* scalars, bool float64,
+                             const double w[3], double& value) {
+  const double u[3] = {w[0] - 0.5, w[1] - 0.5, w[2] - 0.5};
+  const TrilinearCell cell = TrilinearCell::at(u);
+  value = 0;
+  for (int c = 0; c < 8; ++c) {
+    const int64_t row = tree.index_of(b, cell.voxel(c));
+    if (row < 0) return false;
+    value += cell.weight(c) * ray_component(scalars, float64, row);
+  }
+  return true;
+}
+
+// Traces ray n; writes its rows from `first` on when out.times is set; returns how many.
+// Segments: runs of voxels whose crossings touch (one's exit t is exactly the next one's
+// entry t) merged into one [t0, t1]. Implicit: always one row, t of the first zero crossing
+// or -1.
 TG_HOST_DEVICE int64_t trace_ray(const TreeView& tree, const VoxelTransform* transforms,
                                  const GridBoxes& boxes, const RayInputs& in, int64_t n,
-                                 int64_t max_out, double eps, bool segments, int64_t first,
-                                 const RayOutputs& out) {
+                                 const RayOptions& opt, int64_t first, const RayOutputs& out) {
   const int64_t b = grid_of_ray(in, n);
   const VoxelTransform& tf = transforms[b];
   double w0[3], d[3];
@@ -83,35 +119,135 @@ TG_HOST_DEVICE int64_t trace_ray(const TreeView& tree, const VoxelTransform* tra
     d[a] = ray_component(in.directions, in.float64, 3 * n + a) / tf.voxel_size[a];
   }
   int64_t count = 0;
+  const bool write = out.times != nullptr;
+
+  if (opt.mode == RayMode::Implicit) {
+    double root = -1;
+    auto phi = [&](double t, double& v) {
+      const double p[3] = {w0[0] + t * d[0], w0[1] + t * d[1], w0[2] + t * d[2]};
+      return field_at(tree, b, opt.scalars, in.float64, p, v);
+    };
+    march_voxels(tree, b, boxes.box(b), w0, d, opt.eps,
+                 [&](int64_t, Coord, double t0, double t1) {
+                   double v0, v1;
+                   if (!phi(t0, v0) || !phi(t1, v1)) return true;
+                   if (v0 == 0) {
+                     root = t0;
+                     return false;
+                   }
+                   if ((v0 > 0) == (v1 > 0) && v1 != 0) return true;
+                   // Bisection on the interpolated field (cubic along the ray inside a cell).
+                   double lo = t0, hi = t1, vlo = v0;
+                   for (int it = 0; it < 60 && hi - lo > 1e-12 * (1 + hi); ++it) {
+                     const double mid = 0.5 * (lo + hi);
+                     double vm;
+                     if (!phi(mid, vm)) break;
+                     if ((vm > 0) == (vlo > 0) && vm != 0) {
+                       lo = mid;
+                       vlo = vm;
+                     } else {
+                       hi = mid;
+                     }
+                   }
+                   root = 0.5 * (lo + hi);
+                   return false;
+                 });
+    if (write) {
+      if (in.float64)
+        static_cast<double*>(out.times)[first] = root;
+      else
+        static_cast<float*>(out.times)[first] = float(root);
+    }
+    return 1;
+  }
+
+  // Samples: the running interval boundary, kept across the ray's segments.
+  const double t_lo = opt.mode == RayMode::Samples ? ray_component(opt.t_min, in.float64, n) : 0;
+  const double t_hi = opt.mode == RayMode::Samples ? ray_component(opt.t_max, in.float64, n) : 0;
+  double tk = t_lo;
+  int64_t k = 0;  // tk = t_lo + k * step while cone == 0 (no drift)
+  auto emit = [&](double t0, double t1) {
+    if (write) {
+      if (opt.mode == RayMode::Samples && opt.midpoints) {
+        const double m = 0.5 * (t0 + t1);
+        if (in.float64)
+          static_cast<double*>(out.times)[first + count] = m;
+        else
+          static_cast<float*>(out.times)[first + count] = float(m);
+      } else {
+        store_times(out.times, in.float64, first + count, t0, t1);
+      }
+    }
+    ++count;
+  };
+  // Called with each closed segment; false stops the march.
+  auto on_segment = [&](double s0, double s1) {
+    if (opt.mode == RayMode::Segments) {
+      emit(s0, s1);
+      return count < opt.max_out;
+    }
+    const double a = s0 > t_lo ? s0 : t_lo, e = s1 < t_hi ? s1 : t_hi;
+    if (!(e - a > opt.eps) || !(opt.step > 0)) return true;
+    if (opt.cone <= 0) {
+      const int64_t skip = int64_t(std::floor((a - t_lo) / opt.step));
+      if (skip > k) k = skip;
+      tk = t_lo + double(k) * opt.step;
+    } else {
+      // Jump over the intervals before a: linear while t * cone < step, then geometric.
+      const double knee = opt.step / opt.cone;
+      if (tk < knee && a > tk) {
+        const double target = a < knee ? a : knee;
+        const int64_t jump = int64_t(std::floor((target - tk) / opt.step)) - 1;
+        if (jump > 0) tk += double(jump) * opt.step;
+      }
+      if (tk >= knee && a > tk && tk > 0) {
+        const int64_t jump = int64_t(std::floor(std::log(a / tk) / std::log1p(opt.cone))) - 1;
+        if (jump > 0) tk *= std::pow(1 + opt.cone, double(jump));
+      }
+    }
+    while (tk < e) {
+      double tn;
+      if (opt.cone <= 0) {
+        tn = t_lo + double(k + 1) * opt.step;
+      } else {
+        const double grow = tk * opt.cone;
+        tn = tk + (grow > opt.step ? grow : opt.step);
+      }
+      if (!(tn > tk)) return true;  // a step below t's rounding: no progress possible
+      const double lo = tk > a ? tk : a, hi = tn < e ? tn : e;
+      const bool whole = lo == tk && hi == tn;
+      if (hi - lo > opt.eps && (whole || opt.include_end)) emit(lo, hi);
+      if (tn > e) break;  // the interval runs on into the next segment (or past t_max)
+      tk = tn;
+      ++k;
+    }
+    return true;
+  };
+
   double seg0 = 0, seg1 = -1;  // the open segment; none while seg1 < seg0
-  march_voxels(tree, b, boxes.box(b), w0, d, eps,
+  bool going = true;
+  march_voxels(tree, b, boxes.box(b), w0, d, opt.eps,
                [&](int64_t row, Coord c, double t0, double t1) {
-                 if (segments) {
-                   if (seg1 >= seg0 && t0 == seg1) {  // extends the open segment
-                     seg1 = t1;
-                     return true;
+                 if (opt.mode == RayMode::Voxels) {
+                   if (write) {
+                     out.rows[first + count] = row;
+                     out.ijk[3 * (first + count)] = c.i;
+                     out.ijk[3 * (first + count) + 1] = c.j;
+                     out.ijk[3 * (first + count) + 2] = c.k;
+                     store_times(out.times, in.float64, first + count, t0, t1);
                    }
-                   if (seg1 >= seg0) {  // closes it
-                     if (out.times != nullptr) store_times(out.times, in.float64, first + count, seg0, seg1);
-                     if (++count == max_out) return false;
-                   }
-                   seg0 = t0;
+                   return ++count < opt.max_out;
+                 }
+                 if (seg1 >= seg0 && t0 == seg1) {  // extends the open segment
                    seg1 = t1;
                    return true;
                  }
-                 if (out.times != nullptr) {
-                   out.rows[first + count] = row;
-                   out.ijk[3 * (first + count)] = c.i;
-                   out.ijk[3 * (first + count) + 1] = c.j;
-                   out.ijk[3 * (first + count) + 2] = c.k;
-                   store_times(out.times, in.float64, first + count, t0, t1);
-                 }
-                 return ++count < max_out;
+                 if (seg1 >= seg0 && !(going = on_segment(seg0, seg1))) return false;
+                 seg0 = t0;
+                 seg1 = t1;
+                 return true;
                });
-  if (segments && seg1 >= seg0 && count < max_out) {
-    if (out.times != nullptr) store_times(out.times, in.float64, first + count, seg0, seg1);
-    ++count;
-  }
+  if (opt.mode != RayMode::Voxels && going && seg1 >= seg0) on_segment(seg0, seg1);
   return count;
 }
 

@@ -1,4 +1,4 @@
-// voxels_along_rays / segments_along_rays: argument checks, the CPU loops (two passes over the
+// The ray ops (rays.h): argument checks, the CPU loops (two passes over the
 // rays, count then write, on every core), and dispatch to the CUDA kernels (rays_cuda.cu),
 // which run the same trace_ray.
 #include "tilegrid/grid/rays.h"
@@ -81,8 +81,8 @@ std::vector<int32_t> leaf_boxes_cpu(const GridBatch& grid) {
 
 // Both passes on the CPU; returns the offsets and fills outputs allocated by `allocate`.
 template <class Allocate>
-Tensor trace_cpu(const GridBatch& grid, const RayInputs& in, int64_t max_out, double eps,
-                 bool segments, Allocate allocate) {
+Tensor trace_cpu(const GridBatch& grid, const RayInputs& in, const RayOptions& opt,
+                 Allocate allocate) {
   const std::vector<int32_t> box_data = leaf_boxes_cpu(grid);
   const GridBoxes boxes{box_data.data()};
   const TreeView tree = grid.view();
@@ -91,20 +91,47 @@ Tensor trace_cpu(const GridBatch& grid, const RayInputs& in, int64_t max_out, do
   auto* off = static_cast<int64_t*>(offsets.data());
   off[0] = 0;
   parallel_for(in.num_rays, [&](int64_t n) {
-    off[n + 1] = trace_ray(tree, transforms, boxes, in, n, max_out, eps, segments, 0, {});
+    off[n + 1] = trace_ray(tree, transforms, boxes, in, n, opt, 0, {});
   });
   for (int64_t n = 0; n < in.num_rays; ++n) off[n + 1] += off[n];
   const RayOutputs out = allocate(off[in.num_rays]);
   parallel_for(in.num_rays, [&](int64_t n) {
-    trace_ray(tree, transforms, boxes, in, n, max_out, eps, segments, off[n], out);
+    trace_ray(tree, transforms, boxes, in, n, opt, off[n], out);
   });
   return offsets;
 }
 
-void require_cuda_build(const char* op) {
-#ifndef TILEGRID_WITH_CUDA
-  throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
+RayOptions options(RayMode mode, int64_t max_out, double eps) {
+  RayOptions o;
+  o.mode = mode;
+  o.max_out = max_out;
+  o.eps = eps;
+  return o;
+}
+
+// Runs both passes on the grid's device; returns the offsets.
+template <class Allocate>
+Tensor trace(const char* op, const GridBatch& grid, const RayInputs& in, const RayOptions& opt,
+             Allocate allocate, Stream stream) {
+  if (grid.device().is_cuda()) {
+#ifdef TILEGRID_WITH_CUDA
+    return cuda::trace_rays(grid, in, opt, allocate, stream);
+#else
+    throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
 #endif
+  }
+  return trace_cpu(grid, in, opt, allocate);
+}
+
+// A per-ray tensor [N] of the rays' dtype on their device, as a JaggedTensor like the rays.
+void check_per_ray(const char* op, const char* name, const JaggedTensor& t, const Checked& c,
+                   const GridBatch& grid) {
+  const TensorView& v = t.jdata();
+  check_dtype(op, name, v, {c.dtype});
+  check_shape(op, name, v, {c.in.num_rays});
+  check_contiguous(op, name, v);
+  TG_CHECK_VALUE(v.device == grid.device(), op, ": ", name, " must be on the grid's device (",
+                 grid.device(), "), got ", v.device);
 }
 
 }  // namespace
@@ -123,14 +150,7 @@ RayVoxels voxels_along_rays(const GridBatch& grid, const JaggedTensor& origins,
     return RayOutputs{static_cast<int64_t*>(r.rows.data()), static_cast<int32_t*>(r.ijk.data()),
                       r.times.data()};
   };
-  if (device.is_cuda()) {
-    require_cuda_build(kOp);
-#ifdef TILEGRID_WITH_CUDA
-    r.offsets = cuda::trace_rays(grid, c.in, max_voxels, eps, false, allocate, stream);
-#endif
-    return r;
-  }
-  r.offsets = trace_cpu(grid, c.in, max_voxels, eps, false, allocate);
+  r.offsets = trace(kOp, grid, c.in, options(RayMode::Voxels, max_voxels, eps), allocate, stream);
   return r;
 }
 
@@ -145,15 +165,60 @@ RaySegments segments_along_rays(const GridBatch& grid, const JaggedTensor& origi
     r.times = Tensor::empty({segments, 2}, c.dtype, device, stream);
     return RayOutputs{nullptr, nullptr, r.times.data()};
   };
-  if (device.is_cuda()) {
-    require_cuda_build(kOp);
-#ifdef TILEGRID_WITH_CUDA
-    r.offsets = cuda::trace_rays(grid, c.in, max_segments, eps, true, allocate, stream);
-#endif
-    return r;
-  }
-  r.offsets = trace_cpu(grid, c.in, max_segments, eps, true, allocate);
+  r.offsets = trace(kOp, grid, c.in, options(RayMode::Segments, max_segments, eps), allocate, stream);
   return r;
+}
+
+RaySamples uniform_ray_samples(const GridBatch& grid, const JaggedTensor& origins,
+                               const JaggedTensor& directions, const JaggedTensor& t_min,
+                               const JaggedTensor& t_max, double step_size, double cone_angle,
+                               bool include_end_segments, bool return_midpoints, double eps,
+                               Stream stream) {
+  constexpr const char* kOp = "uniform_ray_samples";
+  const Checked c = check_rays(kOp, grid, origins, directions, "max_voxels", 1, eps);
+  check_per_ray(kOp, "t_min", t_min, c, grid);
+  check_per_ray(kOp, "t_max", t_max, c, grid);
+  TG_CHECK_VALUE(std::isfinite(step_size) && step_size > 0, kOp,
+                 ": step_size must be finite and > 0, got ", step_size);
+  TG_CHECK_VALUE(std::isfinite(cone_angle) && cone_angle >= 0, kOp,
+                 ": cone_angle must be finite and >= 0, got ", cone_angle);
+  RayOptions opt = options(RayMode::Samples, INT64_MAX, eps);
+  opt.t_min = t_min.jdata().data();
+  opt.t_max = t_max.jdata().data();
+  opt.step = step_size;
+  opt.cone = cone_angle;
+  opt.include_end = include_end_segments;
+  opt.midpoints = return_midpoints;
+  RaySamples r;
+  auto allocate = [&](int64_t samples) {
+    r.times = return_midpoints ? Tensor::empty({samples}, c.dtype, grid.device(), stream)
+                               : Tensor::empty({samples, 2}, c.dtype, grid.device(), stream);
+    return RayOutputs{nullptr, nullptr, r.times.data()};
+  };
+  r.offsets = trace(kOp, grid, c.in, opt, allocate, stream);
+  return r;
+}
+
+Tensor ray_implicit_intersection(const GridBatch& grid, const JaggedTensor& origins,
+                                 const JaggedTensor& directions, const TensorView& grid_scalars,
+                                 double eps, Stream stream) {
+  constexpr const char* kOp = "ray_implicit_intersection";
+  const Checked c = check_rays(kOp, grid, origins, directions, "max_voxels", 1, eps);
+  check_dtype(kOp, "grid_scalars", grid_scalars, {c.dtype});
+  check_shape(kOp, "grid_scalars", grid_scalars, {grid.total_voxels()});
+  check_contiguous(kOp, "grid_scalars", grid_scalars);
+  TG_CHECK_VALUE(grid_scalars.device == grid.device(), kOp,
+                 ": grid_scalars must be on the grid's device (", grid.device(), "), got ",
+                 grid_scalars.device);
+  RayOptions opt = options(RayMode::Implicit, 1, eps);
+  opt.scalars = grid_scalars.data;
+  Tensor times;
+  auto allocate = [&](int64_t rows) {
+    times = Tensor::empty({rows}, c.dtype, grid.device(), stream);
+    return RayOutputs{nullptr, nullptr, times.data()};
+  };
+  trace(kOp, grid, c.in, opt, allocate, stream);
+  return times;
 }
 
 }  // namespace tilegrid::grid

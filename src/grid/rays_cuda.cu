@@ -1,4 +1,5 @@
-// voxels_along_rays / segments_along_rays on the GPU: one thread a ray through trace_ray, the
+// The ray ops (voxels_along_rays, segments_along_rays, uniform_ray_samples,
+// ray_implicit_intersection) on the GPU: one thread a ray through trace_ray, the
 // code the CPU runs (ray_trace.h, ray_march.h), counted, scanned and written.
 #include <cub/device/device_scan.cuh>
 
@@ -40,27 +41,25 @@ __global__ void leaf_boxes_kernel(const LeafNode* leaves, int64_t num_leaves,
 
 // counts[n + 1] = ray n's outputs (counts[0] is 0).
 __global__ void count_kernel(TreeView tree, const VoxelTransform* transforms, GridBoxes boxes,
-                             RayInputs in, int64_t max_out, double eps, bool segments,
-                             int64_t* counts) {
+                             RayInputs in, RayOptions opt, int64_t* counts) {
   for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < in.num_rays;
        n += int64_t(gridDim.x) * blockDim.x)
-    counts[n + 1] = trace_ray(tree, transforms, boxes, in, n, max_out, eps, segments, 0, {});
+    counts[n + 1] = trace_ray(tree, transforms, boxes, in, n, opt, 0, {});
   if (blockIdx.x == 0 && threadIdx.x == 0) counts[0] = 0;
 }
 
 __global__ void write_kernel(TreeView tree, const VoxelTransform* transforms, GridBoxes boxes,
-                             RayInputs in, int64_t max_out, double eps, bool segments,
-                             const int64_t* offsets, RayOutputs out) {
+                             RayInputs in, RayOptions opt, const int64_t* offsets,
+                             RayOutputs out) {
   for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < in.num_rays;
        n += int64_t(gridDim.x) * blockDim.x)
-    trace_ray(tree, transforms, boxes, in, n, max_out, eps, segments, offsets[n], out);
+    trace_ray(tree, transforms, boxes, in, n, opt, offsets[n], out);
 }
 
 }  // namespace
 
-Tensor trace_rays(const GridBatch& grid, const RayInputs& in, int64_t max_out, double eps,
-                  bool segments, const std::function<RayOutputs(int64_t)>& allocate,
-                  Stream stream) {
+Tensor trace_rays(const GridBatch& grid, const RayInputs& in, const RayOptions& opt,
+                  const std::function<RayOutputs(int64_t)>& allocate, Stream stream) {
   const int device = grid.device().index;
   CudaDeviceGuard guard(device);
   const cudaStream_t s = static_cast<cudaStream_t>(stream.handle);
@@ -84,7 +83,7 @@ Tensor trace_rays(const GridBatch& grid, const RayInputs& in, int64_t max_out, d
   int64_t total = 0;
   if (in.num_rays > 0) {
     count_kernel<<<blocks_for(in.num_rays), kThreads, 0, s>>>(
-        grid.view(), grid.transforms(), grid_boxes, in, max_out, eps, segments, off);
+        grid.view(), grid.transforms(), grid_boxes, in, opt, off);
     TG_CUDA_CHECK_LAUNCH();
     size_t bytes = 0;
     TG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, bytes, off + 1, off + 1, in.num_rays, s));
@@ -100,7 +99,7 @@ Tensor trace_rays(const GridBatch& grid, const RayInputs& in, int64_t max_out, d
   const RayOutputs out = allocate(total);
   if (total > 0) {
     write_kernel<<<blocks_for(in.num_rays), kThreads, 0, s>>>(
-        grid.view(), grid.transforms(), grid_boxes, in, max_out, eps, segments, off, out);
+        grid.view(), grid.transforms(), grid_boxes, in, opt, off, out);
     TG_CUDA_CHECK_LAUNCH();
   }
   return offsets;

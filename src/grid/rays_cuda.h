@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA passes of voxels_along_rays / segments_along_rays (internal; rays_cuda.cu): leaf
+// The CUDA passes of the ray ops (internal; rays_cuda.cu): leaf
 // boxes per grid, a count kernel and a write kernel (one thread a ray, trace_ray of
 // ray_trace.h), the counts scanned into offsets. `allocate` is called once with the total, on
 // the host, after the one synchronisation; the returned offsets (int64 [N + 1]) are on the GPU.
@@ -12,8 +12,7 @@
 
 namespace tilegrid::grid::cuda {
 
-Tensor trace_rays(const GridBatch& grid, const RayInputs& in, int64_t max_out, double eps,
-                  bool segments, const std::function<RayOutputs(int64_t)>& allocate,
-                  Stream stream);
+Tensor trace_rays(const GridBatch& grid, const RayInputs& in, const RayOptions& opt,
+                  const std::function<RayOutputs(int64_t)>& allocate, Stream stream);
 
 }  // namespace tilegrid::grid::cuda

@@ -40,4 +40,29 @@ RaySegments segments_along_rays(const GridBatch& grid, const JaggedTensor& origi
                                 const JaggedTensor& directions, int64_t max_segments,
                                 double eps = 0.0, Stream stream = {});
 
+struct RaySamples {
+  Tensor offsets;  // int64 [N + 1]
+  Tensor times;    // [S, 2] start and end t of each sample interval, or [S] midpoints
+};
+
+// Sample intervals along each ray inside its segments of active voxels, between t_min and
+// t_max ([N] each, jagged like the rays, the rays' dtype): the boundaries are t_min,
+// t_min + step_size, ... (each step max(step_size, t * cone_angle)); an interval inside a
+// segment is kept whole, one that crosses a segment's end keeps its part inside the segment
+// when include_end_segments. Intervals no longer than eps are left out.
+RaySamples uniform_ray_samples(const GridBatch& grid, const JaggedTensor& origins,
+                               const JaggedTensor& directions, const JaggedTensor& t_min,
+                               const JaggedTensor& t_max, double step_size,
+                               double cone_angle = 0.0, bool include_end_segments = true,
+                               bool return_midpoints = false, double eps = 0.0,
+                               Stream stream = {});
+
+// [N] (the rays' dtype): t of the first zero crossing, along each ray, of the field that
+// grid_scalars ([total_voxels], one value a voxel) defines by trilinear interpolation between
+// voxel centres where all 8 are active; -1 where there is none. Found inside the first voxel
+// crossing whose ends have opposite signs, by bisection to 1e-12 relative.
+Tensor ray_implicit_intersection(const GridBatch& grid, const JaggedTensor& origins,
+                                 const JaggedTensor& directions, const TensorView& grid_scalars,
+                                 double eps = 0.0, Stream stream = {});
+
 }  // namespace tilegrid::grid

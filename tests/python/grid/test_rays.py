@@ -3,6 +3,8 @@ active voxel's box intersected with the ray in float64 (a slab test written here
 of the march), sorted by entry; and dense stepping along the ray at a fine step. On the CPU
 and, where there is one, the GPU (whose answers must be the CPU's bit for bit)."""
 
+import math
+
 import pytest
 import torch
 
@@ -159,7 +161,8 @@ def test_per_grid_rows_float32_rays_and_rays_that_cross_nothing(device):
                                 origins=[grid.origins[0].tolist()]).to(device)
     rows, times = one.voxels_along_rays(special_o.to(device), special_d.to(device), max_voxels=10)
     assert rows.joffsets.cpu().tolist() == [0, 0, 0, 0, 1]
-    assert rows[3].cpu().tolist() == [0]
+    row = one.ijk_to_index(tg.JaggedTensor([ijk[0][:1].to(device)])).jdata.cpu().tolist()
+    assert rows[3].cpu().tolist() == row
     assert times[3].cpu().tolist() == [[0.0, float("inf")]]
 
 
@@ -206,3 +209,143 @@ def test_gpu_answers_are_the_cpu_ones_bit_for_bit():
     seg_cpu = grid.segments_along_rays(origins, directions, max_segments=8)
     seg_gpu = grid.to("cuda").segments_along_rays(origins.to("cuda"), directions.to("cuda"), max_segments=8)
     assert torch.equal(seg_cpu.jdata, seg_gpu.jdata.cpu())
+
+
+def reference_samples(segments, t_min, t_max, step, include_end, eps=0.0):
+    """Sample intervals of one ray from its segments, by the definition (cone_angle = 0)."""
+    out = []
+    for s0, s1 in segments:
+        a, e = max(s0, t_min), min(s1, t_max)
+        if not e - a > eps:
+            continue
+        k = math.floor((a - t_min) / step)
+        while True:
+            tk, tn = t_min + k * step, t_min + (k + 1) * step
+            if tk >= e:
+                break
+            lo, hi = max(tk, a), min(tn, e)
+            if hi - lo > eps and ((lo == tk and hi == tn) or include_end):
+                out.append([lo, hi])
+            if tn > e:
+                break
+            k += 1
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("include_end", [True, False])
+def test_uniform_ray_samples_follow_their_definition(device, include_end):
+    grid, _ = random_grids(num_grids=2, voxels=800, extent=12)
+    origins, directions = random_rays(grid, [25, 25])
+    g = grid.to(device)
+    o, d = (j.to(device) for j in (origins, directions))
+    t_min = torch.rand(50, dtype=torch.float64) * 0.5
+    t_max = t_min + 0.5 + torch.rand(50, dtype=torch.float64) * 3
+    step = 0.011
+    segments = g.segments_along_rays(o, d, max_segments=10_000)
+    samples = g.uniform_ray_samples(o, d, t_min.to(device), t_max.to(device), step,
+                                    include_end_segments=include_end)
+    mids = g.uniform_ray_samples(o, d, t_min.to(device), t_max.to(device), step,
+                                 include_end_segments=include_end, return_midpoints=True)
+    total = 0
+    for r in range(50):
+        want = reference_samples(segments[r].cpu().tolist(), float(t_min[r]), float(t_max[r]), step, include_end)
+        got = samples[r].cpu()
+        assert got.tolist() == want, f"ray {r}"
+        torch.testing.assert_close(mids[r].cpu(), got.mean(1) if len(got) else got.new_zeros(0))
+        total += len(want)
+    assert total > 40  # the rays do meet samples
+
+
+def test_uniform_ray_samples_with_a_cone_angle_grow_with_distance():
+    grid, _ = random_grids(num_grids=1, voxels=1500, extent=12)
+    origins, directions = random_rays(grid, [30])
+    step, cone = 0.01, 0.02
+    t_min, t_max = torch.zeros(30).double(), torch.full((30,), 10.0).double()
+    segments = grid.segments_along_rays(origins, directions, max_segments=10_000)
+    samples = grid.uniform_ray_samples(origins, directions, t_min, t_max, step, cone_angle=cone)
+    for r in range(30):
+        segs, got = segments[r].tolist(), samples[r]
+        if not len(got):
+            continue
+        # Every interval lies in a segment; together they cover the segments (include_end).
+        covered = sum(hi - lo for lo, hi in got.tolist())
+        assert abs(covered - sum(min(b, 10.0) - a for a, b in segs if a < 10.0)) < 1e-9
+        for lo, hi in got.tolist():
+            assert any(a - 1e-12 <= lo and hi <= b + 1e-12 for a, b in segs)
+            # Not longer than the step at its start (whole ones are exactly that long).
+            assert hi - lo <= max(step, lo * cone) * (1 + 1e-9) + 1e-12
+
+
+def sphere_grid(radius=6.0, pad=3):
+    r = int(radius) + pad
+    ax = torch.arange(-r, r + 1)
+    ijk = torch.stack(torch.meshgrid(ax, ax, ax, indexing="ij"), -1).reshape(-1, 3)
+    ijk = ijk[ijk.double().norm(dim=1) < radius + pad].to(torch.int32)
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk]), voxel_sizes=[[0.5] * 3], origins=[[0.0] * 3])
+    centres = grid.voxel_to_world(grid.ijk()).jdata
+    return grid, centres
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ray_implicit_intersection_of_a_plane_is_exact_and_of_a_sphere_close(device):
+    grid, centres = sphere_grid()
+    n = 200
+    target = torch.randn(n, 3, dtype=torch.float64) * 0.8
+    start = torch.nn.functional.normalize(torch.randn(n, 3, dtype=torch.float64), dim=1) * 8.0
+    o, d = start, target - start  # t in units of |target - start|
+    g = grid.to(device)
+    # A plane x = 0.3 (a linear field: trilinear interpolation is exact).
+    plane = (centres[:, 0] - 0.3)
+    t = g.ray_implicit_intersection(o.to(device), d.to(device), plane.to(device)).jdata.cpu()
+    exact = (0.3 - o[:, 0]) / d[:, 0]
+    inside = (exact > 0) & (exact < 1.5)
+    hit_pts = o + exact[:, None] * d
+    interior = inside & (hit_pts.norm(dim=1) < 3.5)  # the grid: a ball of radius 4.5
+    assert interior.sum() > 30
+    torch.testing.assert_close(t[interior], exact[interior], rtol=1e-9, atol=1e-9)
+    # A sphere of radius 2.5 (distance at the voxel centres, interpolated).
+    sphere = centres.norm(dim=1) - 2.5
+    t = g.ray_implicit_intersection(o.to(device), d.to(device), sphere.to(device)).jdata.cpu()
+    b = (o * d).sum(1)
+    a2 = (d * d).sum(1)
+    disc = b * b - a2 * ((o * o).sum(1) - 2.5 ** 2)
+    hits = disc > 0.05 * a2  # clear of grazing rays
+    analytic = (-b - disc.clamp(min=0).sqrt()) / a2
+    assert (t[hits] > 0).all() and hits.sum() > 50
+    # The distance to a sphere interpolated between voxel centres (0.5 apart) bulges between
+    # them: the points found lie within a tenth of a voxel (0.05) of the sphere.
+    found = o[hits] + t[hits, None] * d[hits]
+    assert (found.norm(dim=1) - 2.5).abs().max() < 0.05
+    far = disc < -0.5 * a2  # clear misses
+    assert (t[far] == -1).all()
+
+
+def test_ray_ops_bad_inputs():
+    grid, _ = random_grids(num_grids=1)
+    o, d = random_rays(grid, [3])
+    with pytest.raises(ValueError, match="step_size must be finite and > 0"):
+        grid.uniform_ray_samples(o, d, 0.0, 1.0, 0.0)
+    with pytest.raises(ValueError, match="cone_angle"):
+        grid.uniform_ray_samples(o, d, 0.0, 1.0, 0.1, cone_angle=-1.0)
+    with pytest.raises(ValueError, match="grid_scalars"):
+        grid.ray_implicit_intersection(o, d, torch.zeros(grid.total_voxels + 1, dtype=torch.float64))
+    with pytest.raises(TypeError, match="grid_scalars must be float64"):
+        grid.ray_implicit_intersection(o, d, torch.zeros(grid.total_voxels))
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_gpu_samples_and_intersections_are_the_cpu_ones():
+    grid, centres = sphere_grid()
+    o = torch.nn.functional.normalize(torch.randn(1000, 3, dtype=torch.float64), dim=1) * 8.0
+    d = torch.randn(1000, 3, dtype=torch.float64) * 0.5 - o
+    field = centres.norm(dim=1) - 2.5
+    cpu = grid.ray_implicit_intersection(o, d, field)
+    gpu = grid.to("cuda").ray_implicit_intersection(o.cuda(), d.cuda(), field.cuda())
+    assert torch.equal(cpu.jdata, gpu.jdata.cpu())
+    args = (torch.zeros(1000).double(), torch.full((1000,), 2.0).double(), 0.01)
+    cpu = grid.uniform_ray_samples(o, d, *args, cone_angle=0.01)
+    gpu = grid.to("cuda").uniform_ray_samples(o.cuda(), d.cuda(), *(a.cuda() for a in args[:2]), args[2],
+                                              cone_angle=0.01)
+    assert torch.equal(cpu.joffsets, gpu.joffsets.cpu()) and torch.equal(cpu.jdata, gpu.jdata.cpu())
