@@ -9,6 +9,7 @@
 #include "convert.h"
 #include "tilegrid/grid/convolution.h"
 #include "tilegrid/grid/grid_batch.h"
+#include "tilegrid/grid/marching_cubes.h"
 #include "tilegrid/grid/nvdb_io.h"
 #include "tilegrid/grid/rays.h"
 #include "tilegrid/grid/sampling.h"
@@ -163,6 +164,15 @@ void bind_grid(nb::module_& m) {
       },
       nb::arg("grid"), nb::arg("origins"), nb::arg("origin_offsets"), nb::arg("directions"),
       nb::arg("direction_offsets"), nb::arg("scalars"), nb::arg("eps"), nb::arg("stream") = 0);
+  m.def(
+      "grid_marching_cubes",
+      [](const GridBatch& g, nb::ndarray<> field, double level, uintptr_t stream) {
+        const grid::CubeMesh mesh = grid::marching_cubes(g, as_view(field), level, as_stream(stream));
+        return nb::make_tuple(to_capsule(mesh.vertices), to_capsule(mesh.normals),
+                              to_capsule(mesh.faces), to_capsule(mesh.vertex_offsets),
+                              to_capsule(mesh.face_offsets));
+      },
+      nb::arg("grid"), nb::arg("field"), nb::arg("level"), nb::arg("stream") = 0);
   m.def(
       "volume_render",
       [](nb::ndarray<> sigmas, nb::ndarray<> rgbs, nb::ndarray<> deltas, nb::ndarray<> ts,

@@ -360,6 +360,20 @@ class GridBatch:
         """t of each ray's first zero crossing of a per-voxel field, -1 if none (grid_rays.py)."""
         return grid_rays.ray_implicit_intersection(self, ray_origins, ray_directions, grid_scalars, eps)
 
+    def marching_cubes(self, field, level: float = 0.0):
+        """(vertices, faces, normals), one JaggedTensor entry a grid: the surface where the
+        per-voxel field ([total_voxels] or [total_voxels, 1], float32/float64) crosses level,
+        over the cubes of 8 active voxel centres (C++: grid/marching_cubes.h). faces index
+        their own grid's vertices (int64); normals point where the field is above level."""
+        data = field.jdata if isinstance(field, JaggedTensor) else field
+        if data.dim() == 2 and data.shape[1] == 1:
+            data = data[:, 0]
+        _same_device("marching_cubes", "field", data, self.device)
+        v, n, f, voff, foff = (torch.from_dlpack(t) for t in _C.grid_marching_cubes(
+            self._impl, data.contiguous(), float(level), current_stream(data)))
+        return (JaggedTensor._from_trusted(v, voff), JaggedTensor._from_trusted(f, foff),
+                JaggedTensor._from_trusted(n, voff))
+
     def coarsened_grid(self, factor) -> "GridBatch":
         """Voxels of factor^3 blocks merged (voxel size x factor, centred on the block)."""
         return grid_derived.coarsened(self, factor)
