@@ -15,6 +15,7 @@ from .gemm import describe_matmul, linear, matmul
 from .grid_batch import GridBatch, jcat
 from .grid_io import load, save
 from .jagged_tensor import JaggedTensor
+from .linear_cross_entropy import linear_cross_entropy
 from .mesh_io import read_mesh, read_off, read_ply
 from .rms_norm import rms_norm
 from .sparse_conv import ConvolutionPlan
@@ -40,6 +41,7 @@ __all__ = [
     "jcat",
     "load",
     "linear",
+    "linear_cross_entropy",
     "matmul",
     "nn",
     "read_mesh",

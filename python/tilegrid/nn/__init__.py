@@ -1,5 +1,6 @@
 """Drop-in torch.nn modules backed by tilegrid kernels."""
 
+from ..linear_cross_entropy import LinearCrossEntropyLoss
 from .llama import LlamaAttention, LlamaDecoderLayer, LlamaMLP
 from .rms_norm import RMSNorm
 from .sparse_conv import SparseConv3d, SparseConvTranspose3d
@@ -24,6 +25,7 @@ __all__ = [
     "GroupNorm",
     "LayerNorm",
     "LeakyReLU",
+    "LinearCrossEntropyLoss",
     "LlamaAttention",
     "LlamaDecoderLayer",
     "LlamaMLP",

@@ -1,0 +1,130 @@
+"""Linear layer + cross-entropy without the whole logits tensor in memory:
+
+    loss = tg.linear_cross_entropy(hidden, lm_head.weight, labels)      # F.linear then F.cross_entropy
+    loss_fn = tg.nn.LinearCrossEntropyLoss(ignore_index=-100)           # Liger's argument order:
+    loss = loss_fn(lm_head.weight, hidden, labels)                      # (weight, input, target)
+
+The tokens are taken in chunks (`chunk_size` rows, default so that a chunk's logits take about
+256 MiB). For each chunk, the LM-head product's epilogue stores the chunk's logits and writes
+their per-tile log-sum-exp partials (`store > row_partials(logsumexp)`), finished into the
+rows' log-sum-exp. Then, while the chunk is still in memory, the loss and the chunk's
+gradients are formed: d logits = softmax - one-hot (in torch, elementwise), d input = d logits
+W, and d W += d logits^T input. The backward only scales them by the incoming gradient, as
+Liger's fused linear cross-entropy does. Extra memory is one chunk of logits plus float32
+d W, not T x V logits. What is not yet fused: the softmax gradient is a torch elementwise pass
+over the chunk, not part of an epilogue.
+
+ignore_index rows add nothing and count for nothing in the mean; reduction "mean" or "sum";
+label_smoothing must be 0. bfloat16 or float16 input and weight (tg.matmul's types); on
+CUDA the fused program runs on Hopper (sm_90a, bfloat16), on the CPU its reference.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import epilogue
+from .gemm import matmul
+
+_TILE_N = 256  # the log-sum-exp partials' tile width (the compiled Hopper program's)
+
+
+def _chunk_rows(vocab: int, chunk_size: Optional[int]) -> int:
+    if chunk_size is not None:
+        if chunk_size < 1:
+            raise ValueError(f"linear_cross_entropy: chunk_size must be >= 1, got {chunk_size}")
+        return chunk_size
+    return max(8, min(8192, (256 << 20) // (2 * vocab)) // 8 * 8)
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, target, ignore_index, reduction, chunk_size):
+        T, V = x.shape[0], weight.shape[0]
+        valid = target != ignore_index
+        count = int(valid.sum()) if reduction == "mean" else 1
+        scale = 1.0 / max(count, 1) if reduction == "mean" else 1.0
+        loss = torch.zeros((), dtype=torch.float32, device=x.device)
+        dx = torch.empty_like(x)
+        dw = torch.zeros(weight.shape, dtype=torch.float32, device=x.device)
+        rows = _chunk_rows(V, chunk_size)
+        tiles = (V + _TILE_N - 1) // _TILE_N
+        for start in range(0, T, rows):
+            xc = x[start:start + rows]
+            tc, vc = target[start:start + rows], valid[start:start + rows]
+            real = xc.shape[0]
+            if real % 8:  # the weight-gradient product reduces over the rows: a multiple of 8
+                pad = 8 - real % 8
+                xc = torch.cat([xc, xc.new_zeros(pad, xc.shape[1])])
+                tc = torch.cat([tc, tc.new_zeros(pad)])
+                vc = torch.cat([vc, vc.new_zeros(pad)])
+            logits = torch.empty(xc.shape[0], V, dtype=x.dtype, device=x.device)
+            partials = torch.empty(xc.shape[0], tiles, dtype=torch.float32, device=x.device)
+            epilogue.matmul(xc, weight.t(), epilogue.Program().store(logits)
+                            .row_partials("logsumexp", partials, tile_n=_TILE_N))
+            lse = epilogue.finish_row_partials("logsumexp", partials)
+            picked = logits.gather(1, tc.clamp(min=0)[:, None])[:, 0].float()
+            loss += ((lse - picked) * vc).sum()
+            # d logits = (softmax - one-hot) * scale on valid rows, written over the logits.
+            grad = torch.exp(logits.float() - lse[:, None])
+            grad[torch.arange(grad.shape[0], device=x.device), tc.clamp(min=0)] -= 1.0
+            grad *= (vc.float() * scale)[:, None]
+            logits.copy_(grad)
+            del grad
+            dx[start:start + real] = matmul(logits, weight)[:real]
+            dw += matmul(logits.t(), xc, out_dtype=torch.float32)
+        ctx.save_for_backward(dx, dw)
+        ctx.weight_dtype = weight.dtype
+        return loss * scale
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        dx, dw = ctx.saved_tensors
+        g = grad_loss.float()
+        gx = (dx.float() * g).to(dx.dtype) if ctx.needs_input_grad[0] else None
+        gw = (dw * g).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
+        return gx, gw, None, None, None, None
+
+
+def linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+                         ignore_index: int = -100, reduction: str = "mean",
+                         label_smoothing: float = 0.0, chunk_size: Optional[int] = None) -> torch.Tensor:
+    """F.cross_entropy(F.linear(input, weight), target, ...) without the logits in memory:
+    input [..., d], weight [V, d] (no bias), target [...] int64 class indices."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"linear_cross_entropy: reduction must be 'mean' or 'sum', got {reduction!r}")
+    if label_smoothing != 0.0:
+        raise NotImplementedError("linear_cross_entropy: label_smoothing must be 0.0 (not implemented)")
+    if weight.dim() != 2 or input.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear_cross_entropy: input [..., d] and weight [V, d] expected, got "
+                         f"{list(input.shape)} and {list(weight.shape)}")
+    x = input.reshape(-1, input.shape[-1]).contiguous()
+    t = target.reshape(-1)
+    if t.shape[0] != x.shape[0] or t.dtype != torch.int64:
+        raise ValueError(f"linear_cross_entropy: target must be int64 with one entry a row of input "
+                         f"({x.shape[0]}), got {t.dtype} of shape {list(target.shape)}")
+    if weight.shape[0] % 8 or weight.shape[1] % 8:
+        raise ValueError(f"linear_cross_entropy: vocabulary and hidden sizes must be multiples of 8 "
+                         f"(tg.matmul), got weight {list(weight.shape)}")
+    valid = t[t != ignore_index]
+    if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= weight.shape[0]):
+        raise ValueError(f"linear_cross_entropy: targets must be in [0, {weight.shape[0]}) or "
+                         f"ignore_index ({ignore_index}), got {int(valid.min())} .. {int(valid.max())}")
+    return _LinearCrossEntropy.apply(x, weight, t, ignore_index, reduction, chunk_size)
+
+
+class LinearCrossEntropyLoss(torch.nn.Module):
+    """Liger's LigerFusedLinearCrossEntropyLoss interface: forward(lin_weight, _input, target)
+    -> loss, the LM head's weight first. See linear_cross_entropy."""
+
+    def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                 chunk_size: Optional[int] = None):
+        super().__init__()
+        self.ignore_index, self.reduction = ignore_index, reduction
+        self.label_smoothing, self.chunk_size = label_smoothing, chunk_size
+
+    def forward(self, lin_weight: torch.Tensor, _input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return linear_cross_entropy(_input, lin_weight, target, self.ignore_index, self.reduction,
+                                    self.label_smoothing, self.chunk_size)

@@ -1,0 +1,61 @@
+"""tg.linear_cross_entropy / tg.nn.LinearCrossEntropyLoss against F.cross_entropy(F.linear(...))
+in float32 from the same bfloat16 operands: the loss and both gradients, with ignored rows,
+both reductions, chunks with remainders; bad inputs. CPU always; Hopper where there is one."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilegrid as tg
+from conftest import HAS_CUDA
+
+HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not HOPPER, reason="the fused program needs a compute capability 9.0 GPU")])]
+
+
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction,chunk", [("mean", None), ("sum", 24), ("mean", 13)])
+def test_matches_torch(device, reduction, chunk):
+    T, d, V = 70, 64, 520
+    x = torch.randn(T, d, dtype=torch.bfloat16, device=device)
+    w = (torch.randn(V, d) / 8).to(torch.bfloat16).to(device)
+    t = torch.randint(0, V, (T,), device=device)
+    t[::7] = -100
+    xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
+    loss = tg.linear_cross_entropy(xa, wa, t, reduction=reduction, chunk_size=chunk)
+    loss.backward(torch.tensor(1.5, device=device))
+    xr, wr = x.float().requires_grad_(), w.float().requires_grad_()
+    ref = F.cross_entropy(F.linear(xr, wr), t, reduction=reduction)
+    ref.backward(torch.tensor(1.5, device=device))
+    assert abs(loss.item() - ref.item()) <= 1e-2 * abs(ref.item())
+    assert rel(xa.grad, xr.grad) < 2e-2 and rel(wa.grad, wr.grad) < 2e-2
+    assert xa.grad[::7].abs().sum() == 0  # ignored rows get no gradient
+
+
+def test_module_takes_ligers_argument_order_and_a_batch_dimension():
+    x = torch.randn(2, 9, 32, dtype=torch.bfloat16)
+    w = torch.randn(48, 32, dtype=torch.bfloat16) / 6
+    t = torch.randint(0, 48, (2, 9))
+    loss = tg.nn.LinearCrossEntropyLoss()(w, x, t)
+    ref = F.cross_entropy(F.linear(x.float(), w.float()).reshape(-1, 48), t.reshape(-1))
+    assert abs(loss.item() - ref.item()) <= 1e-2 * ref.item()
+
+
+def test_bad_inputs():
+    x, w = torch.randn(8, 32, dtype=torch.bfloat16), torch.randn(48, 32, dtype=torch.bfloat16)
+    t = torch.randint(0, 48, (8,))
+    with pytest.raises(NotImplementedError, match="label_smoothing"):
+        tg.linear_cross_entropy(x, w, t, label_smoothing=0.1)
+    with pytest.raises(ValueError, match="reduction"):
+        tg.linear_cross_entropy(x, w, t, reduction="none")
+    with pytest.raises(ValueError, match="targets must be in"):
+        tg.linear_cross_entropy(x, w, torch.full((8,), 48))
+    with pytest.raises(ValueError, match="multiples of 8"):
+        tg.linear_cross_entropy(x, w[:47], t.clamp(max=40))
+    with pytest.raises(ValueError, match="one entry a row"):
+        tg.linear_cross_entropy(x, w, t[:5])
