@@ -9,8 +9,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "grid/batch_access.h"
 #include "grid/marching_cubes_table.h"
-#include "grid/ray_trace.h"  // ray_component (a load of either float type), grid_of_row
+#include "tilegrid/grid/index_tree.h"
 #include "tilegrid/grid/transform.h"
 #include "tilegrid/grid/trilinear.h"
 
@@ -33,14 +34,14 @@ TG_HOST_DEVICE Coord voxel_ijk(const CubeInputs& in, int64_t r) {
 }
 
 TG_HOST_DEVICE bool is_inside(const CubeInputs& in, int64_t row) {
-  return ray_component(in.field, in.float64, row) < in.level;
+  return load_real(in.field, in.float64, row) < in.level;
 }
 
 // Pass 1 for voxel r: its crossing edges (bits 0-2), its cube's configuration (-1: a corner is
 // inactive) and triangle count.
 TG_HOST_DEVICE void cube_counts(const CubeInputs& in, int64_t r, uint8_t& cross_mask,
                                 int32_t& config, int32_t& triangles) {
-  const int64_t b = grid_of_row(in.voxel_offsets, in.num_grids, r);
+  const int64_t b = group_of(in.voxel_offsets, in.num_grids, r);
   const Coord v = voxel_ijk(in, r);
   const bool here = is_inside(in, r);
   cross_mask = 0;
@@ -70,16 +71,16 @@ TG_HOST_DEVICE void cube_counts(const CubeInputs& in, int64_t r, uint8_t& cross_
 TG_HOST_DEVICE void cube_write(const CubeInputs& in, int64_t r, const uint8_t* cross_mask,
                                const int64_t* vertex_base, int32_t config, int64_t triangle_base,
                                void* vertices, void* normals, int64_t* faces) {
-  const int64_t b = grid_of_row(in.voxel_offsets, in.num_grids, r);
+  const int64_t b = group_of(in.voxel_offsets, in.num_grids, r);
   const VoxelTransform& tf = in.transforms[b];
   const Coord v = voxel_ijk(in, r);
-  const double fv = ray_component(in.field, in.float64, r);
+  const double fv = load_real(in.field, in.float64, r);
   int64_t out = vertex_base[r];
   for (int a = 0; a < 3; ++a) {
     if (!((cross_mask[r] >> a) & 1)) continue;
     const Coord n{v.i + (a == 0), v.j + (a == 1), v.k + (a == 2)};
     const int64_t row = in.tree.index_of(b, n);
-    const double fn = ray_component(in.field, in.float64, row);
+    const double fn = load_real(in.field, in.float64, row);
     const double s = (in.level - fv) / (fn - fv);
     double u[3] = {double(v.i), double(v.j), double(v.k)};
     u[a] += s;
@@ -96,7 +97,7 @@ TG_HOST_DEVICE void cube_write(const CubeInputs& in, int64_t r, const uint8_t* c
         whole = false;
         break;
       }
-      const double f = ray_component(in.field, in.float64, cr);
+      const double f = load_real(in.field, in.float64, cr);
       for (int ax = 0; ax < 3; ++ax) g[ax] += cell.weight_gradient(c, ax) * f;
     }
     if (!whole) {

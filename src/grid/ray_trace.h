@@ -6,11 +6,11 @@
 #include <cmath>
 #include <cstdint>
 
-#include "tilegrid/core/dtype.h"
-#include "tilegrid/core/host_device.h"
+#include "grid/batch_access.h"
 #include "grid/ray_march.h"
-#include "tilegrid/grid/trilinear.h"
+#include "tilegrid/core/host_device.h"
 #include "tilegrid/grid/transform.h"
+#include "tilegrid/grid/trilinear.h"
 
 namespace tilegrid::grid {
 
@@ -44,19 +44,7 @@ struct GridBoxes {
 
 // Grid of ray n: the b with joffsets[b] <= n < joffsets[b + 1].
 TG_HOST_DEVICE int64_t grid_of_ray(const RayInputs& in, int64_t n) {
-  int64_t lo = 0, hi = in.num_grids;  // joffsets[lo] <= n < joffsets[hi]
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (in.joffsets[mid] <= n)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
-TG_HOST_DEVICE double ray_component(const void* data, bool float64, int64_t i) {
-  return float64 ? static_cast<const double*>(data)[i] : double(static_cast<const float*>(data)[i]);
+  return group_of(in.joffsets, in.num_grids, n);
 }
 
 TG_HOST_DEVICE void store_times(void* times, bool float64, int64_t row, double t0, double t1) {
@@ -98,7 +86,7 @@ TG_HOST_DEVICE bool field_at(const TreeView& tree, int64_t b, const void* scalar
   for (int c = 0; c < 8; ++c) {
     const int64_t row = tree.index_of(b, cell.voxel(c));
     if (row < 0) return false;
-    value += cell.weight(c) * ray_component(scalars, float64, row);
+    value += cell.weight(c) * load_real(scalars, float64, row);
   }
   return true;
 }
@@ -114,9 +102,9 @@ TG_HOST_DEVICE int64_t trace_ray(const TreeView& tree, const VoxelTransform* tra
   const VoxelTransform& tf = transforms[b];
   double w0[3], d[3];
   for (int a = 0; a < 3; ++a) {
-    w0[a] = (ray_component(in.origins, in.float64, 3 * n + a) - tf.origin[a]) / tf.voxel_size[a] +
+    w0[a] = (load_real(in.origins, in.float64, 3 * n + a) - tf.origin[a]) / tf.voxel_size[a] +
             0.5;
-    d[a] = ray_component(in.directions, in.float64, 3 * n + a) / tf.voxel_size[a];
+    d[a] = load_real(in.directions, in.float64, 3 * n + a) / tf.voxel_size[a];
   }
   int64_t count = 0;
   const bool write = out.times != nullptr;
@@ -162,8 +150,8 @@ TG_HOST_DEVICE int64_t trace_ray(const TreeView& tree, const VoxelTransform* tra
   }
 
   // Samples: the running interval boundary, kept across the ray's segments.
-  const double t_lo = opt.mode == RayMode::Samples ? ray_component(opt.t_min, in.float64, n) : 0;
-  const double t_hi = opt.mode == RayMode::Samples ? ray_component(opt.t_max, in.float64, n) : 0;
+  const double t_lo = opt.mode == RayMode::Samples ? load_real(opt.t_min, in.float64, n) : 0;
+  const double t_hi = opt.mode == RayMode::Samples ? load_real(opt.t_max, in.float64, n) : 0;
   double tk = t_lo;
   int64_t k = 0;  // tk = t_lo + k * step while cone == 0 (no drift)
   auto emit = [&](double t0, double t1) {
@@ -251,17 +239,9 @@ TG_HOST_DEVICE int64_t trace_ray(const TreeView& tree, const VoxelTransform* tra
   return count;
 }
 
-// Folds leaf l into its grid's box (the grid found from the leaf's first row).
+// Grid of feature row `row` (voxel_offsets: [num_grids + 1]).
 TG_HOST_DEVICE int64_t grid_of_row(const int64_t* voxel_offsets, int64_t num_grids, int64_t row) {
-  int64_t lo = 0, hi = num_grids;
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (voxel_offsets[mid] <= row)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return lo;
+  return group_of(voxel_offsets, num_grids, row);
 }
 
 }  // namespace tilegrid::grid

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "grid/batch_access.h"
 #include "tilegrid/core/host_device.h"
 
 namespace tilegrid::grid {
@@ -29,17 +30,6 @@ struct RenderSamples {
   bool float64;  // else float32
   double threshold;
 };
-
-TG_HOST_DEVICE double render_load(const void* p, bool f64, int64_t i) {
-  return f64 ? static_cast<const double*>(p)[i] : double(static_cast<const float*>(p)[i]);
-}
-
-TG_HOST_DEVICE void render_store(void* p, bool f64, int64_t i, double v) {
-  if (f64)
-    static_cast<double*>(p)[i] = v;
-  else
-    static_cast<float*>(p)[i] = float(v);
-}
 
 struct RenderOutputs {
   void* rgb;        // [R, C]
@@ -64,24 +54,24 @@ TG_HOST_DEVICE void render_ray_forward(const RenderSamples& in, int64_t r, const
     int64_t i = first;
     for (; i < last; ++i) {
       if (T < in.threshold) break;
-      const double alpha = 1.0 - exp(-render_load(in.sigmas, f, i) * render_load(in.deltas, f, i));
+      const double alpha = 1.0 - exp(-load_real(in.sigmas, f, i) * load_real(in.deltas, f, i));
       const double w = T * alpha;
-      for (int64_t c = 0; c < width; ++c) acc[c] += w * render_load(in.rgbs, f, i * C + c0 + c);
+      for (int64_t c = 0; c < width; ++c) acc[c] += w * load_real(in.rgbs, f, i * C + c0 + c);
       if (c0 == 0) {
-        render_store(out.weights, f, i, w);
-        depth += w * render_load(in.ts, f, i);
+        store_real(out.weights, f, i, w);
+        depth += w * load_real(in.ts, f, i);
         opacity += w;
       }
       T *= 1.0 - alpha;
     }
-    for (int64_t c = 0; c < width; ++c) render_store(out.rgb, f, r * C + c0 + c, acc[c]);
+    for (int64_t c = 0; c < width; ++c) store_real(out.rgb, f, r * C + c0 + c, acc[c]);
     if (c0 == 0) {
       end = i;
-      render_store(out.depth, f, r, depth);
-      render_store(out.opacity, f, r, opacity);
+      store_real(out.depth, f, r, depth);
+      store_real(out.opacity, f, r, opacity);
     }
   }
-  for (int64_t k = end; k < last; ++k) render_store(out.weights, f, k, 0.0);
+  for (int64_t k = end; k < last; ++k) store_real(out.weights, f, k, 0.0);
   out.count[r] = end - first;
 }
 
@@ -99,13 +89,13 @@ struct RenderGrads {
 TG_HOST_DEVICE void render_ray_backward(const RenderSamples& in, int64_t r, const RenderGrads& g) {
   const int64_t first = in.offsets[r], last = in.offsets[r + 1], C = in.channels;
   const bool f = in.float64;
-  const double d_depth = render_load(g.depth, f, r), d_opacity = render_load(g.opacity, f, r);
+  const double d_depth = load_real(g.depth, f, r), d_opacity = load_real(g.opacity, f, r);
   // g_i of sample i from its weight's neighbours in the outputs.
   auto gain = [&](int64_t i) {
-    double s = d_depth * render_load(in.ts, f, i) + d_opacity;
+    double s = d_depth * load_real(in.ts, f, i) + d_opacity;
     for (int64_t c = 0; c < C; ++c)
-      s += render_load(g.rgb, f, r * C + c) * render_load(in.rgbs, f, i * C + c);
-    if (g.weights != nullptr) s += render_load(g.weights, f, i);
+      s += load_real(g.rgb, f, r * C + c) * load_real(in.rgbs, f, i * C + c);
+    if (g.weights != nullptr) s += load_real(g.weights, f, i);
     return s;
   };
   // Pass 1: the marched samples and sum_k w_k g_k over them.
@@ -113,7 +103,7 @@ TG_HOST_DEVICE void render_ray_backward(const RenderSamples& in, int64_t r, cons
   int64_t end = first;
   for (; end < last; ++end) {
     if (T < in.threshold) break;
-    const double sd = render_load(in.sigmas, f, end) * render_load(in.deltas, f, end);
+    const double sd = load_real(in.sigmas, f, end) * load_real(in.deltas, f, end);
     const double alpha = 1.0 - exp(-sd);
     total += T * alpha * gain(end);
     T *= 1.0 - alpha;
@@ -123,22 +113,22 @@ TG_HOST_DEVICE void render_ray_backward(const RenderSamples& in, int64_t r, cons
   double prefix = 0.0;
   for (int64_t i = first; i < last; ++i) {
     if (i >= end) {
-      render_store(g.sigmas, f, i, 0.0);
-      render_store(g.deltas, f, i, 0.0);
-      render_store(g.ts, f, i, 0.0);
-      for (int64_t c = 0; c < C; ++c) render_store(g.rgbs, f, i * C + c, 0.0);
+      store_real(g.sigmas, f, i, 0.0);
+      store_real(g.deltas, f, i, 0.0);
+      store_real(g.ts, f, i, 0.0);
+      for (int64_t c = 0; c < C; ++c) store_real(g.rgbs, f, i * C + c, 0.0);
       continue;
     }
-    const double sigma = render_load(in.sigmas, f, i), delta = render_load(in.deltas, f, i);
+    const double sigma = load_real(in.sigmas, f, i), delta = load_real(in.deltas, f, i);
     const double alpha = 1.0 - exp(-sigma * delta);
     const double w = T * alpha, T_next = T * (1.0 - alpha);
     const double gi = gain(i);
     prefix += w * gi;
     const double bracket = T_next * gi - (total - prefix);
-    render_store(g.sigmas, f, i, delta * bracket);
-    render_store(g.deltas, f, i, sigma * bracket);
-    render_store(g.ts, f, i, w * d_depth);
-    for (int64_t c = 0; c < C; ++c) render_store(g.rgbs, f, i * C + c, w * render_load(g.rgb, f, r * C + c));
+    store_real(g.sigmas, f, i, delta * bracket);
+    store_real(g.deltas, f, i, sigma * bracket);
+    store_real(g.ts, f, i, w * d_depth);
+    for (int64_t c = 0; c < C; ++c) store_real(g.rgbs, f, i * C + c, w * load_real(g.rgb, f, r * C + c));
     T = T_next;
   }
 }
