@@ -14,7 +14,8 @@ Liger's fused linear cross-entropy does. Extra memory is one chunk of logits plu
 d W, not T x V logits. What is not yet fused: the softmax gradient is a torch elementwise pass
 over the chunk, not part of an epilogue.
 
-ignore_index rows add nothing and count for nothing in the mean; reduction "mean" or "sum";
+ignore_index rows add nothing and count for nothing in the mean (all ignored: NaN, as
+torch); the gradients that autograd will not ask for are not formed; reduction "mean" or "sum";
 label_smoothing must be 0. bfloat16 or float16 input and weight (tg.matmul's types); on
 CUDA the fused program runs on Hopper (sm_90a, bfloat16), on the CPU its reference.
 """
@@ -46,9 +47,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         valid = target != ignore_index
         count = int(valid.sum()) if reduction == "mean" else 1
         scale = 1.0 / max(count, 1) if reduction == "mean" else 1.0
+        want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
-        dx = torch.empty_like(x)
-        dw = torch.zeros(weight.shape, dtype=torch.float32, device=x.device)
+        dx = torch.empty_like(x) if want_dx else None
+        dw = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if want_dw else None
         rows = _chunk_rows(V, chunk_size)
         tiles = (V + _TILE_N - 1) // _TILE_N
         for start in range(0, T, rows):
@@ -65,26 +67,33 @@ class _LinearCrossEntropy(torch.autograd.Function):
             epilogue.matmul(xc, weight.t(), epilogue.Program().store(logits)
                             .row_partials("logsumexp", partials, tile_n=_TILE_N))
             lse = epilogue.finish_row_partials("logsumexp", partials)
-            picked = logits.gather(1, tc.clamp(min=0)[:, None])[:, 0].float()
+            safe = torch.where(vc, tc, torch.zeros_like(tc))  # ignored rows may hold any id
+            picked = logits.gather(1, safe[:, None])[:, 0].float()
             loss += ((lse - picked) * vc).sum()
+            if not (want_dx or want_dw):
+                continue
             # d logits = (softmax - one-hot) * scale on valid rows, written over the logits.
             grad = torch.exp(logits.float() - lse[:, None])
-            grad[torch.arange(grad.shape[0], device=x.device), tc.clamp(min=0)] -= 1.0
+            grad[torch.arange(grad.shape[0], device=x.device), safe] -= 1.0
             grad *= (vc.float() * scale)[:, None]
             logits.copy_(grad)
             del grad
-            dx[start:start + real] = matmul(logits, weight)[:real]
-            dw += matmul(logits.t(), xc, out_dtype=torch.float32)
+            if want_dx:
+                dx[start:start + real] = matmul(logits, weight)[:real]
+            if want_dw:
+                dw += matmul(logits.t(), xc, out_dtype=torch.float32)
         ctx.save_for_backward(dx, dw)
         ctx.weight_dtype = weight.dtype
+        if reduction == "mean" and count == 0:  # as F.cross_entropy: the mean of nothing
+            return torch.full((), float("nan"), device=x.device)
         return loss * scale
 
     @staticmethod
     def backward(ctx, grad_loss):
         dx, dw = ctx.saved_tensors
         g = grad_loss.float()
-        gx = (dx.float() * g).to(dx.dtype) if ctx.needs_input_grad[0] else None
-        gw = (dw * g).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
+        gx = (dx.float() * g).to(dx.dtype) if dx is not None else None
+        gw = (dw * g).to(ctx.weight_dtype) if dw is not None else None
         return gx, gw, None, None, None, None
 
 

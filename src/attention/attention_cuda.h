@@ -15,7 +15,8 @@ namespace tilegrid::attention {
 void forward_cuda(const Problem& p, int device, Stream stream);
 
 // The gradients of a validated problem: the portable tensor-core backward
-// (cuda/flash_bwd_dkdv_kernel.cuh, cuda/flash_bwd_dq_kernel.cuh) on every GPU for now; its row
+// (cuda/flash_bwd_dkdv_kernel.cuh, cuda/flash_bwd_dq_kernel.cuh) on every GPU for now, the
+// CUDA-core one (cuda/flash_bwd_simt.cuh) where the shared memory is too small for it; its row
 // deltas in a scratch buffer from the device's allocator.
 void backward_cuda(const Problem& p, const Gradients& g, int device, Stream stream);
 

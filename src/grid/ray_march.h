@@ -100,8 +100,14 @@ TG_HOST_DEVICE bool dda(const double w0[3], const double d[3], double t_begin, d
       t_step[a] = INFINITY;
     }
   }
+  // At most the cells the segment spans per axis, plus a few: a ray so far from the grid that
+  // t no longer changes in double (t_next + t_step == t_next) stops instead of looping.
+  double span = 3;
+  for (int a = 0; a < 3; ++a)
+    if (d[a] != 0) span += (d[a] > 0 ? d[a] : -d[a]) * (t_end - t_begin) / size + 1;
+  const int64_t max_steps = span < 1e15 ? int64_t(span) : int64_t(1e15);
   double t = t_begin;
-  while (t < t_end) {
+  for (int64_t steps = 0; t < t_end && steps < max_steps; ++steps) {
     int axis = t_next[0] < t_next[1] ? 0 : 1;
     axis = t_next[2] < t_next[axis] ? 2 : axis;
     const double t_exit = t_next[axis] < t_end ? t_next[axis] : t_end;

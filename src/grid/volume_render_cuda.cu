@@ -1,5 +1,5 @@
 // volume_render on the GPU: one thread a ray through volume_render_ray.h, the CPU's code
-// (compiled without FMA contraction, so the GPU's results are the CPU's).
+// (compiled without FMA contraction; exp may differ from the host's in the last bits).
 #include <algorithm>
 
 #include "core/cuda_check.h"

@@ -78,8 +78,9 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
 // run with the same inputs (both back ends below always give them). CPU tensors run the
 // reference (float64 sums); CUDA tensors a portable tensor-core kernel (mma.sync, sm_80 and
 // newer; the H200 too, as no Hopper backward exists yet; see cuda/flash_bwd_dkdv_kernel.cuh
-// and cuda/flash_bwd_dq_kernel.cuh), with a scratch buffer of one float per query row and
-// head from the device's allocator.
+// and cuda/flash_bwd_dq_kernel.cuh; up to 165 KB of shared memory a block), or the CUDA-core
+// one on GPUs with less (cuda/flash_bwd_simt.cuh), with a scratch buffer of one float per
+// query row and head from the device's allocator.
 void backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
               const TensorView& out, const TensorView& lse, const std::optional<TensorView>& dlse,
               const Params& params, const TensorView& dq, const TensorView& dk,

@@ -22,7 +22,9 @@ struct CubeMesh {
   Tensor face_offsets;    // int64 [B + 1]
 };
 
-// field: [total_voxels] on the grid's device. On CUDA the call waits for `stream` once.
+// field: [total_voxels] on the grid's device. On CUDA the call waits for `stream` twice (to
+// size the vertices and the faces). On sparse grids, a vertex on an edge that no whole cube
+// uses is still emitted (it belongs to no face).
 CubeMesh marching_cubes(const GridBatch& grid, const TensorView& field, double level = 0.0,
                         Stream stream = {});
 

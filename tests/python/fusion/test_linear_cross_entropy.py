@@ -59,3 +59,15 @@ def test_bad_inputs():
         tg.linear_cross_entropy(x, w[:47], t.clamp(max=40))
     with pytest.raises(ValueError, match="one entry a row"):
         tg.linear_cross_entropy(x, w, t[:5])
+
+
+def test_ignored_rows_may_hold_any_id_and_all_ignored_gives_nan():
+    x, w = torch.randn(16, 32, dtype=torch.bfloat16), torch.randn(48, 32, dtype=torch.bfloat16)
+    t = torch.randint(0, 48, (16,))
+    t[3] = 48  # a pad id equal to the vocabulary size, ignored
+    loss = tg.linear_cross_entropy(x, w, t, ignore_index=48)
+    ref = F.cross_entropy(F.linear(x.float(), w.float()), t, ignore_index=48)
+    assert abs(loss.item() - ref.item()) <= 1e-2 * ref.item()
+    assert torch.isnan(tg.linear_cross_entropy(x, w, torch.full((16,), -100)))
+    with torch.no_grad():  # no gradients asked: none formed, the loss the same
+        assert abs(tg.linear_cross_entropy(x, w, t, ignore_index=48).item() - loss.item()) < 1e-6
