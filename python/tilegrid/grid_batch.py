@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import torch
 
 from . import _C
-from . import grid_derived, grid_pooling, grid_rays
+from . import grid_derived, grid_pooling, grid_rays, grid_serialize
 from ._torch import current_stream, dlpack_pair
 from .grid_sampling import SampleTrilinear, SplatTrilinear
 from .jagged_tensor import JaggedTensor
@@ -373,6 +373,14 @@ class GridBatch:
             self._impl, data.contiguous(), float(level), current_stream(data)))
         return (JaggedTensor._from_trusted(v, voff), JaggedTensor._from_trusted(f, foff),
                 JaggedTensor._from_trusted(n, voff))
+
+    def morton(self) -> JaggedTensor:
+        """Z-order codes (int64) of the voxels' ijk, relative to each grid's lowest corner."""
+        return grid_serialize.morton(self)
+
+    def hilbert(self) -> JaggedTensor:
+        """Hilbert-curve codes (int64) of the voxels' ijk, relative to each grid's lowest corner."""
+        return grid_serialize.hilbert(self)
 
     def coarsened_grid(self, factor) -> "GridBatch":
         """Voxels of factor^3 blocks merged (voxel size x factor, centred on the block)."""

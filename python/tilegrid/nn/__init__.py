@@ -3,6 +3,7 @@
 from ..linear_cross_entropy import LinearCrossEntropyLoss
 from .llama import LlamaAttention, LlamaDecoderLayer, LlamaMLP
 from .rms_norm import RMSNorm
+from .serialized_attention import SerializedAttention
 from .sparse_conv import SparseConv3d, SparseConvTranspose3d
 from .sparse_layers import (
     AvgPool,
@@ -33,6 +34,7 @@ __all__ = [
     "MaxPool3d",
     "RMSNorm",
     "ReLU",
+    "SerializedAttention",
     "SiLU",
     "SparseConv3d",
     "SparseConvTranspose3d",
