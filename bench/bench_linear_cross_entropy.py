@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 import torch
@@ -57,16 +56,9 @@ def main() -> None:
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-        times = []
-        for _ in range(args.iters):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            out = step()
-            e.record()
-            torch.cuda.synchronize()
-            times.append(s.elapsed_time(e))
+        ms = harness.time_ms(lambda _: step(), sets=1, warmup=0, iters=args.iters)
         peak = (torch.cuda.max_memory_allocated() - base) / 2**30
-        ms = statistics.median(times)
+        out = step()
         report.add(harness.Result("fwd+bwd", f"T{T} d{D} V{V}", name, ms, flops=flops,
                                   extra={"tflops": flops / (ms * 1e-3) / 1e12, "peak_extra_gib": peak,
                                          "loss": out[0].item()}))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 import torch
@@ -53,17 +52,7 @@ def eager_layer(x, w, cos, sin):
 
 
 def timed(fn, iters):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
+    return harness.time_ms(lambda _: fn(), sets=1, warmup=3, iters=iters)
 
 
 def main() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 import torch
@@ -31,16 +30,10 @@ import tilegrid as tg  # noqa: E402
 
 
 def timed(fn, iters: int):
+    """(median ms, output): one call as the warm-up that also gives the output, then
+    harness.time_ms over `iters` calls."""
     out = fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        out = fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times), out
+    return harness.time_ms(lambda _: fn(), sets=1, warmup=0, iters=iters), out
 
 
 def dense_first_hits(grid, o, d, t_near: float, t_far: float, step: float, chunk: int = 1024):

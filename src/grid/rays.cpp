@@ -45,11 +45,14 @@ Checked check_rays(const char* op, const GridBatch& grid, const JaggedTensor& or
                  " grids");
   TG_CHECK_VALUE(max_out >= 1, op, ": ", max_name, " must be at least 1, got ", max_out);
   TG_CHECK_VALUE(std::isfinite(eps) && eps >= 0, op, ": eps must be finite and >= 0, got ", eps);
-  // Both jagged the same way: compared on the host (a copy for GPU offsets).
-  const Tensor oo = origins.joffsets().to(Device::cpu());
-  const Tensor od = directions.joffsets().to(Device::cpu());
-  TG_CHECK_VALUE(std::memcmp(oo.data(), od.data(), sizeof(int64_t) * size_t(oo.numel())) == 0,
-                 op, ": ray_origins and ray_directions must be jagged alike (same offsets)");
+  // Both jagged the same way: one offsets tensor, or equal ones compared on the host (a copy
+  // each for GPU offsets).
+  if (origins.joffsets().data() != directions.joffsets().data()) {
+    const Tensor oo = origins.joffsets().to(Device::cpu());
+    const Tensor od = directions.joffsets().to(Device::cpu());
+    TG_CHECK_VALUE(std::memcmp(oo.data(), od.data(), sizeof(int64_t) * size_t(oo.numel())) == 0,
+                   op, ": ray_origins and ray_directions must be jagged alike (same offsets)");
+  }
   return {{o.data, d.data, o.dtype == DType::Float64,
            origins.joffsets().view().data_ptr<const int64_t>(), grid.num_grids(), o.size(0)},
           o.dtype};
