@@ -13,6 +13,7 @@
 #include "tilegrid/grid/nvdb_io.h"
 #include "tilegrid/grid/rays.h"
 #include "tilegrid/grid/sampling.h"
+#include "tilegrid/grid/tsdf.h"
 #include "tilegrid/grid/volume_render.h"
 
 namespace tilegrid::python {
@@ -173,6 +174,21 @@ void bind_grid(nb::module_& m) {
                               to_capsule(mesh.face_offsets));
       },
       nb::arg("grid"), nb::arg("field"), nb::arg("level"), nb::arg("stream") = 0);
+  m.def(
+      "grid_integrate_tsdf",
+      [](const GridBatch& g, double truncation, nb::ndarray<> intrinsics,
+         nb::ndarray<> world_to_camera, nb::ndarray<> depths,
+         std::optional<nb::ndarray<>> pixel_weights, nb::ndarray<> tsdf, nb::ndarray<> weights,
+         uintptr_t stream) {
+        std::optional<TensorView> pw;
+        if (pixel_weights) pw = as_view(*pixel_weights);
+        grid::integrate_tsdf(g, truncation,
+                             {as_view(intrinsics), as_view(world_to_camera), as_view(depths), pw},
+                             as_view(tsdf), as_view(weights), as_stream(stream));
+      },
+      nb::arg("grid"), nb::arg("truncation"), nb::arg("intrinsics"), nb::arg("world_to_camera"),
+      nb::arg("depths"), nb::arg("pixel_weights").none(), nb::arg("tsdf"), nb::arg("weights"),
+      nb::arg("stream") = 0);
   m.def(
       "volume_render",
       [](nb::ndarray<> sigmas, nb::ndarray<> rgbs, nb::ndarray<> deltas, nb::ndarray<> ts,

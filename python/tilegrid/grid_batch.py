@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import torch
 
 from . import _C
-from . import grid_derived, grid_pooling, grid_rays, grid_serialize
+from . import grid_derived, grid_pooling, grid_rays, grid_serialize, grid_tsdf
 from ._torch import current_stream, dlpack_pair
 from .grid_sampling import SampleTrilinear, SplatTrilinear
 from .jagged_tensor import JaggedTensor
@@ -373,6 +373,14 @@ class GridBatch:
             self._impl, data.contiguous(), float(level), current_stream(data)))
         return (JaggedTensor._from_trusted(v, voff), JaggedTensor._from_trusted(f, foff),
                 JaggedTensor._from_trusted(n, voff))
+
+    def integrate_tsdf(self, truncation_distance: float, projection_matrices: torch.Tensor,
+                       cam_to_world_matrices: torch.Tensor, tsdf, weights, depth_images: torch.Tensor,
+                       weight_images=None):
+        """(grid, tsdf, weights): depth image b fused into grid b, the grid grown by the
+        truncation band around the measured surface (grid_tsdf.py; C++: grid/tsdf.h)."""
+        return grid_tsdf.integrate_tsdf(self, truncation_distance, projection_matrices, cam_to_world_matrices,
+                                        tsdf, weights, depth_images, weight_images)
 
     def morton(self) -> JaggedTensor:
         """Z-order codes (int64) of the voxels' ijk, relative to each grid's lowest corner."""
