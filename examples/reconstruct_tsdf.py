@@ -94,7 +94,7 @@ def nearest_distance(a: torch.Tensor, b: torch.Tensor, chunk: int = 4096) -> tor
 
 
 def splat(vertices: torch.Tensor, normals: torch.Tensor, K: torch.Tensor, pose: torch.Tensor, size: int) -> np.ndarray:
-    """The mesh's vertices drawn as 2x2-pixel points, nearest in front, Lambert-shaded by their
+    """The mesh's vertices drawn as 3x3-pixel points, nearest in front, Lambert-shaded by their
     normals (a picture of a dense mesh without a rasterizer)."""
     w2c = torch.linalg.inv(pose)
     c = vertices.double() @ w2c[:3, :3].T + w2c[:3, 3]
@@ -110,8 +110,8 @@ def splat(vertices: torch.Tensor, normals: torch.Tensor, K: torch.Tensor, pose: 
     colour = np.array([150.0, 190.0, 235.0])
     u, v = u.numpy()[order], v.numpy()[order]
     shade = shade[order]
-    for du in (0, 1):
-        for dv in (0, 1):
+    for du in (-1, 0, 1):
+        for dv in (-1, 0, 1):
             ok = (u + du >= 0) & (u + du < size) & (v + dv >= 0) & (v + dv < size)
             image[(v + dv)[ok], (u + du)[ok]] = (shade[ok, None] * colour).clip(0, 255).astype(np.uint8)
     return image
