@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA kernels of volume_render (internal; volume_render_cuda.cu): one thread a ray.
+// The CUDA kernels of volume_render (internal; volume_render_cuda.cu): one warp a ray.
 #include "grid/volume_render_ray.h"
 #include "tilegrid/core/device.h"
 
