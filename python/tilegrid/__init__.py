@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch  # noqa: F401  (tensors cross into the C++ module through DLPack)
 
-from . import _C, epilogue, nn
+from . import _C, distributed, epilogue, nn
 from ._torch import install_torch_allocator, uninstall_torch_allocator
 from .flash_attn import flash_attn_func, flash_attn_varlen_func
 from .gemm import describe_matmul, linear, matmul

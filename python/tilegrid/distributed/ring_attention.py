@@ -1,0 +1,221 @@
+"""Context-parallel (ring) attention over torch.distributed: a sequence split across the ranks
+of a process group, each rank holding its queries and passing its keys and values around the
+ring, with tilegrid's attention kernels (tg.flash_attn_func's forward and backward) on each
+block and the partial outputs merged exactly by their log-sum-exp.
+
+    out = tg.distributed.ring_flash_attn_func(q, k, v, causal=True, group=group)
+    out = tg.distributed.zigzag_ring_flash_attn_func(q, k, v, causal=True, group=group)
+
+q, k, v: this rank's shard, (batch, seqlen_local, heads, headdim) as flash_attn_func takes
+them; the same seqlen_local on every rank. `ring_flash_attn_func` takes contiguous shards
+(rank r holds tokens [r L, (r+1) L)); under causal masking its work is unbalanced (the last
+rank attends to every block, the first to one). `zigzag_ring_flash_attn_func` takes the
+zig-zag shards of `zigzag_shard` (the sequence cut into 2 W chunks; rank r holds chunks r and
+2W-1-r), which gives every rank the same causal work.
+
+Forward: W steps; at each, the key/value block received at the last step is sent on to the
+next rank (torch.distributed P2P: batch_isend_irecv, running while this rank computes) and
+attended to, with causal masking only on the rank's own block (the others lie wholly before or
+after its queries). Backward: the same ring again, each block's dK and dV accumulated in
+float32 as they travel with it and handed back to the owner at the end; dQ stays local. The
+backward of every block uses the merged output and log-sum-exp, so that its probabilities are
+the whole row's. dropout, ALiBi and sliding windows are refused (not implemented).
+
+Keep NCCL's NVLink multicast off where this runs on NVLink machines (NCCL_NVLS_ENABLE=0; the
+tests and bench/bench_ring_attention.py set it).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from .. import flash_attn as _fa
+
+
+class _Ring:
+    """The ring of a process group: send to the next rank, receive from the previous one."""
+
+    def __init__(self, group):
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world = dist.get_world_size(group)
+        whole = group if group is not None else dist.group.WORLD
+        self.next = dist.get_global_rank(whole, (self.rank + 1) % self.world)
+        self.prev = dist.get_global_rank(whole, (self.rank - 1) % self.world)
+
+    def pass_on(self, t: torch.Tensor):
+        """Starts sending t to the next rank and receiving the previous rank's tensor of the
+        same shape; returns (the receive buffer, the requests to wait on)."""
+        buf = torch.empty_like(t)
+        ops = [dist.P2POp(dist.isend, t, self.next, self.group), dist.P2POp(dist.irecv, buf, self.prev, self.group)]
+        return buf, dist.batch_isend_irecv(ops)
+
+
+def _wait(reqs) -> None:
+    for r in reqs:
+        r.wait()
+
+
+def _blocks(step: int, rank: int, world: int, seqlen: int, causal: bool, zigzag: bool):
+    """What rank attends to at `step` (the block of rank (rank - step) mod world): (query
+    slice, key/value slice, causal mask), or None where the block is wholly masked."""
+    src = (rank - step) % world
+    everything = slice(0, seqlen)
+    if not causal:
+        return everything, everything, False
+    if step == 0:
+        return everything, everything, True
+    if not zigzag:
+        return (everything, everything, False) if src < rank else None
+    half = seqlen // 2
+    if src < rank:  # its first chunk (src) lies before both of ours, its second after both
+        return everything, slice(0, half), False
+    return slice(half, seqlen), everything, False  # both its chunks lie before our second
+
+
+def _merge(out: torch.Tensor, lse: torch.Tensor, part: torch.Tensor, part_lse: torch.Tensor, rows: slice):
+    """out/lse (float32, [B, S, H, D] / [B, H, S]) merged in place with a block's result over
+    `rows`: lse' = log(e^lse + e^part_lse), out' = out e^(lse - lse') + part e^(part_lse - lse')."""
+    cur = lse[:, :, rows]
+    new = torch.logaddexp(cur, part_lse)
+    new_safe = torch.where(torch.isfinite(new), new, torch.zeros_like(new))  # rows nothing reached
+    a = torch.exp(cur - new_safe).transpose(1, 2)[..., None]
+    b = torch.exp(part_lse - new_safe).transpose(1, 2)[..., None]
+    out[:, rows] = out[:, rows] * a + part.float() * b
+    lse[:, :, rows] = new
+
+
+def _check(name: str, q, k, v, dropout_p, window_size, alibi_slopes, group) -> None:
+    _fa._check_unsupported(dropout_p, alibi_slopes)
+    if tuple(window_size) != (-1, -1):
+        raise NotImplementedError(f"{name}: window_size is not supported across the ring (got {window_size})")
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(f"{name}: torch.distributed must be initialized (init_process_group)")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or q.shape[1] != k.shape[1] or k.shape != v.shape:
+        raise ValueError(f"{name}: q, k, v must be (batch, seqlen_local, heads, headdim) with one seqlen_local, "
+                         f"got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, softcap, deterministic, zigzag, group):
+        ring = _Ring(group)
+        B, S, H, D = q.shape
+        out = torch.zeros(B, S, H, D, dtype=torch.float32, device=q.device)
+        lse = torch.full((B, H, S), float("-inf"), dtype=torch.float32, device=q.device)
+        kv = torch.stack([k, v]).contiguous()
+        for step in range(ring.world):
+            nxt, reqs = ring.pass_on(kv) if step + 1 < ring.world else (None, [])
+            block = _blocks(step, ring.rank, ring.world, S, causal, zigzag)
+            if block is not None:
+                rows, cols, masked = block
+                part, part_lse = _fa.flash_attn_forward(
+                    q[:, rows].contiguous(), kv[0][:, cols].contiguous(), kv[1][:, cols].contiguous(),
+                    scale, masked, -1, -1, softcap, deterministic)
+                _merge(out, lse, part, part_lse, rows)
+            _wait(reqs)
+            kv = nxt
+        out = out.to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = (scale, causal, softcap, deterministic, zigzag, group)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        scale, causal, softcap, deterministic, zigzag, group = ctx.args
+        ring = _Ring(group)
+        S = q.shape[1]
+        dout = dout.contiguous()
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        kv = torch.stack([k, v]).contiguous()
+        # The held block's dK/dV (float32) travel on with it, each rank adding its share; the
+        # hand-over runs while the next block is computed, and after the last step each rank
+        # receives its own block's.
+        held = None  # (receive buffer, requests) of the held block's gradients so far
+        dkv = None
+        for step in range(ring.world):
+            nxt, reqs = ring.pass_on(kv) if step + 1 < ring.world else (None, [])
+            mine = torch.zeros((2, *k.shape), dtype=torch.float32, device=q.device)
+            block = _blocks(step, ring.rank, ring.world, S, causal, zigzag)
+            if block is not None:
+                rows, cols, masked = block
+                dq_b, dk_b, dv_b = _fa.flash_attn_backward(
+                    dout[:, rows].contiguous(), q[:, rows].contiguous(), kv[0][:, cols].contiguous(),
+                    kv[1][:, cols].contiguous(), out[:, rows].contiguous(), lse[:, :, rows].contiguous(), None,
+                    scale, masked, -1, -1, softcap, deterministic)
+                dq[:, rows] += dq_b.float()
+                mine[0][:, cols] = dk_b.float()
+                mine[1][:, cols] = dv_b.float()
+            if held is not None:
+                _wait(held[1])
+                mine += held[0]
+            if ring.world > 1:
+                held = ring.pass_on(mine)
+            else:
+                dkv = mine
+            _wait(reqs)
+            kv = nxt
+        if held is not None:
+            _wait(held[1])
+            dkv = held[0]
+        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None, None, None, None
+
+
+def _ring_call(name: str, zigzag: bool, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+               alibi_slopes, deterministic, return_attn_probs, group):
+    _check(name, q, k, v, dropout_p, window_size, alibi_slopes, group)
+    if zigzag and q.shape[1] % 2:
+        raise ValueError(f"{name}: a zig-zag shard holds two chunks: seqlen_local must be even, got {q.shape[1]}")
+    head_dim = q.shape[-1]
+    qp, kp, vp, scale, head_dim = _fa._prepare(q, k, v, softmax_scale)
+    out = _RingAttention.apply(qp, kp, vp, scale, bool(causal), float(softcap), bool(deterministic), zigzag, group)
+    out = out[..., :head_dim] if out.shape[-1] != head_dim else out
+    if return_attn_probs:
+        raise NotImplementedError(f"{name}: return_attn_probs is not supported")
+    return out
+
+
+def ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                         softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
+                         softcap: float = 0.0, alibi_slopes=None, deterministic: bool = False,
+                         return_attn_probs: bool = False, group=None) -> torch.Tensor:
+    """Attention of this rank's queries over the whole sequence, contiguous shards (module
+    docstring); flash_attn_func's arguments, and the process group last."""
+    return _ring_call("ring_flash_attn_func", False, q, k, v, dropout_p, softmax_scale, causal, window_size,
+                      softcap, alibi_slopes, deterministic, return_attn_probs, group)
+
+
+def zigzag_ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                                softmax_scale: Optional[float] = None, causal: bool = False,
+                                window_size=(-1, -1), softcap: float = 0.0, alibi_slopes=None,
+                                deterministic: bool = False, return_attn_probs: bool = False,
+                                group=None) -> torch.Tensor:
+    """As ring_flash_attn_func, on zig-zag shards (zigzag_shard): causal work balanced."""
+    return _ring_call("zigzag_ring_flash_attn_func", True, q, k, v, dropout_p, softmax_scale, causal,
+                      window_size, softcap, alibi_slopes, deterministic, return_attn_probs, group)
+
+
+def zigzag_shard(x: torch.Tensor, dim: int = 1, group=None) -> torch.Tensor:
+    """This rank's zig-zag shard of a whole sequence: of 2 W equal chunks along dim, chunks r
+    and 2W-1-r, concatenated."""
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    if x.shape[dim] % (2 * world):
+        raise ValueError(f"zigzag_shard: the length along dim {dim} ({x.shape[dim]}) must be a multiple of "
+                         f"2 x world size ({2 * world})")
+    chunks = x.chunk(2 * world, dim)
+    return torch.cat([chunks[rank], chunks[2 * world - 1 - rank]], dim)
+
+
+def zigzag_unshard(x: torch.Tensor, dim: int = 1, group=None) -> torch.Tensor:
+    """The whole sequence from every rank's zig-zag shard (an all-gather; not differentiable)."""
+    world = dist.get_world_size(group)
+    parts = [torch.empty_like(x) for _ in range(world)]
+    dist.all_gather(parts, x.contiguous(), group=group)
+    chunks = [None] * (2 * world)
+    for r, p in enumerate(parts):
+        chunks[r], chunks[2 * world - 1 - r] = p.chunk(2, dim)
+    return torch.cat(chunks, dim)
