@@ -1,0 +1,102 @@
+"""Data-parallel training of tilegrid's Llama modules through PyTorch's own engines: DDP and
+FSDP2 (fully_shard) over 2 CPU processes joined by gloo give the gradients (DDP) and the
+parameters after an SGD step (both) of one process training on the whole batch. The modules
+need nothing of their own for this: the test is that they compose (state, hooks, the
+interleaved gate/up parameter) with both wrappers."""
+
+import copy
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import tilegrid as tg
+
+
+class TinyLlama(torch.nn.Module):
+    """Embedding, two tg.nn.LlamaDecoderLayer, tg.nn.RMSNorm, tg.linear_cross_entropy."""
+
+    def __init__(self, vocab=64, hidden=64, heads=2, kv_heads=1, intermediate=128, layers=2):
+        super().__init__()
+        self.embed_tokens = torch.nn.Embedding(vocab, hidden)
+        self.layers = torch.nn.ModuleList(
+            tg.nn.LlamaDecoderLayer(hidden, heads, intermediate, num_key_value_heads=kv_heads) for _ in range(layers))
+        self.norm = tg.nn.RMSNorm(hidden)
+        self.lm_head = torch.nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, tokens, targets):
+        x = self.embed_tokens(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return tg.linear_cross_entropy(self.norm(x), self.lm_head.weight, targets)
+
+
+def _model_and_batch():
+    torch.manual_seed(0)
+    model = TinyLlama().to(torch.bfloat16)
+    for p in model.parameters():
+        if p.dim() > 1:
+            torch.nn.init.normal_(p, std=0.05)
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 64, (4, 33), generator=g)
+    return model, tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def _step(model, tokens, targets):
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    loss = model(tokens, targets)
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    opt.step()
+    return loss.detach(), grads
+
+
+def _full_params(model):
+    out = {}
+    for n, p in model.named_parameters():
+        t = p.detach()
+        out[n] = t.full_tensor() if hasattr(t, "full_tensor") else t  # FSDP2's DTensor shards
+    return out
+
+
+def _worker(rank, world, init_file, engine):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        model, tokens, targets = _model_and_batch()
+        ref = copy.deepcopy(model)
+        ref_loss, ref_grads = _step(ref, tokens, targets)  # one process, the whole batch
+        rows = slice(rank * 2, rank * 2 + 2)  # this rank's half (same token count: the mean matches)
+        if engine == "ddp":
+            wrapped = torch.nn.parallel.DistributedDataParallel(model)
+            _, grads = _step(wrapped, tokens[rows], targets[rows])
+            for name, g in ref_grads.items():
+                torch.testing.assert_close(grads["module." + name], g, atol=2e-2, rtol=2e-2, msg=f"grad {name}")
+            got = {n[len("module."):]: p for n, p in _full_params(wrapped).items()}
+        else:
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import fully_shard
+            mesh = init_device_mesh("cpu", (world,))
+            for layer in model.layers:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+            _step(model, tokens[rows], targets[rows])
+            got = _full_params(model)
+        want = _full_params(ref)
+        assert got.keys() == want.keys()
+        for name in want:
+            torch.testing.assert_close(got[name], want[name], atol=2e-3, rtol=2e-2, msg=f"param {name}")
+        fresh = dict(_model_and_batch()[0].named_parameters())
+        moved = [float((want[n].float() - fresh[n].detach().float()).abs().max()) for n in want]
+        # The step moved the parameters (a norm weight near 1 may keep its bf16 value).
+        assert sum(m > 1e-3 for m in moved) >= len(moved) - 2, moved
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("engine", ["ddp", "fsdp2"])
+def test_two_processes_train_as_one_on_the_whole_batch(engine):
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_worker, args=(2, os.path.join(tmp, "init"), engine), nprocs=2, join=True)
