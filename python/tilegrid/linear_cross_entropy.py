@@ -9,7 +9,8 @@ The tokens are taken in chunks (`chunk_size` rows, default so that a chunk's log
 their per-tile log-sum-exp partials (`store > row_partials(logsumexp)`), finished into the
 rows' log-sum-exp. Then, while the chunk is still in memory, the loss and the chunk's
 gradients are formed: d logits = softmax - one-hot (in torch, elementwise), d input = d logits
-W, and d W += d logits^T input. The backward only scales them by the incoming gradient, as
+W, and d W += d logits^T input (on CUDA by torch.addmm into float32 d W, cuBLAS's product:
+tg.matmul has no accumulating form yet). The backward only scales them by the incoming gradient, as
 Liger's fused linear cross-entropy does. Extra memory is one chunk of logits plus float32
 d W, not T x V logits. What is not yet fused: the softmax gradient is a torch elementwise pass
 over the chunk, not part of an epilogue.
@@ -38,6 +39,17 @@ def _chunk_rows(vocab: int, chunk_size: Optional[int]) -> int:
             raise ValueError(f"linear_cross_entropy: chunk_size must be >= 1, got {chunk_size}")
         return chunk_size
     return max(8, min(8192, (256 << 20) // (2 * vocab)) // 8 * 8)
+
+
+def _accumulate_weight_grad(dw: torch.Tensor, dlogits: torch.Tensor, x: torch.Tensor) -> None:
+    """dw += dlogits^T x in float32. On CUDA through torch.addmm's float32 output from bf16/fp16
+    inputs (cuBLAS, accumulating into dw: one read and one write of dw a chunk, where a
+    product into a temporary and an add took three and a write; tg.matmul cannot accumulate
+    into its output yet); elsewhere tg.matmul and an add."""
+    if dw.is_cuda:
+        torch.addmm(dw, dlogits.t(), x, out_dtype=torch.float32, out=dw)
+    else:
+        dw += matmul(dlogits.t(), x, out_dtype=torch.float32)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -72,16 +84,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
             loss += ((lse - picked) * vc).sum()
             if not (want_dx or want_dw):
                 continue
-            # d logits = (softmax - one-hot) * scale on valid rows, written over the logits.
-            grad = torch.exp(logits.float() - lse[:, None])
-            grad[torch.arange(grad.shape[0], device=x.device), safe] -= 1.0
-            grad *= (vc.float() * scale)[:, None]
-            logits.copy_(grad)
-            del grad
+            # d logits = (softmax - one-hot) * scale on valid rows, written over the logits: the
+            # row's scale folded into the exponent (exp(l - lse + log s); log 0 = -inf zeroes the
+            # ignored rows), one float32 pass; the target column's p - 1 formed in float32.
+            row_scale = vc.float() * scale
+            rows_ = torch.arange(logits.shape[0], device=x.device)
+            logits.copy_(torch.exp(logits.float() - (lse - torch.log(row_scale))[:, None]))
+            logits[rows_, safe] = ((torch.exp(picked - lse) - 1.0) * row_scale).to(logits.dtype)
             if want_dx:
                 dx[start:start + real] = matmul(logits, weight)[:real]
             if want_dw:
-                dw += matmul(logits.t(), xc, out_dtype=torch.float32)
+                _accumulate_weight_grad(dw, logits, xc)
         ctx.save_for_backward(dx, dw)
         ctx.weight_dtype = weight.dtype
         if reduction == "mean" and count == 0:  # as F.cross_entropy: the mean of nothing
