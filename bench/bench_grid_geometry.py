@@ -179,6 +179,12 @@ def bench_tsdf_and_mesh(report, iters: int, across: int = 1024, size: int = 1024
     report.add(harness.Result("ray_implicit_intersection", f"bunny TSDF {across}, {size * size // 1000}k rays",
                               "tilegrid", ms, extra={"rays_per_s": size * size / (ms * 1e-3),
                                                       "hits": int((t_hit >= 0).sum())}))
+    # The same rays' first active voxel on the same grid (the march without the field), and
+    # every voxel they cross: what the implicit search's time is made of.
+    for op, limit in (("voxels_along_rays (first hit)", 1), ("voxels_along_rays (all)", 8192)):
+        ms, (vox, _) = timed(lambda: kept.voxels_along_rays(o, d, max_voxels=limit), iters)
+        report.add(harness.Result(op, f"bunny TSDF {across}, {size * size // 1000}k rays", "tilegrid", ms,
+                                  extra={"listed": int(vox.jdata.shape[0])}))
 
 
 def main() -> None:

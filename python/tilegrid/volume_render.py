@@ -11,7 +11,7 @@ before T fell below transmittance_threshold (later samples weigh 0). Gradients f
 sigmas, rgbs, deltas and ts from rgb, depth, opacity and weights. float32 or float64, sums in
 float64 (C++ on the CPU, a ray a thread; on a GPU a ray a warp, 32 samples at a time, the same
 sums in another order: equal to the CPU's to rounding). On a GPU the call
-reads joffsets back once to validate them (it waits for the stream).
+checks joffsets with one kernel and reads back its verdict (it waits for the stream).
 """
 
 from __future__ import annotations

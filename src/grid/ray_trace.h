@@ -91,6 +91,35 @@ TG_HOST_DEVICE bool field_at(const TreeView& tree, int64_t b, const void* scalar
   return true;
 }
 
+// The root of phi in [lo, hi] where phi(lo) = flo and phi(hi) = fhi have opposite signs (or
+// fhi = 0), by the Illinois variant of regula falsi: exact in one step where phi is linear
+// along the ray (a plane), superlinear on the cubic that trilinear interpolation gives along a
+// ray inside a cell (where bisection took about 40 steps to the same 1e-12 relative width).
+template <typename Phi>
+TG_HOST_DEVICE double bracketed_root(Phi& phi, double lo, double flo, double hi, double fhi) {
+  if (fhi == 0) return hi;
+  int side = 0;  // which end the last two steps kept (Illinois halves its value)
+  for (int it = 0; it < 60 && hi - lo > 1e-12 * (1 + hi); ++it) {
+    double t = hi - fhi * (hi - lo) / (fhi - flo);
+    if (!(t > lo && t < hi)) t = 0.5 * (lo + hi);  // rounding at the ends: bisect
+    double ft;
+    if (!phi(t, ft)) return 0.5 * (lo + hi);
+    if (ft == 0) return t;
+    if ((ft > 0) == (fhi > 0)) {
+      hi = t;
+      fhi = ft;
+      if (side == -1) flo *= 0.5;
+      side = -1;
+    } else {
+      lo = t;
+      flo = ft;
+      if (side == 1) fhi *= 0.5;
+      side = 1;
+    }
+  }
+  return 0.5 * (lo + hi);
+}
+
 // Traces ray n; writes its rows from `first` on when out.times is set; returns how many.
 // Segments: runs of voxels whose crossings touch (one's exit t is exactly the next one's
 // entry t) merged into one [t0, t1]. Implicit: always one row, t of the first zero crossing
@@ -115,29 +144,31 @@ TG_HOST_DEVICE int64_t trace_ray(const TreeView& tree, const VoxelTransform* tra
       const double p[3] = {w0[0] + t * d[0], w0[1] + t * d[1], w0[2] + t * d[2]};
       return field_at(tree, b, opt.scalars, in.float64, p, v);
     };
+    // A voxel's exit is the next one's entry where the crossings touch: its field value is
+    // kept (8 lookups a voxel instead of 16).
+    double last_t = -1, last_v = 0;
+    bool last_ok = false;
+    auto phi_at_entry = [&](double t, double& v) {
+      if (t == last_t) {
+        v = last_v;
+        return last_ok;
+      }
+      return phi(t, v);
+    };
     march_voxels(tree, b, boxes.box(b), w0, d, opt.eps,
                  [&](int64_t, Coord, double t0, double t1) {
                    double v0, v1;
-                   if (!phi(t0, v0) || !phi(t1, v1)) return true;
+                   const bool ok0 = phi_at_entry(t0, v0);
+                   last_ok = phi(t1, v1);
+                   last_t = t1;
+                   last_v = v1;
+                   if (!ok0 || !last_ok) return true;
                    if (v0 == 0) {
                      root = t0;
                      return false;
                    }
                    if ((v0 > 0) == (v1 > 0) && v1 != 0) return true;
-                   // Bisection on the interpolated field (cubic along the ray inside a cell).
-                   double lo = t0, hi = t1, vlo = v0;
-                   for (int it = 0; it < 60 && hi - lo > 1e-12 * (1 + hi); ++it) {
-                     const double mid = 0.5 * (lo + hi);
-                     double vm;
-                     if (!phi(mid, vm)) break;
-                     if ((vm > 0) == (vlo > 0) && vm != 0) {
-                       lo = mid;
-                       vlo = vm;
-                     } else {
-                       hi = mid;
-                     }
-                   }
-                   root = 0.5 * (lo + hi);
+                   root = bracketed_root(phi, t0, v0, t1, v1);
                    return false;
                  });
     if (write) {

@@ -29,8 +29,8 @@ void check_like(const char* name, const TensorView& t, const Shape& shape, DType
                  device);
 }
 
-// Validates the samples (offsets read on the host: a copy from a GPU, which waits for
-// `stream`); returns what the per-ray code reads.
+// Validates the samples (on a GPU the offsets by a kernel and an 8-byte read back, which waits
+// for `stream`); returns what the per-ray code reads.
 RenderSamples check_samples(const VolumeRenderInputs& in, Stream stream, int64_t& rays) {
   check_dtype(kOp, "sigmas", in.sigmas, {DType::Float32, DType::Float64});
   check_ndim(kOp, "sigmas", in.sigmas, 1);
@@ -58,6 +58,10 @@ RenderSamples check_samples(const VolumeRenderInputs& in, Stream stream, int64_t
   const int64_t* off = in.offsets.data_ptr<const int64_t>();
   if (dev.is_cuda()) {
 #ifdef TILEGRID_WITH_CUDA
+    // One kernel checks them; only wrong ones are copied to the host, to say where.
+    if (::tilegrid::cuda::offsets_valid(off, rays, S, dev.index, stream))
+      return {in.sigmas.data, in.rgbs.data, in.deltas.data, in.ts.data, off, C,
+              dt == DType::Float64, in.transmittance_threshold};
     host.resize(size_t(rays + 1));
     ::tilegrid::cuda::copy_to_host(host.data(), off, sizeof(int64_t) * host.size(), dev.index, stream);
     off = host.data();

@@ -36,14 +36,17 @@ def test_elementwise_ops_keep_the_layout():
         a + c
 
 
-def test_from_data_and_offsets_validates():
-    data = torch.randn(5, 2)
-    j = tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 3, 5]))
+@pytest.mark.parametrize("device", DEVICES)
+def test_from_data_and_offsets_validates(device):
+    data = torch.randn(5, 2, device=device)
+    j = tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 3, 5], device=device))
     assert j.num_tensors == 2
-    with pytest.raises(ValueError, match="non-decreasing"):
-        tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 4, 3, 5]))
+    with pytest.raises(ValueError, match=r"non-decreasing, got joffsets\[1\] = 4 > joffsets\[2\] = 3"):
+        tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 4, 3, 5], device=device))
     with pytest.raises(ValueError, match=r"joffsets\[-1\] must equal the number of rows 5 of jdata, got 4"):
-        tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 4]))
+        tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 4], device=device))
+    with pytest.raises(ValueError, match=r"joffsets\[0\] must be 0, got 1"):
+        tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([1, 5], device=device))
     with pytest.raises(TypeError, match="joffsets must be int64, got int32"):
         tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 5], dtype=torch.int32))
 

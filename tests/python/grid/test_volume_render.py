@@ -84,12 +84,19 @@ def test_float32_sums_in_float64():
     torch.testing.assert_close(got[0].double(), want[0], rtol=2e-7, atol=2e-7)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_offsets_get_clear_errors(device):
+    sigmas, rgbs, deltas, ts, offsets = (t.to(device) for t in random_samples([3, 4]))
+    with pytest.raises(ValueError, match="offsets must run from 0"):
+        tg.volume_render(sigmas, rgbs, deltas, ts, torch.tensor([0, 3, 6], device=device))
+    with pytest.raises(ValueError, match="must not decrease, got 5 then 4 at ray 1"):
+        tg.volume_render(sigmas, rgbs, deltas, ts, torch.tensor([0, 5, 4, 7], device=device))
+    with pytest.raises(ValueError, match="offsets must run from 0"):
+        tg.volume_render(sigmas, rgbs, deltas, ts, torch.tensor([1, 5, 7], device=device))
+
+
 def test_bad_inputs_get_clear_errors():
     sigmas, rgbs, deltas, ts, offsets = random_samples([3, 4])
-    with pytest.raises(ValueError, match="offsets must run from 0"):
-        tg.volume_render(sigmas, rgbs, deltas, ts, torch.tensor([0, 3, 6]))
-    with pytest.raises(ValueError, match="must not decrease"):
-        tg.volume_render(sigmas, rgbs, deltas, ts, torch.tensor([0, 5, 4, 7]))
     with pytest.raises(TypeError, match="rgbs must be float64, got float32"):
         tg.volume_render(sigmas, rgbs.float(), deltas, ts, offsets)
     with pytest.raises(ValueError, match="shape"):
