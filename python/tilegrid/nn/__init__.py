@@ -16,6 +16,7 @@ from .sparse_layers import (
     MaxPool3d,
     ReLU,
     SiLU,
+    SyncBatchNorm,
 )
 from .sparse_unet import SparseUNet, SparseUNetPlans
 
@@ -40,4 +41,5 @@ __all__ = [
     "SparseConvTranspose3d",
     "SparseUNet",
     "SparseUNetPlans",
+    "SyncBatchNorm",
 ]

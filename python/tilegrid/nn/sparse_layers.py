@@ -50,6 +50,67 @@ class BatchNorm(_OnFeatureRows, nn.BatchNorm1d):
     """torch.nn.BatchNorm1d over every voxel of every grid of the batch (features [N, C])."""
 
 
+class SyncBatchNorm(BatchNorm):
+    """BatchNorm whose training statistics are those of every voxel on every rank of a
+    torch.distributed process group (torch.nn.SyncBatchNorm's role for sparse features, on any
+    device and backend: the per-channel sums, sums of squares and voxel counts are summed
+    across the ranks, in float64, by torch.distributed.nn's differentiable all_reduce, so that
+    the gradients flow through the shared statistics too). In eval mode, or without an
+    initialized group of more than one rank, it is BatchNorm. convert_sync_batchnorm swaps
+    a model's tg.nn.BatchNorm modules for it, as torch's does."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = True,
+                 track_running_stats: bool = True, process_group=None, device=None, dtype=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype)
+        self.process_group = process_group
+
+    def forward(self, data, grid=None):
+        import torch.distributed as dist
+        from torch.distributed.nn.functional import all_reduce
+
+        if not (self.training and dist.is_available() and dist.is_initialized()
+                and dist.get_world_size(self.process_group) > 1):
+            return super().forward(data, grid)
+        rows = data.jdata if isinstance(data, JaggedTensor) else data
+        if rows.dim() != 2 or rows.shape[1] != self.num_features:
+            raise ValueError(f"SyncBatchNorm: features must be [N, {self.num_features}], got {list(rows.shape)}")
+        x = rows.double()
+        local = torch.cat([x.sum(0), x.square().sum(0), x.new_full((1,), float(rows.shape[0]))])
+        total = all_reduce(local, group=self.process_group or dist.group.WORLD)
+        C = self.num_features
+        count = total[2 * C]
+        if float(count) < 2:
+            raise ValueError(f"SyncBatchNorm: expected more than one voxel across the ranks in training, got {int(count)}")
+        mean = total[:C] / count
+        var = (total[C:2 * C] / count - mean.square()).clamp_min(0)
+        y = (x - mean) * torch.rsqrt(var + self.eps)
+        if self.affine:
+            y = y * self.weight.double() + self.bias.double()
+        if self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked += 1
+                factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+                self.running_mean.mul_(1 - factor).add_(factor * mean.to(self.running_mean.dtype))
+                unbiased = var * count / (count - 1)
+                self.running_var.mul_(1 - factor).add_(factor * unbiased.to(self.running_var.dtype))
+        out = y.to(rows.dtype)
+        return data.jagged_like(out) if isinstance(data, JaggedTensor) else out
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: nn.Module, process_group=None) -> nn.Module:
+        """module with every tg.nn.BatchNorm (not already synchronized) replaced by a
+        SyncBatchNorm holding its parameters and running statistics."""
+        if isinstance(module, BatchNorm) and not isinstance(module, SyncBatchNorm):
+            sync = cls(module.num_features, module.eps, module.momentum, module.affine,
+                       module.track_running_stats, process_group)
+            sync.load_state_dict(module.state_dict())
+            sync.train(module.training)
+            return sync.to(next(iter(module.state_dict().values())).device) if module.state_dict() else sync
+        for name, child in module.named_children():
+            module.add_module(name, cls.convert_sync_batchnorm(child, process_group))
+        return module
+
+
 class GroupNorm(nn.GroupNorm):
     """GroupNorm of a batch of grids, as fVDB's: the statistics of each group of channels over
     all voxels of one grid (data must be a JaggedTensor, one tensor a grid)."""
