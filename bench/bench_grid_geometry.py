@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 import harness  # noqa: E402
-from reconstruct_tsdf import cameras, depth_image, intrinsics  # noqa: E402
+from reconstruct_tsdf import observed_field, views_of_mesh  # noqa: E402
 from sample_models import find_bunny  # noqa: E402
 
 import tilegrid as tg  # noqa: E402
@@ -111,15 +111,8 @@ def bench_tsdf_and_mesh(report, iters: int, across: int = 1024, size: int = 1024
         print("bench_grid_geometry: no bunny model (scripts/fetch_models.sh); TSDF and meshing skipped")
         return
     vertices, faces = tg.read_mesh(bunny)
-    extent = float((vertices.max(0).values - vertices.min(0).values).max())
-    voxel = extent / across
-    grid = tg.GridBatch.from_mesh(tg.JaggedTensor([vertices.to(device)]), tg.JaggedTensor([faces.to(device)]),
-                                  voxel_sizes=[voxel] * 3)
-    lo, hi = vertices.min(0).values.double(), vertices.max(0).values.double()
-    centre, radius = (lo + hi) / 2, float((hi - lo).norm() / 2)
-    K = intrinsics(size)
-    poses = cameras(centre, radius, views)
-    depths = [depth_image(grid, K, p, size).float() for p in poses]
+    voxel, centre, radius, K, poses, depths = views_of_mesh(vertices, faces, device, across, size, views)
+    depths = [d.float() for d in depths]
     trunc = 3 * voxel
     problem = f"bunny {across}, {size}^2 image"
     fused = tg.GridBatch.from_ijk(tg.JaggedTensor([torch.zeros(0, 3, dtype=torch.int32, device=device)]),
@@ -156,10 +149,7 @@ def bench_tsdf_and_mesh(report, iters: int, across: int = 1024, size: int = 1024
     report.add(harness.Result("integrate_tsdf (voxel update)", problem, "torch tensor ops", median(torch_ms), extra={
         "per_image_ms": torch_ms}))
 
-    kept = fused.pruned_grid(weights.jdata > 0)
-    rows = kept.ijk_to_index(fused.ijk(), cumulative=True).jdata
-    field = torch.zeros(kept.total_voxels, device=device)
-    field[rows[rows >= 0]] = tsdf.jdata[rows >= 0]
+    kept, field = observed_field(fused, tsdf, weights)
     ms, (mv, mf, _) = timed(lambda: kept.marching_cubes(field), iters)
     report.add(harness.Result("marching_cubes", f"bunny TSDF {across}", "tilegrid", ms, extra={
         "voxels": kept.total_voxels, "vertices": int(mv.jdata.shape[0]), "faces": int(mf.jdata.shape[0])}))

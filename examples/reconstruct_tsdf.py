@@ -117,9 +117,9 @@ def splat(vertices: torch.Tensor, normals: torch.Tensor, K: torch.Tensor, pose: 
     return image
 
 
-def reconstruct(vertices: torch.Tensor, faces: torch.Tensor, device, across: int = 1024, size: int = 512,
-                views: int = 10, out_dir: str | None = None) -> dict:
-    device = torch.device(device)
+def views_of_mesh(vertices: torch.Tensor, faces: torch.Tensor, device, across: int, size: int, views: int):
+    """The mesh's grid (`across` voxels over its largest extent) and its depth images from
+    `views` cameras: (voxel size, centre, radius, intrinsics, poses, depth images)."""
     extent = float((vertices.max(0).values - vertices.min(0).values).max())
     voxel = extent / across
     grid = tg.GridBatch.from_mesh(tg.JaggedTensor([vertices.to(device)]), tg.JaggedTensor([faces.to(device)]),
@@ -128,7 +128,24 @@ def reconstruct(vertices: torch.Tensor, faces: torch.Tensor, device, across: int
     centre, radius = (lo + hi) / 2, float((hi - lo).norm() / 2)
     K = intrinsics(size)
     poses = cameras(centre, radius, views)
-    depths = [depth_image(grid, K, p, size) for p in poses]
+    return voxel, centre, radius, K, poses, [depth_image(grid, K, p, size) for p in poses]
+
+
+def observed_field(grid, tsdf, weights):
+    """(the grid of the voxels some image has seen in front of their surface, their TSDF): what
+    marching cubes should mesh (unseen voxels hold tsdf 0, weight 0)."""
+    kept = grid.pruned_grid(weights.jdata > 0)
+    rows = kept.ijk_to_index(grid.ijk(), cumulative=True).jdata
+    field = torch.zeros(kept.total_voxels, dtype=tsdf.jdata.dtype, device=tsdf.jdata.device)
+    field[rows[rows >= 0]] = tsdf.jdata[rows >= 0]
+    return kept, field
+
+
+def reconstruct(vertices: torch.Tensor, faces: torch.Tensor, device, across: int = 1024, size: int = 512,
+                views: int = 10, out_dir: str | None = None) -> dict:
+    device = torch.device(device)
+    extent = float((vertices.max(0).values - vertices.min(0).values).max())
+    voxel, centre, radius, K, poses, depths = views_of_mesh(vertices, faces, device, across, size, views)
 
     tsdf_voxel, trunc = 2 * voxel, 6 * voxel
     fused = tg.GridBatch.from_ijk(tg.JaggedTensor([torch.zeros(0, 3, dtype=torch.int32, device=device)]),
@@ -140,10 +157,7 @@ def reconstruct(vertices: torch.Tensor, faces: torch.Tensor, device, across: int
     start = time.perf_counter()
     for pose, depth in zip(poses, depths):
         fused, tsdf, weights = fused.integrate_tsdf(trunc, K[None], pose[None], tsdf, weights, depth[None])
-    kept = fused.pruned_grid(weights.jdata > 0)
-    rows = kept.ijk_to_index(fused.ijk(), cumulative=True).jdata
-    field = torch.zeros(kept.total_voxels, dtype=torch.float64, device=device)
-    field[rows[rows >= 0]] = tsdf.jdata[rows >= 0]
+    kept, field = observed_field(fused, tsdf, weights)
     mesh_v, mesh_f, mesh_n = kept.marching_cubes(field)
     if device.type == "cuda":
         torch.cuda.synchronize()

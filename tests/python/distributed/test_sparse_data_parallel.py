@@ -6,7 +6,6 @@ voxel of the batch, as SyncBatchNorm does across the ranks)."""
 import os
 import tempfile
 
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
