@@ -89,15 +89,80 @@ class Program:
         return _C.epilogue_signature(self.steps)
 
 
+# The steps whose tensor the program writes (its outputs); every other tensor is read.
+_WRITES = ("store", "row_partials", "column_sum")
+
+
+@torch.library.custom_op("tilegrid::matmul_epilogue", mutates_args=("outputs",))
+def _matmul_epilogue_op(a: torch.Tensor, b: torch.Tensor, steps_spec: str, numbers: list[float],
+                        counts: list[int], flags: list[bool], slots: list[int],
+                        inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+    """A program in torch.library's types: steps_spec "kind:name;kind:name;..." and one
+    number, count and flag a step; step i's tensors are slots[2i] and slots[2i + 1], each -1
+    (none), 2k (inputs[k]) or 2k + 1 (outputs[k], written)."""
+    def tensor(slot):
+        return None if slot < 0 else (outputs if slot % 2 else inputs)[slot // 2]
+
+    named = [step.split(":") for step in steps_spec.split(";")] if steps_spec else []
+    steps = [(kind, name, tensor(slots[2 * i]), tensor(slots[2 * i + 1]), numbers[i], counts[i], flags[i])
+             for i, (kind, name) in enumerate(named)]
+    _C.matmul_epilogue(a, b, steps, current_stream(a))
+
+
+@_matmul_epilogue_op.register_fake
+def _(a, b, steps_spec, numbers, counts, flags, slots, inputs, outputs):
+    return None
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, program: Program) -> None:
-    """Runs `program` on a @ b (a, b as for tg.matmul); writes the program's outputs."""
-    _C.matmul_epilogue(a.detach(), b.detach(), program.steps, current_stream(a))
+    """Runs `program` on a @ b (a, b as for tg.matmul); writes the program's outputs. A
+    torch.library custom op (tilegrid::matmul_epilogue) that mutates the outputs, so that
+    torch.compile traces it as one node."""
+    inputs: list[torch.Tensor] = []
+    outputs: list[torch.Tensor] = []
+    written = [s[2] for s in program.steps if s[0] in _WRITES and s[2] is not None]
+
+    def slot(t) -> int:  # by identity (`is`: torch.compile traces it; id() it does not)
+        if t is None:
+            return -1
+        pool, odd = (outputs, 1) if any(t is w for w in written) else (inputs, 0)
+        for k, u in enumerate(pool):
+            if u is t:
+                return 2 * k + odd
+        pool.append(t)
+        return 2 * (len(pool) - 1) + odd
+
+    kinds, names, numbers, counts, flags, slots = [], [], [], [], [], []
+    for kind, name, t0, t1, number, count, flag in program.steps:
+        kinds.append(kind)
+        names.append(name)
+        numbers.append(number)
+        counts.append(count)
+        flags.append(flag)
+        slots += [slot(t0), slot(t1)]
+    spec = ";".join(f"{kind}:{name}" for kind, name in zip(kinds, names))
+    _matmul_epilogue_op(a.detach(), b.detach(), spec, numbers, counts, flags, slots,
+                        [t.detach() for t in inputs], outputs)
+
+
+@torch.library.custom_op("tilegrid::finish_row_partials", mutates_args=())
+def _finish_row_partials_op(op: str, partials: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(partials.shape[0], dtype=torch.float32, device=partials.device)
+    _C.finish_row_partials(op, partials, out, current_stream(partials))
+    return out
+
+
+@_finish_row_partials_op.register_fake
+def _(op, partials):
+    return partials.new_empty(partials.shape[0], dtype=torch.float32)
 
 
 def finish_row_partials(op: str, partials: torch.Tensor,
                         out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The full rows' reduction from row partials: float32 [M]."""
+    """The full rows' reduction from row partials: float32 [M] (a custom op,
+    tilegrid::finish_row_partials; with `out`, copied into it)."""
+    result = _finish_row_partials_op(op, partials)
     if out is None:
-        out = torch.empty(partials.shape[0], dtype=torch.float32, device=partials.device)
-    _C.finish_row_partials(op, partials, out, current_stream(partials))
+        return result
+    out.copy_(result)
     return out

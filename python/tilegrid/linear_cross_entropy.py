@@ -57,8 +57,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, x, weight, target, ignore_index, reduction, chunk_size):
         T, V = x.shape[0], weight.shape[0]
         valid = target != ignore_index
-        count = int(valid.sum()) if reduction == "mean" else 1
-        scale = 1.0 / max(count, 1) if reduction == "mean" else 1.0
+        # The mean's divisor as a tensor: no read back to the host (torch.compile traces it).
+        count = valid.sum()
+        scale = 1.0 / count.clamp_min(1).float() if reduction == "mean" else torch.ones((), device=x.device)
         want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
         dx = torch.empty_like(x) if want_dx else None
@@ -97,8 +98,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 _accumulate_weight_grad(dw, logits, xc)
         ctx.save_for_backward(dx, dw)
         ctx.weight_dtype = weight.dtype
-        if reduction == "mean" and count == 0:  # as F.cross_entropy: the mean of nothing
-            return torch.full((), float("nan"), device=x.device)
+        if reduction == "mean":  # as F.cross_entropy: the mean of nothing is NaN
+            return torch.where(count == 0, torch.full_like(loss, float("nan")), loss * scale)
         return loss * scale
 
     @staticmethod
@@ -130,7 +131,9 @@ def linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target: torc
     if weight.shape[0] % 8 or weight.shape[1] % 8:
         raise ValueError(f"linear_cross_entropy: vocabulary and hidden sizes must be multiples of 8 "
                          f"(tg.matmul), got weight {list(weight.shape)}")
-    valid = t[t != ignore_index]
+    # The targets' range is checked in eager mode (a read back to the host); under
+    # torch.compile it is not (an out-of-range id there gathers an arbitrary logit).
+    valid = t[t != ignore_index] if not torch.compiler.is_compiling() else t[:0]
     if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= weight.shape[0]):
         raise ValueError(f"linear_cross_entropy: targets must be in [0, {weight.shape[0]}) or "
                          f"ignore_index ({ignore_index}), got {int(valid.min())} .. {int(valid.max())}")

@@ -71,3 +71,27 @@ def test_ignored_rows_may_hold_any_id_and_all_ignored_gives_nan():
     assert torch.isnan(tg.linear_cross_entropy(x, w, torch.full((16,), -100)))
     with torch.no_grad():  # no gradients asked: none formed, the loss the same
         assert abs(tg.linear_cross_entropy(x, w, t, ignore_index=48).item() - loss.item()) < 1e-6
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_traces_it_without_reading_back(device):
+    """fullgraph=True: the mean's divisor stays a tensor and the targets' range check is left
+    to eager mode, so nothing is read back to the host inside the graph."""
+    torch.manual_seed(0)
+    x = torch.randn(40, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(256, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
+    t = torch.randint(0, 256, (40,), device=device)
+    t[3] = -100
+    compiled = torch.compile(lambda x, w: tg.linear_cross_entropy(x, w, t), backend="aot_eager", fullgraph=True)
+    loss = compiled(x, w)
+    loss.backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    want = tg.linear_cross_entropy(x, w, t)
+    want.backward()
+    torch.testing.assert_close(loss, want, atol=0, rtol=0)
+    torch.testing.assert_close(gx, x.grad, atol=0, rtol=0)
+    torch.testing.assert_close(gw, w.grad, atol=0, rtol=0)
+    all_ignored = torch.full_like(t, -100)
+    assert torch.isnan(torch.compile(lambda x, w: tg.linear_cross_entropy(x, w, all_ignored),
+                                     backend="aot_eager", fullgraph=True)(x, w))

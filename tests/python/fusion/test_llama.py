@@ -160,3 +160,22 @@ def test_a_small_model_of_these_layers_learns_to_copy(device):
         losses.append(loss.item())
     assert all(math.isfinite(v) for v in losses)
     assert sum(losses[-10:]) / 10 < 0.7 * sum(losses[:10]) / 10, losses[::10]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_traces_the_layer_forward_and_backward(device):
+    """fullgraph=True fails on any graph break: the fused programs (tilegrid::matmul_epilogue,
+    a custom op mutating its outputs), attention, RMSNorm and the GEMMs all trace."""
+    torch.manual_seed(0)
+    layer = tg.nn.LlamaDecoderLayer(64, 2, 128, num_key_value_heads=1).to(device, torch.bfloat16)
+    x = torch.randn(2, 16, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
+    compiled = torch.compile(lambda x: layer(x).float().square().sum(), backend="aot_eager", fullgraph=True)
+    compiled(x).backward()
+    got = {n: p.grad.clone() for n, p in layer.named_parameters()}
+    gx = x.grad.clone()
+    layer.zero_grad()
+    x.grad = None
+    layer(x).float().square().sum().backward()
+    torch.testing.assert_close(gx, x.grad, atol=0, rtol=0)
+    for n, p in layer.named_parameters():
+        torch.testing.assert_close(got[n], p.grad, atol=0, rtol=0, msg=n)
