@@ -5,13 +5,16 @@ block and the partial outputs merged exactly by their log-sum-exp.
 
     out = tg.distributed.ring_flash_attn_func(q, k, v, causal=True, group=group)
     out = tg.distributed.zigzag_ring_flash_attn_func(q, k, v, causal=True, group=group)
+    out = tg.distributed.zigzag_ring_flash_attn_varlen_func(q, k, v, cu_seqlens, max_seqlen,
+                                                            causal=True, group=group)
 
 q, k, v: this rank's shard, (batch, seqlen_local, heads, headdim) as flash_attn_func takes
 them; the same seqlen_local on every rank. `ring_flash_attn_func` takes contiguous shards
 (rank r holds tokens [r L, (r+1) L)); under causal masking its work is unbalanced (the last
 rank attends to every block, the first to one). `zigzag_ring_flash_attn_func` takes the
 zig-zag shards of `zigzag_shard` (the sequence cut into 2 W chunks; rank r holds chunks r and
-2W-1-r), which gives every rank the same causal work.
+2W-1-r), which gives every rank the same causal work. The varlen forms take packed sequences
+(flash_attn_varlen_func's layout), every sequence split across the ranks in the same way.
 
 Forward: W steps; at each, the key/value block received at the last step is sent on to the
 next rank (torch.distributed P2P: batch_isend_irecv, running while this rank computes) and
@@ -197,6 +200,172 @@ def zigzag_ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     """As ring_flash_attn_func, on zig-zag shards (zigzag_shard): causal work balanced."""
     return _ring_call("zigzag_ring_flash_attn_func", True, q, k, v, dropout_p, softmax_scale, causal,
                       window_size, softcap, alibi_slopes, deterministic, return_attn_probs, group)
+
+
+# ---- varlen: packed sequences, every one split across the ranks --------------------------------
+
+
+class _Tokens:
+    """A selection of a rank's packed tokens for one attention call: their indices (None: all)
+    and the cumulative sequence offsets (int32) and longest sequence of the selection."""
+
+    def __init__(self, index, cu, longest):
+        self.index, self.cu, self.longest = index, cu, longest
+
+    def take(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.index is None else x.index_select(0, self.index)
+
+
+def _varlen_selections(cu_local: torch.Tensor, max_local: int, zigzag: bool):
+    """(all tokens, the first half of each sequence, the second half) of a rank's shard."""
+    everything = _Tokens(None, cu_local, max_local)
+    if not zigzag:
+        return everything, None, None
+    cu64 = cu_local.long()
+    lengths = cu64.diff()
+    if bool((lengths % 2).any()):
+        raise ValueError("zigzag_ring_flash_attn_varlen_func: every local sequence holds two chunks: its length "
+                         f"must be even, got lengths {lengths.tolist()}")
+    half = lengths // 2
+    starts = cu64[:-1]
+    token = torch.arange(int(cu64[-1]), device=cu_local.device)
+    seq = torch.repeat_interleave(torch.arange(len(lengths), device=cu_local.device), lengths)
+    first = (token - starts[seq]) < half[seq]
+    cu_half = torch.cat([cu64.new_zeros(1), torch.cumsum(half, 0)]).to(torch.int32)
+    return (everything, _Tokens(token[first], cu_half, max_local // 2),
+            _Tokens(token[~first], cu_half, max_local // 2))
+
+
+def _varlen_blocks(step, rank, world, causal, zigzag, sel):
+    everything, first, second = sel
+    src = (rank - step) % world
+    if not causal:
+        return everything, everything, False
+    if step == 0:
+        return everything, everything, True
+    if not zigzag:
+        return (everything, everything, False) if src < rank else None
+    return (everything, first, False) if src < rank else (second, everything, False)
+
+
+def _rows(t: _Tokens, total: int, device) -> torch.Tensor:
+    return torch.arange(total, device=device) if t.index is None else t.index
+
+
+class _VarlenRingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu_local, max_local, scale, causal, softcap, deterministic, zigzag, group):
+        ring = _Ring(group)
+        T, H, D = q.shape
+        sel = _varlen_selections(cu_local, max_local, zigzag and causal)
+        out = torch.zeros(T, H, D, dtype=torch.float32, device=q.device)
+        lse = torch.full((H, T), float("-inf"), dtype=torch.float32, device=q.device)
+        kv = torch.stack([k, v]).contiguous()
+        for step in range(ring.world):
+            nxt, reqs = ring.pass_on(kv) if step + 1 < ring.world else (None, [])
+            block = _varlen_blocks(step, ring.rank, ring.world, causal, zigzag, sel)
+            if block is not None:
+                rq, rk, masked = block
+                part, part_lse = _fa.flash_attn_varlen_forward(
+                    rq.take(q).contiguous(), rk.take(kv[0]).contiguous(), rk.take(kv[1]).contiguous(),
+                    rq.cu, rk.cu, rq.longest, rk.longest, scale, masked, -1, -1, softcap, deterministic)
+                rows = _rows(rq, T, q.device)
+                cur = lse[:, rows]
+                new = torch.logaddexp(cur, part_lse)
+                safe = torch.where(torch.isfinite(new), new, torch.zeros_like(new))
+                out[rows] = (out[rows] * torch.exp(cur - safe).t()[..., None]
+                             + part.float() * torch.exp(part_lse - safe).t()[..., None])
+                lse[:, rows] = new
+            _wait(reqs)
+            kv = nxt
+        out = out.to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse, cu_local)
+        ctx.args = (max_local, scale, causal, softcap, deterministic, zigzag, group)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse, cu_local = ctx.saved_tensors
+        max_local, scale, causal, softcap, deterministic, zigzag, group = ctx.args
+        ring = _Ring(group)
+        T = q.shape[0]
+        sel = _varlen_selections(cu_local, max_local, zigzag and causal)
+        dout = dout.contiguous()
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        kv = torch.stack([k, v]).contiguous()
+        held, dkv = None, None
+        for step in range(ring.world):
+            nxt, reqs = ring.pass_on(kv) if step + 1 < ring.world else (None, [])
+            mine = torch.zeros((2, *k.shape), dtype=torch.float32, device=q.device)
+            block = _varlen_blocks(step, ring.rank, ring.world, causal, zigzag, sel)
+            if block is not None:
+                rq, rk, masked = block
+                rows, cols = _rows(rq, T, q.device), _rows(rk, k.shape[0], q.device)
+                dq_b, dk_b, dv_b = _fa.flash_attn_varlen_backward(
+                    rq.take(dout).contiguous(), rq.take(q).contiguous(), rk.take(kv[0]).contiguous(),
+                    rk.take(kv[1]).contiguous(), rq.take(out).contiguous(), lse[:, rows].contiguous(), None,
+                    rq.cu, rk.cu, rq.longest, rk.longest, scale, masked, -1, -1, softcap, deterministic)
+                dq.index_add_(0, rows, dq_b.float())
+                mine[0].index_add_(0, cols, dk_b.float())
+                mine[1].index_add_(0, cols, dv_b.float())
+            if held is not None:
+                _wait(held[1])
+                mine += held[0]
+            if ring.world > 1:
+                held = ring.pass_on(mine)
+            else:
+                dkv = mine
+            _wait(reqs)
+            kv = nxt
+        if held is not None:
+            _wait(held[1])
+            dkv = held[0]
+        return (dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)) + (None,) * 8
+
+
+def _varlen_call(name, zigzag, q, k, v, cu_seqlens, max_seqlen, dropout_p, softmax_scale, causal,
+                 window_size, softcap, alibi_slopes, deterministic, return_attn_probs, group):
+    _fa._check_unsupported(dropout_p, alibi_slopes)
+    if tuple(window_size) != (-1, -1):
+        raise NotImplementedError(f"{name}: window_size is not supported across the ring (got {window_size})")
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(f"{name}: torch.distributed must be initialized (init_process_group)")
+    if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape or q.shape[0] != k.shape[0]:
+        raise ValueError(f"{name}: q, k, v must be packed (total_local, heads, headdim) with one total, got "
+                         f"{list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    if cu_seqlens.dtype != torch.int32 or cu_seqlens.dim() != 1 or int(cu_seqlens[-1]) != q.shape[0]:
+        raise ValueError(f"{name}: cu_seqlens must be the local shard's int32 offsets ending at its {q.shape[0]} "
+                         f"tokens, got {cu_seqlens.dtype} {cu_seqlens.tolist()}")
+    if return_attn_probs:
+        raise NotImplementedError(f"{name}: return_attn_probs is not supported")
+    qp, kp, vp, scale, head_dim = _fa._prepare(q, k, v, softmax_scale)
+    out = _VarlenRingAttention.apply(qp, kp, vp, cu_seqlens, int(max_seqlen), scale, bool(causal), float(softcap),
+                                     bool(deterministic), zigzag, group)
+    return out[..., :head_dim] if out.shape[-1] != head_dim else out
+
+
+def ring_flash_attn_varlen_func(q, k, v, cu_seqlens: torch.Tensor, max_seqlen: int, dropout_p: float = 0.0,
+                                softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
+                                softcap: float = 0.0, alibi_slopes=None, deterministic: bool = False,
+                                return_attn_probs: bool = False, group=None) -> torch.Tensor:
+    """Packed sequences, every sequence split into world contiguous pieces and rank r holding
+    piece r of each (the same lengths on every rank): q, k, v (total_local, heads, headdim),
+    cu_seqlens / max_seqlen of the local pieces (int32, as flash_attn_varlen_func's)."""
+    return _varlen_call("ring_flash_attn_varlen_func", False, q, k, v, cu_seqlens, max_seqlen, dropout_p,
+                        softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                        return_attn_probs, group)
+
+
+def zigzag_ring_flash_attn_varlen_func(q, k, v, cu_seqlens: torch.Tensor, max_seqlen: int,
+                                       dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                                       causal: bool = False, window_size=(-1, -1), softcap: float = 0.0,
+                                       alibi_slopes=None, deterministic: bool = False,
+                                       return_attn_probs: bool = False, group=None) -> torch.Tensor:
+    """As ring_flash_attn_varlen_func with every sequence in zig-zag shards (2 W chunks; rank r
+    holds chunks r and 2W-1-r of each, concatenated): causal work balanced."""
+    return _varlen_call("zigzag_ring_flash_attn_varlen_func", True, q, k, v, cu_seqlens, max_seqlen, dropout_p,
+                        softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                        return_attn_probs, group)
 
 
 def zigzag_shard(x: torch.Tensor, dim: int = 1, group=None) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """tg.distributed's ring attention against single-process attention over the whole sequence:
 processes on the CPU joined by the gloo backend (2, 3 and 4 ranks), contiguous and zig-zag
-shards, causal and not, GQA, a head dim the kernels pad; outputs and the gradients of q, k and
-v. On a GPU, the same with one rank over NCCL. Bad calls are refused."""
+shards, causal and not, GQA, a head dim the kernels pad, packed (varlen) sequences of unequal
+lengths; outputs and the gradients of q, k and v. On a GPU, the same with one rank over NCCL. Bad calls are refused."""
 
 import os
 import tempfile
@@ -59,6 +59,49 @@ def _check_cases(rank, world, device, cases, seqlen_local=24):
             torch.testing.assert_close(full, want.detach(), **tol, msg=f"unshard: {what}")
 
 
+def _shard_varlen(x, lengths, rank, world, zigzag):
+    """This rank's pieces of every packed sequence of x (tokens along dim 0), packed."""
+    parts, start = [], 0
+    for n in lengths:
+        seq = x[start:start + n]
+        start += n
+        if zigzag:
+            chunks = seq.chunk(2 * world)
+            parts += [chunks[rank], chunks[2 * world - 1 - rank]]
+        else:
+            parts.append(seq.chunk(world)[rank])
+    return torch.cat(parts)
+
+
+def _check_varlen(rank, world, device, dtype):
+    lengths = [4 * world, 12 * world, 2 * world, 8 * world]  # multiples of 2 W, unequal
+    for zigzag, causal, heads, kv_heads, head_dim in [(True, True, 4, 2, 64), (False, True, 2, 2, 32),
+                                                       (False, False, 4, 1, 64), (True, False, 2, 2, 64)]:
+        g = torch.Generator().manual_seed(23)
+        T = sum(lengths)
+        q = torch.randn(T, heads, head_dim, generator=g).to(device, dtype)
+        k = torch.randn(T, kv_heads, head_dim, generator=g).to(device, dtype)
+        v = torch.randn(T, kv_heads, head_dim, generator=g).to(device, dtype)
+        dout = torch.randn(T, heads, head_dim, generator=g).to(device, dtype)
+        cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=device)
+        whole = [t.clone().requires_grad_() for t in (q, k, v)]
+        want = tg.flash_attn_varlen_func(*whole, cu, cu, max(lengths), max(lengths), causal=causal)
+        want.backward(dout)
+        local = [n // world for n in lengths]
+        cu_local = torch.tensor([0] + torch.tensor(local).cumsum(0).tolist(), dtype=torch.int32, device=device)
+        mine = [_shard_varlen(t, lengths, rank, world, zigzag).detach().clone().requires_grad_() for t in (q, k, v)]
+        fn = (tg.distributed.zigzag_ring_flash_attn_varlen_func if zigzag
+              else tg.distributed.ring_flash_attn_varlen_func)
+        got = fn(*mine, cu_local, max(local), causal=causal)
+        got.backward(_shard_varlen(dout, lengths, rank, world, zigzag))
+        tol = dict(atol=2e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+        what = f"varlen rank {rank}/{world}, zigzag={zigzag}, causal={causal}, heads {heads}/{kv_heads}, {dtype}"
+        torch.testing.assert_close(got, _shard_varlen(want, lengths, rank, world, zigzag), **tol, msg=f"out: {what}")
+        for name, a, b in zip("qkv", mine, whole):
+            torch.testing.assert_close(a.grad, _shard_varlen(b.grad, lengths, rank, world, zigzag), **tol,
+                                       msg=f"d{name}: {what}")
+
+
 def _worker(rank, world, init_file, backend, device):
     os.environ.update(NCCL_ENV)
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -70,6 +113,7 @@ def _worker(rank, world, init_file, backend, device):
         else:
             cases = CASES[:4] if world > 2 else CASES
         _check_cases(rank, world, device, cases)
+        _check_varlen(rank, world, device, torch.bfloat16 if device == "cuda" else torch.float32)
     finally:
         dist.destroy_process_group()
 
@@ -102,6 +146,12 @@ def _refusals(rank, world, init_file):
             tg.distributed.zigzag_ring_flash_attn_func(q[:, :5], q[:, :5], q[:, :5], causal=True)
         with pytest.raises(ValueError, match="one seqlen_local"):
             tg.distributed.ring_flash_attn_func(q, q[:, :4], q[:, :4])
+        packed = torch.randn(6, 2, 16)
+        with pytest.raises(ValueError, match="cu_seqlens must be the local shard's int32 offsets"):
+            tg.distributed.ring_flash_attn_varlen_func(packed, packed, packed, torch.tensor([0, 6]), 6)
+        with pytest.raises(ValueError, match="its length must be even"):
+            tg.distributed.zigzag_ring_flash_attn_varlen_func(
+                packed, packed, packed, torch.tensor([0, 3, 6], dtype=torch.int32), 3, causal=True)
         with pytest.raises(ValueError, match="multiple of 2 x world size"):
             tg.distributed.zigzag_shard(torch.randn(1, 6, 2), dim=1)
     finally:
