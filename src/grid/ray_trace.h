@@ -78,13 +78,14 @@ struct RayOptions {
 };
 
 // The scalar field at w-space point w (ray_march.h), or false where a corner is inactive.
-TG_HOST_DEVICE bool field_at(const TreeView& tree, int64_t b, const void* scalars, bool float64,
+// `lookup` keeps the last leaf: a ray's samples and a cell's corners mostly share one.
+TG_HOST_DEVICE bool field_at(CachedLookup& lookup, const void* scalars, bool float64,
                              const double w[3], double& value) {
   const double u[3] = {w[0] - 0.5, w[1] - 0.5, w[2] - 0.5};
   const TrilinearCell cell = TrilinearCell::at(u);
   value = 0;
   for (int c = 0; c < 8; ++c) {
-    const int64_t row = tree.index_of(b, cell.voxel(c));
+    const int64_t row = lookup.index_of(cell.voxel(c));
     if (row < 0) return false;
     value += cell.weight(c) * load_real(scalars, float64, row);
   }
@@ -140,9 +141,10 @@ TG_HOST_DEVICE int64_t trace_ray(const TreeView& tree, const VoxelTransform* tra
 
   if (opt.mode == RayMode::Implicit) {
     double root = -1;
+    CachedLookup lookup(tree, b);
     auto phi = [&](double t, double& v) {
       const double p[3] = {w0[0] + t * d[0], w0[1] + t * d[1], w0[2] + t * d[2]};
-      return field_at(tree, b, opt.scalars, in.float64, p, v);
+      return field_at(lookup, opt.scalars, in.float64, p, v);
     };
     // A voxel's exit is the next one's entry where the crossings touch: its field value is
     // kept (8 lookups a voxel instead of 16).

@@ -100,6 +100,11 @@ struct TreeView {
 
   // Row of voxel `c` of grid `b` in the batch's features, or -1 if it is not active.
   TG_HOST_DEVICE int64_t index_of(int64_t b, Coord c) const {
+    return index_in_leaf(leaf_of(b, c), c);
+  }
+
+  // The leaf of grid `b` that holds `c`'s 8^3 block, or null where there is none.
+  TG_HOST_DEVICE const LeafNode* leaf_of(int64_t b, Coord c) const {
     int64_t lo = upper_offsets[b], hi = upper_offsets[b + 1];
     const Coord key = root_origin(c);
     while (lo < hi) {  // binary search of the sorted root table
@@ -109,18 +114,46 @@ struct TreeView {
       else
         hi = mid;
     }
-    if (lo == upper_offsets[b + 1]) return -1;
+    if (lo == upper_offsets[b + 1]) return nullptr;
     const UpperNode& upper = uppers[lo];
-    if (upper.origin.i != key.i || upper.origin.j != key.j || upper.origin.k != key.k) return -1;
+    if (upper.origin.i != key.i || upper.origin.j != key.j || upper.origin.k != key.k) return nullptr;
     const uint32_t un = child_position(c, kUpperShift, kUpperLog2);
-    if (!upper.lowers.test(un)) return -1;
+    if (!upper.lowers.test(un)) return nullptr;
     const LowerNode& lower = lowers[upper.first_lower + upper.lowers.rank(un)];
     const uint32_t ln = child_position(c, kLowerShift, kLowerLog2);
-    if (!lower.leaves.test(ln)) return -1;
-    const LeafNode& leaf = leaves[lower.first_leaf + lower.leaves.rank(ln)];
+    if (!lower.leaves.test(ln)) return nullptr;
+    return &leaves[lower.first_leaf + lower.leaves.rank(ln)];
+  }
+
+  // Row of `c` within `leaf` (the leaf of its block, or null), -1 where it is not active.
+  TG_HOST_DEVICE static int64_t index_in_leaf(const LeafNode* leaf, Coord c) {
+    if (leaf == nullptr) return -1;
     const uint32_t vn = child_position(c, 0, kLeafLog2);
-    if (!leaf.voxels.test(vn)) return -1;
-    return leaf.first_voxel + leaf.voxels.rank(vn);
+    if (!leaf->voxels.test(vn)) return -1;
+    return leaf->first_voxel + leaf->voxels.rank(vn);
+  }
+};
+
+// index_of for one thread's run of nearby lookups (a ray's field samples, a cell's 8 corners):
+// the last 8^3 block's leaf (or its absence) is kept, so that a lookup in the same block skips
+// the root table, the upper and the lower node (6 dependent loads down to 2).
+struct CachedLookup {
+  const TreeView& tree;
+  int64_t grid;
+  Coord block{0, 0, 0};
+  bool cached = false;
+  const LeafNode* leaf = nullptr;
+
+  TG_HOST_DEVICE CachedLookup(const TreeView& t, int64_t b) : tree(t), grid(b) {}
+
+  TG_HOST_DEVICE int64_t index_of(Coord c) {
+    const Coord origin{int32_t(uint32_t(c.i) & ~7u), int32_t(uint32_t(c.j) & ~7u), int32_t(uint32_t(c.k) & ~7u)};
+    if (!cached || origin.i != block.i || origin.j != block.j || origin.k != block.k) {
+      leaf = tree.leaf_of(grid, c);
+      block = origin;
+      cached = true;
+    }
+    return TreeView::index_in_leaf(leaf, c);
   }
 };
 

@@ -112,6 +112,32 @@ TEST(GridBatch, SingleGridAndExtremeCoordinates) {
   expect_round_trip({{{big, big, big}, {small, small, small}, {0, 0, 0}, {-1, -1, -1}}});
 }
 
+// CachedLookup answers as index_of does along walks that stay in a leaf, cross leaves, leave
+// the grid and jump far (its cache must not answer for another block), negative coordinates
+// included.
+TEST(GridBatch, CachedLookupAgreesWithIndexOf) {
+  const auto grids = random_grids(3, 4000, 12);  // about a quarter of [-12, 12]^3 active
+  GridBatch batch = GridBatch::from_ijk(make_ijk(grids));
+  const TreeView tree = batch.view();
+  std::uniform_int_distribution<int32_t> coord(-20, 20), step(-2, 2), jump(0, 9);
+  int64_t active = 0;
+  for (int64_t b = 0; b < batch.num_grids(); ++b) {
+    CachedLookup lookup(tree, b);
+    Coord c{coord(testing::rng()), coord(testing::rng()), coord(testing::rng())};
+    for (int n = 0; n < 20000; ++n) {
+      if (jump(testing::rng()) == 0)
+        c = {coord(testing::rng()), coord(testing::rng()), coord(testing::rng())};
+      else
+        c = {std::clamp(c.i + step(testing::rng()), -14, 14), std::clamp(c.j + step(testing::rng()), -14, 14),
+             std::clamp(c.k + step(testing::rng()), -14, 14)};  // steps stay near the voxels
+      const int64_t want = tree.index_of(b, c);
+      ASSERT_EQ(lookup.index_of(c), want) << "grid " << b << " at " << c.i << ", " << c.j << ", " << c.k;
+      active += want >= 0;
+    }
+  }
+  EXPECT_GT(active, 1000);  // the walks meet active voxels, not only empty space
+}
+
 TEST(GridBatch, DenseBoxCostsUnderAThirdOfAByteAVoxel) {
   std::vector<Ijk> box;
   for (int i = 0; i < 64; ++i)
