@@ -10,8 +10,9 @@ per-voxel field (`ray_implicit_intersection`).
 Rays are world space, t >= 0, in multiples of each direction's length; a JaggedTensor of
 rays holds one tensor per grid (a plain [N, 3] tensor is taken for a one-grid batch). Results
 are JaggedTensors with one entry per ray over all of the batch's rays (fVDB nests them per
-grid as well). The march (C++, the same on CPU and GPU) steps over 8^3 leaf cells and through
-the voxels of the leaves that exist.
+grid as well). The march (C++, the same on CPU and GPU) steps over 128^3 lower-node cells,
+over the 8^3 leaf cells of the lower nodes that exist, and through the voxels of the leaves
+that exist.
 """
 
 from __future__ import annotations

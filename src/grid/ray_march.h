@@ -7,10 +7,13 @@
 // w(t) = w0 + t d with d = direction / voxel_size, so t is the world parameter of
 // origin + t * direction (a multiple of the direction's length, as fVDB reports it).
 //
-// The march is hierarchical in two levels: a DDA over 8^3 leaf cells between the ray's entry
-// into and exit from the grid's bounding box (of its leaves), and inside each leaf that exists
-// a DDA over its voxels. Empty leaf cells cost one step each; the lower (128^3) and upper
-// (4096^3) levels are not skipped yet. Arithmetic in double.
+// The march is hierarchical in three levels: a DDA over 128^3 lower-node cells between the
+// ray's entry into and exit from the grid's bounding box (of its leaves); inside each lower
+// node that exists a DDA over its 8^3 leaf cells, found from the node's child mask (no lookup
+// from the root); inside each leaf that exists a DDA over its voxels. An empty 128^3 cell
+// costs one step and one lookup; the upper (4096^3) level is not skipped. Every boundary time
+// is computed from absolute cell coordinates (a 128-boundary is also an 8- and a 1-boundary,
+// the same double), so nesting does not change the times. Arithmetic in double.
 #include <cmath>
 #include <cstdint>
 
@@ -22,29 +25,6 @@ namespace tilegrid::grid {
 struct Box3 {
   double lo[3], hi[3];  // in w space; empty when lo > hi on an axis
 };
-
-// Where the leaf that would hold voxel c sits, or null.
-TG_HOST_DEVICE const LeafNode* find_leaf(const TreeView& tree, int64_t b, Coord c) {
-  int64_t lo = tree.upper_offsets[b], hi = tree.upper_offsets[b + 1];
-  const Coord key = root_origin(c);
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
-    if (root_less(tree.uppers[mid].origin, key))
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  if (lo == tree.upper_offsets[b + 1]) return nullptr;
-  const UpperNode& upper = tree.uppers[lo];
-  if (upper.origin.i != key.i || upper.origin.j != key.j || upper.origin.k != key.k)
-    return nullptr;
-  const uint32_t un = child_position(c, kUpperShift, kUpperLog2);
-  if (!upper.lowers.test(un)) return nullptr;
-  const LowerNode& lower = tree.lowers[upper.first_lower + upper.lowers.rank(un)];
-  const uint32_t ln = child_position(c, kLowerShift, kLowerLog2);
-  if (!lower.leaves.test(ln)) return nullptr;
-  return &tree.leaves[lower.first_leaf + lower.leaves.rank(ln)];
-}
 
 // [t_enter, t_exit] of the ray inside box, clipped to t >= 0; false when it misses.
 TG_HOST_DEVICE bool clip_to_box(const double w0[3], const double d[3], const Box3& box,
@@ -128,21 +108,33 @@ TG_HOST_DEVICE void march_voxels(const TreeView& tree, int64_t b, const Box3& bo
     if (!std::isfinite(w0[a]) || !std::isfinite(d[a])) return;  // NaN/inf rays cross nothing
   double t_enter, t_exit;
   if (!clip_to_box(w0, d, box, t_enter, t_exit)) return;
-  dda(w0, d, t_enter, t_exit, kLeafLog2, [&](const int64_t* leaf_cell, double t0, double t1) {
-    const Coord leaf_origin{int32_t(leaf_cell[0] * 8), int32_t(leaf_cell[1] * 8),
-                            int32_t(leaf_cell[2] * 8)};
-    const LeafNode* leaf = find_leaf(tree, b, leaf_origin);
-    if (leaf == nullptr) return true;
-    return dda(w0, d, t0, t1, 0, [&](const int64_t* v, double s0, double s1) {
-      if (!(s1 - s0 > eps)) return true;
-      // A start rounded onto the neighbouring leaf's side of the boundary names a voxel
-      // outside this leaf for a sliver of ~1e-12; the next step is inside.
+  constexpr int64_t kLowerSide = int64_t(1) << kUpperShift;  // a lower node spans 128 voxels
+  dda(w0, d, t_enter, t_exit, kUpperShift, [&](const int64_t* lower_cell, double r0, double r1) {
+    const Coord lower_origin{int32_t(lower_cell[0] * kLowerSide), int32_t(lower_cell[1] * kLowerSide),
+                             int32_t(lower_cell[2] * kLowerSide)};
+    const LowerNode* lower = tree.lower_of(b, lower_origin);
+    if (lower == nullptr) return true;
+    return dda(w0, d, r0, r1, kLeafLog2, [&](const int64_t* leaf_cell, double t0, double t1) {
+      // As for voxels below: a start rounded across the lower node's boundary names a leaf
+      // cell outside it for a sliver; the next step is inside.
       for (int a = 0; a < 3; ++a)
-        if (v[a] < leaf_cell[a] * 8 || v[a] >= leaf_cell[a] * 8 + 8) return true;
-      const Coord c{int32_t(v[0]), int32_t(v[1]), int32_t(v[2])};
-      const uint32_t n = child_position(c, 0, kLeafLog2);
-      if (!leaf->voxels.test(n)) return true;
-      return hit(leaf->first_voxel + leaf->voxels.rank(n), c, s0, s1);
+        if (leaf_cell[a] * 8 < lower_cell[a] * kLowerSide || leaf_cell[a] * 8 >= (lower_cell[a] + 1) * kLowerSide)
+          return true;
+      const Coord leaf_origin{int32_t(leaf_cell[0] * 8), int32_t(leaf_cell[1] * 8),
+                              int32_t(leaf_cell[2] * 8)};
+      const LeafNode* leaf = tree.leaf_in(lower, leaf_origin);
+      if (leaf == nullptr) return true;
+      return dda(w0, d, t0, t1, 0, [&](const int64_t* v, double s0, double s1) {
+        if (!(s1 - s0 > eps)) return true;
+        // A start rounded onto the neighbouring leaf's side of the boundary names a voxel
+        // outside this leaf for a sliver of ~1e-12; the next step is inside.
+        for (int a = 0; a < 3; ++a)
+          if (v[a] < leaf_cell[a] * 8 || v[a] >= leaf_cell[a] * 8 + 8) return true;
+        const Coord c{int32_t(v[0]), int32_t(v[1]), int32_t(v[2])};
+        const uint32_t n = child_position(c, 0, kLeafLog2);
+        if (!leaf->voxels.test(n)) return true;
+        return hit(leaf->first_voxel + leaf->voxels.rank(n), c, s0, s1);
+      });
     });
   });
 }

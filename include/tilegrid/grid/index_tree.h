@@ -105,6 +105,19 @@ struct TreeView {
 
   // The leaf of grid `b` that holds `c`'s 8^3 block, or null where there is none.
   TG_HOST_DEVICE const LeafNode* leaf_of(int64_t b, Coord c) const {
+    return leaf_in(lower_of(b, c), c);
+  }
+
+  // The leaf of `lower` (the lower node of c's 128^3 block, or null) that holds c's 8^3 block.
+  TG_HOST_DEVICE const LeafNode* leaf_in(const LowerNode* lower, Coord c) const {
+    if (lower == nullptr) return nullptr;
+    const uint32_t ln = child_position(c, kLowerShift, kLowerLog2);
+    if (!lower->leaves.test(ln)) return nullptr;
+    return &leaves[lower->first_leaf + lower->leaves.rank(ln)];
+  }
+
+  // The lower node of grid `b` that holds `c`'s 128^3 block, or null where there is none.
+  TG_HOST_DEVICE const LowerNode* lower_of(int64_t b, Coord c) const {
     int64_t lo = upper_offsets[b], hi = upper_offsets[b + 1];
     const Coord key = root_origin(c);
     while (lo < hi) {  // binary search of the sorted root table
@@ -119,10 +132,7 @@ struct TreeView {
     if (upper.origin.i != key.i || upper.origin.j != key.j || upper.origin.k != key.k) return nullptr;
     const uint32_t un = child_position(c, kUpperShift, kUpperLog2);
     if (!upper.lowers.test(un)) return nullptr;
-    const LowerNode& lower = lowers[upper.first_lower + upper.lowers.rank(un)];
-    const uint32_t ln = child_position(c, kLowerShift, kLowerLog2);
-    if (!lower.leaves.test(ln)) return nullptr;
-    return &leaves[lower.first_leaf + lower.leaves.rank(ln)];
+    return &lowers[upper.first_lower + upper.lowers.rank(un)];
   }
 
   // Row of `c` within `leaf` (the leaf of its block, or null), -1 where it is not active.

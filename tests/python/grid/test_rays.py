@@ -12,23 +12,31 @@ import tilegrid as tg
 from conftest import DEVICES, requires_cuda
 
 
-def random_grids(num_grids=2, voxels=1500, extent=16):
-    ijk = [torch.unique(torch.randint(-extent // 2, extent // 2, (voxels, 3), dtype=torch.int32), dim=0)
-           for _ in range(num_grids)]
+def random_grids(num_grids=2, voxels=1500, extent=16, clusters=1):
+    """Random voxels in `clusters` 16^3 boxes placed at random within [-extent/2, extent/2)^3
+    (one box at the centre for the default extent 16)."""
+    def one_grid():
+        if clusters == 1:
+            return torch.unique(torch.randint(-extent // 2, extent // 2, (voxels, 3), dtype=torch.int32), dim=0)
+        centres = torch.randint(-extent // 2 + 8, extent // 2 - 8 + 1, (clusters, 3), dtype=torch.int32)
+        points = torch.randint(-8, 8, (voxels, 3), dtype=torch.int32) + centres[torch.randint(0, clusters, (voxels,))]
+        return torch.unique(points, dim=0)
+    ijk = [one_grid() for _ in range(num_grids)]
     sizes = (0.5 + torch.rand(num_grids, 3)).double().tolist()
     origins = (torch.randn(num_grids, 3)).double().tolist()
     return tg.GridBatch.from_ijk(tg.JaggedTensor(ijk), voxel_sizes=sizes, origins=origins), ijk
 
 
-def random_rays(grid, counts, dtype=torch.float64):
+def random_rays(grid, counts, dtype=torch.float64, extent=16):
     """Rays from outside and inside the grids' boxes towards random points in them; directions
     not normalised."""
     origins, directions = [], []
+    scale = extent / 16
     for b, n in enumerate(counts):
         size = grid.voxel_sizes[b].double()
         centre = grid.origins[b].double()
-        start = centre + size * torch.randn(n, 3, dtype=torch.float64) * 20
-        target = centre + size * (torch.rand(n, 3, dtype=torch.float64) - 0.5) * 24
+        start = centre + size * torch.randn(n, 3, dtype=torch.float64) * 20 * scale
+        target = centre + size * (torch.rand(n, 3, dtype=torch.float64) - 0.5) * 24 * scale
         origins.append(start.to(dtype))
         directions.append(((target - start) * (0.2 + torch.rand(n, 1, dtype=torch.float64))).to(dtype))
     return tg.JaggedTensor(origins), tg.JaggedTensor(directions)
@@ -69,9 +77,20 @@ def brute_force(grid, ijk, origins, directions, eps=0.0):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_voxels_along_rays_match_brute_force(device):
-    grid, ijk = random_grids()
-    origins, directions = random_rays(grid, [40, 25])
+@pytest.mark.parametrize("extent", [16, 700])  # within 8 lower nodes; across many, most empty
+def test_voxels_along_rays_match_brute_force(device, extent):
+    grid, ijk = random_grids(voxels=1500 * (1 if extent == 16 else 8), extent=extent,
+                             clusters=1 if extent == 16 else 8)
+    origins, directions = random_rays(grid, [40, 25], extent=extent)
+    if extent != 16:  # aim at the clusters: towards random active voxels, from far outside
+        aimed_o, aimed_d = [], []
+        for b, (o, coords) in enumerate(zip(origins.unbind(), ijk)):
+            size, origin = grid.voxel_sizes[b].double(), grid.origins[b].double()
+            target = origin + size * (coords[torch.randint(0, len(coords), (o.shape[0],))].double()
+                                      + torch.rand(o.shape[0], 3, dtype=torch.float64) - 0.5)
+            aimed_o.append(o)
+            aimed_d.append(target - o)
+        origins, directions = tg.JaggedTensor(aimed_o), tg.JaggedTensor(aimed_d)
     expected = brute_force(grid, ijk, origins, directions)
     g = grid.to(device)
     o, d = (j.to(device) for j in (origins, directions))
