@@ -2,6 +2,12 @@
 from the same initial weights and batches, and compares the loss curves.
 
     python examples/train_llama.py [--device cpu|cuda] [--steps N] [--size tiny|small|full] [--out DIR]
+    torchrun --nproc-per-node N examples/train_llama.py [...] [--compare-with ONE_GPU.json]
+
+Under torchrun the models train data-parallel (DistributedDataParallel over NCCL on GPUs, gloo
+on CPUs): every rank takes its 1/N of the same global batch, so the loss curve is the
+one-process curve's; --compare-with a one-process run's llama_training.json prints their
+distance. Rank 0 writes the results.
 
 Data: the Python standard library's own sources (every .py file under sysconfig's "stdlib"
 path, in sorted order), read as bytes: a byte-level vocabulary of 256. The last 2% of the bytes
@@ -35,6 +41,7 @@ import time
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 import tilegrid as tg
@@ -218,10 +225,24 @@ def initial_weights(cfg: Config, seed: int) -> dict:
     return model.state_dict()
 
 
+def _world() -> tuple[int, int]:
+    """(rank, world size) of the data-parallel run, (0, 1) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def train_one(model: torch.nn.Module, cfg: Config, data: torch.Tensor, starts: torch.Tensor,
               held_out: torch.Tensor, held_starts: torch.Tensor, device) -> dict:
     """AdamW (betas 0.9/0.95, weight decay 0.1), linear warm-up then cosine decay to 10%,
-    gradients clipped at norm 1. Returns the per-step losses, the held-out loss and tokens/s."""
+    gradients clipped at norm 1. Returns the per-step losses, the held-out loss and tokens/s.
+    Data-parallel (model a DistributedDataParallel): this rank's rows of every global batch;
+    the losses reported are the global batch's (the ranks' means averaged)."""
+    rank, world = _world()
+    if cfg.batch % world:
+        raise ValueError(f"train_llama: the batch ({cfg.batch}) must split evenly over {world} ranks")
+    share = cfg.batch // world
+    mine = slice(rank * share, (rank + 1) * share)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
     steps = starts.shape[0]
 
@@ -240,7 +261,7 @@ def train_one(model: torch.nn.Module, cfg: Config, data: torch.Tensor, starts: t
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-        tokens, targets = make_batch(data, starts[step], cfg.seq, device)
+        tokens, targets = make_batch(data, starts[step][mine], cfg.seq, device)
         loss = model(tokens, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -251,12 +272,29 @@ def train_one(model: torch.nn.Module, cfg: Config, data: torch.Tensor, starts: t
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
-    losses = [float(v) for v in losses]
+    losses = torch.stack(losses).float()
+    if world > 1:  # the global batch's loss: the mean of the ranks' (equal) shares
+        dist.all_reduce(losses)
+        losses /= world
+    losses = losses.tolist()
+    plain = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
     with torch.no_grad():
-        held = [float(model(*make_batch(held_out, s, cfg.seq, device))) for s in held_starts]
+        held = [float(plain(*make_batch(held_out, s, cfg.seq, device))) for s in held_starts]
     return {"losses": losses, "held_out_loss": sum(held) / len(held),
             "tokens_per_s": (steps - timed_from) * cfg.batch * cfg.seq / seconds,
             "seconds_timed": seconds}
+
+
+def curve_distance(a: list, b: list, window: int = 10) -> float:
+    """Mean |a - b| of two loss curves averaged over `window` consecutive steps, leaving out
+    the first two windows (the loss falls from ln 256 by tenths of a nat a step there)."""
+
+    def smooth(v):
+        return [sum(v[i:i + window]) / window for i in range(0, len(v) - window + 1, window)]
+
+    sa, sb = smooth(a), smooth(b)
+    pairs = list(zip(sa, sb))[2:] or list(zip(sa, sb))
+    return sum(abs(x - y) for x, y in pairs) / len(pairs)
 
 
 def compare(runs: dict, window: int = 10) -> dict:
@@ -267,15 +305,7 @@ def compare(runs: dict, window: int = 10) -> dict:
     an error at most 2x that of the plain bf16 implementation, applied to the loss curve; the
     0.01 keeps two nearly identical curves from being held to zero)."""
 
-    def smooth(v):
-        return [sum(v[i:i + window]) / window for i in range(0, len(v) - window + 1, window)]
-
-    def distance(a, b):
-        sa, sb = smooth(a), smooth(b)
-        skip = 2  # the first 20 steps: the loss falls from ln 256 by tenths of a nat a step
-        pairs = list(zip(sa, sb))[skip:] or list(zip(sa, sb))
-        return sum(abs(x - y) for x, y in pairs) / len(pairs)
-
+    distance = lambda a, b: curve_distance(a, b, window)  # noqa: E731
     out = {"tilegrid_vs_torch_bf16": distance(runs["tilegrid_bf16"]["losses"], runs["torch_bf16"]["losses"])}
     if "torch_fp32" in runs:
         out["torch_bf16_vs_torch_fp32"] = distance(runs["torch_bf16"]["losses"], runs["torch_fp32"]["losses"])
@@ -305,15 +335,18 @@ def train(device, size: str = "tiny", steps: int = 60, out_dir: Optional[str] = 
         model = cls(cfg)
         model.load_state_dict(weights)
         model.to(device=device, dtype=dtype)
+        if _world()[1] > 1:
+            model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None)
         runs[name] = train_one(model, cfg, train_data, starts, held_out, held_starts, device)
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
     result = {"config": dataclasses.asdict(cfg), "size": size, "parameters": cfg.parameters(),
-              "steps": steps, "device": str(device),
+              "steps": steps, "device": str(device), "world_size": _world()[1],
               "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
               "corpus_bytes": int(data.numel()), "runs": runs, "comparison": compare(runs)}
-    if out_dir:
+    if out_dir and _world()[0] == 0:
         os.makedirs(out_dir, exist_ok=True)
         line_chart(os.path.join(out_dir, "llama_training_loss.png"),
                    [runs[k]["losses"] for k in ("tilegrid_bf16", "torch_bf16", "torch_fp32") if k in runs], log_y=False)
@@ -345,14 +378,36 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--no-fp32", action="store_true", help="skip the float32 torch run")
     parser.add_argument("--out", default=os.path.join(_ROOT, "demo_output"))
+    parser.add_argument("--compare-with", default=None,
+                        help="a one-process run's llama_training.json: print the curves' distance")
     args = parser.parse_args()
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() and tg.with_cuda else "cpu"))
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # started by torchrun: data-parallel
+        # NVLink multicast off wherever NCCL runs (tg.distributed's docstring).
+        for key in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+            os.environ.setdefault(key, "0" if key == "NCCL_NVLS_ENABLE" else "1")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
     size = args.size or ("full" if device.type == "cuda" else "tiny")
     steps = args.steps or (300 if device.type == "cuda" else 60)
     result = train(device, size, steps, args.out, with_fp32=not args.no_fp32)
-    print(summary(result))
-    print(f"loss curves (blue tilegrid bf16, red torch bf16, green torch fp32) in "
-          f"{os.path.join(args.out, 'llama_training_loss.png')}")
+    if _world()[0] == 0:
+        print(summary(result))
+        print(f"loss curves (blue tilegrid bf16, red torch bf16, green torch fp32) in "
+              f"{os.path.join(args.out, 'llama_training_loss.png')}")
+        if args.compare_with:
+            with open(args.compare_with) as f:
+                other = json.load(f)
+            for name, run in result["runs"].items():
+                if name in other["runs"]:
+                    d = curve_distance(run["losses"], other["runs"][name]["losses"])
+                    print(f"  {name}: {result['world_size']} ranks against {other.get('world_size', 1)}: "
+                          f"curve distance {d:.4f} nats; tokens/s {run['tokens_per_s']:,.0f} against "
+                          f"{other['runs'][name]['tokens_per_s']:,.0f}")
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

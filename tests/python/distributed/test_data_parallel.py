@@ -100,3 +100,37 @@ def _worker(rank, world, init_file, engine):
 def test_two_processes_train_as_one_on_the_whole_batch(engine):
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_worker, args=(2, os.path.join(tmp, "init"), engine), nprocs=2, join=True)
+
+
+def _training_worker(rank, world, init_file, out):
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
+    import train_llama
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        result = train_llama.train("cpu", "tiny", 12, with_fp32=False, corpus_limit=1 << 20)
+        if rank == 0:
+            torch.save(result, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_training_example_data_parallel_follows_the_one_process_curve():
+    """examples/train_llama.py under DDP (2 ranks, each half of every global batch) against one
+    process on the whole batches: the same loss curve to bf16 rounding."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
+    import train_llama
+
+    one = train_llama.train("cpu", "tiny", 12, with_fp32=False, corpus_limit=1 << 20)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.pt")
+        mp.spawn(_training_worker, args=(2, os.path.join(tmp, "init"), out), nprocs=2, join=True)
+        two = torch.load(out)
+    assert two["world_size"] == 2 and one["world_size"] == 1
+    for name in ("tilegrid_bf16", "torch_bf16"):
+        a, b = one["runs"][name]["losses"], two["runs"][name]["losses"]
+        assert abs(a[0] - b[0]) < 1e-3, (name, a[0], b[0])  # the same first batch and weights
+        assert a[-1] < a[0] - 0.3  # it learns
+        assert train_llama.curve_distance(a, b, window=3) < 0.02, name
