@@ -99,9 +99,8 @@ def _band_points(grid, truncation: float, K: torch.Tensor, cam_to_world: torch.T
         dz = spacing / float(ray.norm(dim=1).max()) if ray.numel() else spacing
         steps = int(math.ceil(2 * truncation / dz))
         z = d[seen][:, None] + torch.linspace(-truncation, truncation, steps + 1, device=device, dtype=torch.float64)
-        z = z.clamp_min(0)
-        cam = ray[:, None, :] * z[..., None]  # [P, S, 3]
-        world = cam.reshape(-1, 3) @ cam_to_world[b, :3, :3].T + cam_to_world[b, :3, 3]
+        cam = (ray[:, None, :] * z[..., None])[z > 0]  # samples behind the camera add nothing
+        world = cam @ cam_to_world[b, :3, :3].T + cam_to_world[b, :3, 3]
         parts.append(world)
     return JaggedTensor(parts)
 

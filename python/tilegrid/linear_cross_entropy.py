@@ -132,7 +132,8 @@ def linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target: torc
         raise ValueError(f"linear_cross_entropy: vocabulary and hidden sizes must be multiples of 8 "
                          f"(tg.matmul), got weight {list(weight.shape)}")
     # The targets' range is checked in eager mode (a read back to the host); under
-    # torch.compile it is not (an out-of-range id there gathers an arbitrary logit).
+    # torch.compile it is not: an out-of-range id there indexes out of bounds (on CUDA a
+    # device-side assert), as it does in F.cross_entropy.
     valid = t[t != ignore_index] if not torch.compiler.is_compiling() else t[:0]
     if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= weight.shape[0]):
         raise ValueError(f"linear_cross_entropy: targets must be in [0, {weight.shape[0]}) or "

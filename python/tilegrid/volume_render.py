@@ -9,7 +9,7 @@ transmittance T = prod(1 - alpha) before the sample, weight w = T alpha; rgb [R,
 depth [R] = sum w t, opacity [R] = sum w, weights [S] = w, count [R] the samples marched
 before T fell below transmittance_threshold (later samples weigh 0). Gradients flow to
 sigmas, rgbs, deltas and ts from rgb, depth, opacity and weights. float32 or float64, sums in
-float64 (C++ on the CPU, a ray a thread; on a GPU a ray a warp, 32 samples at a time, the same
+float64 (C++ on the CPU, a ray a thread; on a GPU a ray a warp, in windows of 128 samples, the same
 sums in another order: equal to the CPU's to rounding). On a GPU the call
 checks joffsets with one kernel and reads back its verdict (it waits for the stream).
 """

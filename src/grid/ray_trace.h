@@ -93,9 +93,10 @@ TG_HOST_DEVICE bool field_at(CachedLookup& lookup, const void* scalars, bool flo
 }
 
 // The root of phi in [lo, hi] where phi(lo) = flo and phi(hi) = fhi have opposite signs (or
-// fhi = 0), by the Illinois variant of regula falsi: exact in one step where phi is linear
-// along the ray (a plane), superlinear on the cubic that trilinear interpolation gives along a
-// ray inside a cell (where bisection took about 40 steps to the same 1e-12 relative width).
+// fhi = 0), by the Illinois variant of regula falsi: one step where phi is linear along the
+// ray (a plane: the step lands within rounding of the root, and a value within 1e-13 of the
+// ends' is taken as zero), superlinear on the cubic that trilinear interpolation gives along a
+// ray inside a cell (where bisection took about 40 steps to a 1e-12 relative width).
 template <typename Phi>
 TG_HOST_DEVICE double bracketed_root(Phi& phi, double lo, double flo, double hi, double fhi) {
   if (fhi == 0) return hi;
@@ -105,7 +106,9 @@ TG_HOST_DEVICE double bracketed_root(Phi& phi, double lo, double flo, double hi,
     if (!(t > lo && t < hi)) t = 0.5 * (lo + hi);  // rounding at the ends: bisect
     double ft;
     if (!phi(t, ft)) return 0.5 * (lo + hi);
-    if (ft == 0) return t;
+    // Within rounding of zero (the one step a plane takes): its sign means nothing any more,
+    // and following it would only stall the bracket.
+    if (fabs(ft) <= 1e-13 * (fabs(flo) + fabs(fhi))) return t;
     if ((ft > 0) == (fhi > 0)) {
       hi = t;
       fhi = ft;

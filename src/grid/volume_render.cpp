@@ -29,7 +29,7 @@ void check_like(const char* name, const TensorView& t, const Shape& shape, DType
                  device);
 }
 
-// Validates the samples (on a GPU the offsets by a kernel and an 8-byte read back, which waits
+// Validates the samples (on a GPU the offsets by a kernel and a 4-byte read back, which waits
 // for `stream`); returns what the per-ray code reads.
 RenderSamples check_samples(const VolumeRenderInputs& in, Stream stream, int64_t& rays) {
   check_dtype(kOp, "sigmas", in.sigmas, {DType::Float32, DType::Float64});

@@ -64,7 +64,9 @@ __device__ void march_window(const RenderSamples& in, int64_t base, int64_t last
   for (int p = 0; p < kPer; ++p) {
     w.x[p] = w.sigma[p] * w.delta[p];
     const double incl = warp_inclusive_sum(w.x[p], lane);
-    w.T[p] = exp(-(carry + incl - w.x[p]));
+    // The exclusive sum from the lane below (not incl - x: an infinite x would give inf - inf).
+    const double below_sum = __shfl_up_sync(kAll, incl, 1);
+    w.T[p] = exp(-(carry + (lane == 0 ? 0.0 : below_sum)));
     carry += __shfl_sync(kAll, incl, 31);
     const unsigned below = before_exit ? __ballot_sync(kAll, w.have[p] && w.T[p] < in.threshold) : 0u;
     if (below != 0u) {

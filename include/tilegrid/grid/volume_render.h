@@ -6,7 +6,7 @@
 // sum w t, its opacity sum w. Samples reached once T < transmittance_threshold are skipped
 // (w = 0, no gradient); count[r] says how many were marched. Any channel count; float32 or
 // float64 (one dtype), sums in float64; CPU (one thread a ray: src/grid/volume_render_ray.h)
-// or one CUDA device (one warp a ray, 32 samples at a time: src/grid/volume_render_cuda.cu; the
+// or one CUDA device (one warp a ray, in windows of 128 samples: src/grid/volume_render_cuda.cu; the
 // same sums in another order, equal to the CPU's to rounding). Outputs and gradients are
 // overwritten.
 #include <cstdint>

@@ -25,7 +25,7 @@ backward of every block uses the merged output and log-sum-exp, so that its prob
 the whole row's. dropout, ALiBi and sliding windows are refused (not implemented).
 
 Keep NCCL's NVLink multicast off where this runs on NVLink machines (NCCL_NVLS_ENABLE=0; the
-tests and bench/bench_ring_attention.py set it).
+tests, bench/bench_distributed.py and examples/train_llama.py set it).
 """
 
 from __future__ import annotations

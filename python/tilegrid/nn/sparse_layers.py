@@ -78,9 +78,7 @@ class SyncBatchNorm(BatchNorm):
         local = torch.cat([x.sum(0), x.square().sum(0), x.new_full((1,), float(rows.shape[0]))])
         total = all_reduce(local, group=self.process_group or dist.group.WORLD)
         C = self.num_features
-        count = total[2 * C]
-        if float(count) < 2:
-            raise ValueError(f"SyncBatchNorm: expected more than one voxel across the ranks in training, got {int(count)}")
+        count = total[2 * C].clamp_min(1)  # a tensor: nothing read back to the host
         mean = total[:C] / count
         var = (total[C:2 * C] / count - mean.square()).clamp_min(0)
         y = (x - mean) * torch.rsqrt(var + self.eps)
@@ -91,7 +89,7 @@ class SyncBatchNorm(BatchNorm):
                 self.num_batches_tracked += 1
                 factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
                 self.running_mean.mul_(1 - factor).add_(factor * mean.to(self.running_mean.dtype))
-                unbiased = var * count / (count - 1)
+                unbiased = var * count / (count - 1).clamp_min(1)
                 self.running_var.mul_(1 - factor).add_(factor * unbiased.to(self.running_var.dtype))
         out = y.to(rows.dtype)
         return data.jagged_like(out) if isinstance(data, JaggedTensor) else out
@@ -99,13 +97,17 @@ class SyncBatchNorm(BatchNorm):
     @classmethod
     def convert_sync_batchnorm(cls, module: nn.Module, process_group=None) -> nn.Module:
         """module with every tg.nn.BatchNorm (not already synchronized) replaced by a
-        SyncBatchNorm holding its parameters and running statistics."""
+        SyncBatchNorm that holds the same parameter and buffer objects (as torch's does: an
+        optimizer made before keeps working, dtype and device stay)."""
         if isinstance(module, BatchNorm) and not isinstance(module, SyncBatchNorm):
             sync = cls(module.num_features, module.eps, module.momentum, module.affine,
-                       module.track_running_stats, process_group)
-            sync.load_state_dict(module.state_dict())
+                       module.track_running_stats, process_group, device="meta")
+            if module.affine:
+                sync.weight, sync.bias = module.weight, module.bias
+            sync.running_mean, sync.running_var = module.running_mean, module.running_var
+            sync.num_batches_tracked = module.num_batches_tracked
             sync.train(module.training)
-            return sync.to(next(iter(module.state_dict().values())).device) if module.state_dict() else sync
+            return sync
         for name, child in module.named_children():
             module.add_module(name, cls.convert_sync_batchnorm(child, process_group))
         return module

@@ -38,7 +38,7 @@ def random_samples(counts, channels=5, dtype=torch.float64):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("channels", [1, 3, 20])
 def test_matches_the_float64_reference_forward_and_backward(device, channels):
-    inputs = random_samples([7, 0, 30, 1, 64, 100], channels)  # 32-sample chunks, whole and not
+    inputs = random_samples([7, 0, 30, 1, 64, 100], channels)  # whole 32-sample lanes' rows and not
     want = reference(*inputs)
     x = [t.detach().to(device).requires_grad_(t.is_floating_point()) for t in inputs]
     rgb, depth, opacity, weights, count = tg.volume_render(*x)
@@ -107,14 +107,29 @@ def test_bad_inputs_get_clear_errors():
 
 @pytest.mark.gpu
 @requires_cuda
-def test_gpu_results_are_the_cpu_ones():
-    inputs = random_samples([100] * 50 + [0, 3, 33], channels=7, dtype=torch.float32)
+@pytest.mark.parametrize("counts, channels, density, threshold", [
+    ([100] * 50 + [0, 3, 33], 7, 1.0, 1e-2),  # exits in the first window
+    # Rays longer than the GPU's 128-sample windows (sums carried across them, the backward's
+    # second pass), exits in the second and third windows, the compiled 4- and 3-channel
+    # kernels, and rays that never exit.
+    ([129, 257, 300, 500, 128, 1] * 6, 4, 0.02, 0.4),
+    ([300, 260, 140] * 8, 3, 0.02, 0.3),
+    ([300, 129] * 8, 1, 0.001, 0.0),
+])
+def test_gpu_results_are_the_cpu_ones(counts, channels, density, threshold):
+    inputs = list(random_samples(counts, channels=channels, dtype=torch.float32))
+    inputs[0] = inputs[0] * density
     x_cpu = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
     x_gpu = [t.cuda().requires_grad_(t.is_floating_point()) for t in inputs]
-    cpu = tg.volume_render(*x_cpu, transmittance_threshold=1e-2)
-    gpu = tg.volume_render(*x_gpu, transmittance_threshold=1e-2)
+    cpu = tg.volume_render(*x_cpu, transmittance_threshold=threshold)
+    gpu = tg.volume_render(*x_gpu, transmittance_threshold=threshold)
     assert torch.equal(cpu[4], gpu[4].cpu())  # the same early exits
-    assert int(cpu[4].min()) < 100  # and some rays exit early
+    lengths = torch.tensor(counts)
+    if threshold > 0:  # some rays exit early, past the first window where that is the point
+        exited = cpu[4] < lengths
+        assert bool(exited.any())
+        if density < 1:
+            assert int(cpu[4][exited].max()) > 128, cpu[4][exited]
     for a, b in zip(cpu[:4], gpu[:4]):  # float64 sums in two orders, rounded to float32
         torch.testing.assert_close(b.cpu(), a, rtol=1e-6, atol=1e-7)
     seeds = [torch.randn_like(t) for t in cpu[:4]]
@@ -122,3 +137,20 @@ def test_gpu_results_are_the_cpu_ones():
     sum((g.cuda() * o).sum() for g, o in zip(seeds, gpu[:4])).backward()
     for name, a, b in zip(("sigmas", "rgbs", "deltas", "ts"), x_cpu, x_gpu):
         torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_gpu_infinite_density_stops_the_ray_as_on_the_cpu():
+    """sigma = inf makes a sample opaque (alpha 1, all the remaining transmittance): the GPU's
+    prefix sums must not turn it into inf - inf."""
+    inputs = list(random_samples([300, 40, 200], channels=3, dtype=torch.float32))
+    inputs[0] = inputs[0] * 0.01
+    inputs[0][150] = float("inf")  # ray 0, in its second window
+    inputs[0][300 + 5] = float("inf")  # ray 1
+    cpu = tg.volume_render(*inputs)
+    gpu = tg.volume_render(*(t.cuda() for t in inputs))
+    for a, b in zip(cpu[:4], gpu[:4]):
+        assert bool(torch.isfinite(a).all())
+        torch.testing.assert_close(b.cpu(), a, rtol=1e-6, atol=1e-7)
+    assert float(cpu[3][151:300].abs().max()) == 0.0  # nothing after the opaque sample
