@@ -44,16 +44,17 @@ TG_HOST_DEVICE void cube_counts(const CubeInputs& in, int64_t r, uint8_t& cross_
   const int64_t b = group_of(in.voxel_offsets, in.num_grids, r);
   const Coord v = voxel_ijk(in, r);
   const bool here = is_inside(in, r);
+  CachedLookup lookup(in.tree, b);  // the neighbours and corners mostly share v's leaf
   cross_mask = 0;
   for (int a = 0; a < 3; ++a) {
     const Coord n{v.i + (a == 0), v.j + (a == 1), v.k + (a == 2)};
-    const int64_t row = in.tree.index_of(b, n);
+    const int64_t row = lookup.index_of(n);
     if (row >= 0 && is_inside(in, row) != here) cross_mask |= uint8_t(1 << a);
   }
   int c = 0;
   for (int n = 0; n < 8; ++n) {
     const Coord corner{v.i + ((n >> 2) & 1), v.j + ((n >> 1) & 1), v.k + (n & 1)};
-    const int64_t row = n == 0 ? r : in.tree.index_of(b, corner);
+    const int64_t row = n == 0 ? r : lookup.index_of(corner);
     if (row < 0) {
       config = -1;
       triangles = 0;
@@ -75,11 +76,12 @@ TG_HOST_DEVICE void cube_write(const CubeInputs& in, int64_t r, const uint8_t* c
   const VoxelTransform& tf = in.transforms[b];
   const Coord v = voxel_ijk(in, r);
   const double fv = load_real(in.field, in.float64, r);
+  CachedLookup lookup(in.tree, b);  // the neighbours and corners mostly share v's leaf
   int64_t out = vertex_base[r];
   for (int a = 0; a < 3; ++a) {
     if (!((cross_mask[r] >> a) & 1)) continue;
     const Coord n{v.i + (a == 0), v.j + (a == 1), v.k + (a == 2)};
-    const int64_t row = in.tree.index_of(b, n);
+    const int64_t row = lookup.index_of(n);
     const double fn = load_real(in.field, in.float64, row);
     const double s = (in.level - fv) / (fn - fv);
     double u[3] = {double(v.i), double(v.j), double(v.k)};
@@ -92,7 +94,7 @@ TG_HOST_DEVICE void cube_write(const CubeInputs& in, int64_t r, const uint8_t* c
     const TrilinearCell cell = TrilinearCell::at(u);
     bool whole = true;
     for (int c = 0; c < 8 && whole; ++c) {
-      const int64_t cr = in.tree.index_of(b, cell.voxel(c));
+      const int64_t cr = lookup.index_of(cell.voxel(c));
       if (cr < 0) {
         whole = false;
         break;
@@ -129,7 +131,7 @@ TG_HOST_DEVICE void cube_write(const CubeInputs& in, int64_t r, const uint8_t* c
     edge_corners(in.table->edges[config][t], p, q);
     const int a = (p ^ q) == 4 ? 0 : (p ^ q) == 2 ? 1 : 2;
     const Coord owner{v.i + ((p >> 2) & 1), v.j + ((p >> 1) & 1), v.k + (p & 1)};
-    const int64_t row = p == 0 ? r : in.tree.index_of(b, owner);
+    const int64_t row = p == 0 ? r : lookup.index_of(owner);
     const int below = cross_mask[row] & ((1 << a) - 1);  // the owner's vertices before axis a
     const int rank = (below & 1) + ((below >> 1) & 1);
     faces[3 * triangle_base + t] = vertex_base[row] + rank - vertex_first;

@@ -32,7 +32,8 @@ __device__ void locate(const TreeView& tree, const VoxelTransform* transforms,
   double u[3];
   transforms[grid].world_to_voxel(world, u);
   cell = TrilinearCell::at(u);
-  for (int c = 0; c < 8; ++c) rows[c] = tree.index_of(grid, cell.voxel(c));
+  CachedLookup lookup(tree, grid);  // the 8 corners mostly share a leaf
+  for (int c = 0; c < 8; ++c) rows[c] = lookup.index_of(cell.voxel(c));
 }
 
 template <class S>

@@ -62,7 +62,8 @@ void for_each_point(const GridBatch& grid, const JaggedTensor& points, Visit vis
       t.world_to_voxel(world, u);
       const TrilinearCell cell = TrilinearCell::at(u);
       int64_t rows[8];
-      for (int c = 0; c < 8; ++c) rows[c] = tree.index_of(b, cell.voxel(c));
+      CachedLookup lookup(tree, b);  // the 8 corners mostly share a leaf
+      for (int c = 0; c < 8; ++c) rows[c] = lookup.index_of(cell.voxel(c));
       visit(n, t, cell, rows);
     }
   }
