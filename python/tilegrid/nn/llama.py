@@ -13,11 +13,14 @@ What is fused today (forward and backward):
   carries SwiGLU's backward in its epilogue (`glu_grad(silu) > store`). The gate and up
   weights are kept interleaved ([g0, u0, g1, u1, ...] rows, one parameter): checkpoints are
   interleaved when they load and split again by state_dict();
+- attention's Q, K and V as one product with RoPE in its epilogue (`rope > store`): the q and
+  k weight rows gathered into interleaved order each call (Hugging Face's rotate-half
+  checkpoints load unchanged), the gradient rotated back in torch (on CUDA for bfloat16;
+  other CUDA dtypes take tg.linear and torch's RoPE);
 - attention is tg.flash_attn_func (forward and backward kernels, causal);
-- the projections are tg.linear; RMSNorm is tg.nn.RMSNorm.
-Not fused yet (plain torch between the kernels): RoPE (Hugging Face's rotate-half form), the
-residual additions, and the norms' row statistics, which the issue wants in the O and down
-projections' epilogues.
+- the O projection is tg.linear; RMSNorm is tg.nn.RMSNorm.
+Not fused yet (plain torch between the kernels): the residual additions and the norms' row
+statistics, which the issue wants in the O and down projections' epilogues.
 
 On CUDA the fused programs run on Hopper (sm_90a, bfloat16); elsewhere the program raises
 (see tg.epilogue). On the CPU every piece runs its reference.
@@ -131,6 +134,43 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
+def _interleaving(head_dim: int, heads: int, device) -> torch.Tensor:
+    """Row order that turns rotate-half heads (Hugging Face's: dims j and j + D/2 rotate
+    together) into interleaved ones (dims 2j and 2j + 1, the epilogue's pairs), per head."""
+    half = head_dim // 2
+    one = torch.stack([torch.arange(half), torch.arange(half) + half], 1).reshape(-1)
+    return (one[None, :] + head_dim * torch.arange(heads)[:, None]).reshape(-1).to(device)
+
+
+def _rotate_pairs(t: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
+    """Interleaved pairs of t [M, P, 2] rotated by angle [M, P] (float32 math)."""
+    a, b = t[..., 0].float(), t[..., 1].float()
+    c, s = torch.cos(angle), torch.sin(angle)
+    return torch.stack([a * c - b * s, a * s + b * c], -1).to(t.dtype)
+
+
+class _QkvRope(torch.autograd.Function):
+    """qkv = x w^T with RoPE on the q and k columns (interleaved pairs, frequency 0 on v) in
+    the product's epilogue (`rope > store`); the backward rotates the gradient back (torch,
+    elementwise) and runs the two products."""
+
+    @staticmethod
+    def forward(ctx, x, w, positions, frequencies):
+        out = x.new_empty(x.shape[0], w.shape[0])
+        epilogue.matmul(x, w.t(), epilogue.Program().rope(positions, frequencies).store(out))
+        ctx.save_for_backward(x, w, positions, frequencies)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        x, w, positions, frequencies = ctx.saved_tensors
+        angle = positions.float()[:, None] * frequencies[None, :]
+        d = _rotate_pairs(dout.contiguous().view(dout.shape[0], -1, 2), -angle).view(dout.shape)
+        dx = matmul(d, w) if ctx.needs_input_grad[0] else None
+        dw = matmul(d.t(), x) if ctx.needs_input_grad[1] else None
+        return dx, dw, None, None
+
+
 class LlamaAttention(torch.nn.Module):
     """Hugging Face's LlamaAttention (q/k/v/o_proj, no bias, GQA, rotary positions, causal)
     with the core as tg.flash_attn_func. Input [batch, seq, hidden]."""
@@ -158,6 +198,8 @@ class LlamaAttention(torch.nn.Module):
         b, s, _ = x.shape
         if position_ids is None:
             position_ids = torch.arange(s, device=x.device).expand(b, s)
+        if (not x.is_cuda or x.dtype == torch.bfloat16) and self.head_dim % 2 == 0:
+            return self._fused_forward(x, position_ids)
         q = linear(x, self.q_proj.weight).view(b, s, self.num_heads, self.head_dim)
         k = linear(x, self.k_proj.weight).view(b, s, self.num_kv_heads, self.head_dim)
         v = linear(x, self.v_proj.weight).view(b, s, self.num_kv_heads, self.head_dim)
@@ -167,6 +209,25 @@ class LlamaAttention(torch.nn.Module):
         k = k * cos + _rotate_half(k) * sin
         out = flash_attn_func(q, k, v, causal=True)
         return linear(out.reshape(b, s, self.num_heads * self.head_dim), self.o_proj.weight)
+
+    def _fused_forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Q, K and V as one product with RoPE in its epilogue. The q and k rows are put in
+        interleaved order for it (a gather of the weights each call, so the parameters keep
+        Hugging Face's layout); attention is the same in that basis, since q and k share it
+        and v keeps its own."""
+        b, s, _ = x.shape
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        w = torch.cat([self.q_proj.weight[_interleaving(d, hq, x.device)],
+                       self.k_proj.weight[_interleaving(d, hkv, x.device)], self.v_proj.weight])
+        inv_freq = 1.0 / (self.rope_theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+        frequencies = torch.cat([inv_freq.repeat(hq + hkv), inv_freq.new_zeros(hkv * d // 2)])
+        rows = x.reshape(b * s, -1).contiguous()
+        qkv = _QkvRope.apply(rows, w, position_ids.reshape(-1).to(torch.int64).contiguous(), frequencies)
+        q = qkv[:, :hq * d].view(b, s, hq, d)
+        k = qkv[:, hq * d:(hq + hkv) * d].view(b, s, hkv, d)
+        v = qkv[:, (hq + hkv) * d:].view(b, s, hkv, d)
+        out = flash_attn_func(q, k, v, causal=True)
+        return linear(out.reshape(b, s, hq * d), self.o_proj.weight)
 
 
 class LlamaDecoderLayer(torch.nn.Module):
