@@ -14,8 +14,9 @@ path, in sorted order), read as bytes: a byte-level vocabulary of 256. The last 
 are held out; the loss on them is reported at the end.
 
 Models (Hugging Face's Llama architecture and state_dict names; no tied embeddings):
-- tilegrid: tg.nn.LlamaDecoderLayer layers (RMSNorm kernels, tg.linear projections,
-  tg.flash_attn_func causal attention forward and backward, the MLP's SwiGLU in GEMM epilogues),
+- tilegrid: tg.nn.LlamaDecoderLayer layers (RMSNorm kernels; Q, K and V as one product with
+  RoPE in its epilogue; tg.flash_attn_func causal attention forward and backward; the MLP's
+  SwiGLU in GEMM epilogues; tg.linear for the O projection),
   a final tg.nn.RMSNorm and the LM head with the loss as tg.linear_cross_entropy;
 - torch: the same layers written with torch.nn.functional (rms_norm, linear,
   scaled_dot_product_attention, silu, cross_entropy on the materialized logits).

@@ -15,8 +15,8 @@ What is fused today (forward and backward):
   interleaved when they load and split again by state_dict();
 - attention's Q, K and V as one product with RoPE in its epilogue (`rope > store`): the q and
   k weight rows gathered into interleaved order each call (Hugging Face's rotate-half
-  checkpoints load unchanged), the gradient rotated back in torch (on CUDA for bfloat16;
-  other CUDA dtypes take tg.linear and torch's RoPE);
+  checkpoints load unchanged), the gradient rotated back in torch (on CUDA for bfloat16 on
+  Hopper; other CUDA GPUs and dtypes take tg.linear and torch's RoPE);
 - attention is tg.flash_attn_func (forward and backward kernels, causal);
 - the O projection is tg.linear; RMSNorm is tg.nn.RMSNorm.
 Not fused yet (plain torch between the kernels): the residual additions and the norms' row
@@ -134,41 +134,45 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def _interleaving(head_dim: int, heads: int, device) -> torch.Tensor:
-    """Row order that turns rotate-half heads (Hugging Face's: dims j and j + D/2 rotate
-    together) into interleaved ones (dims 2j and 2j + 1, the epilogue's pairs), per head."""
-    half = head_dim // 2
-    one = torch.stack([torch.arange(half), torch.arange(half) + half], 1).reshape(-1)
-    return (one[None, :] + head_dim * torch.arange(heads)[:, None]).reshape(-1).to(device)
+def _interleaved(w: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
+    """The rows of a q or k projection [heads * head_dim, hidden] reordered from rotate-half
+    heads (Hugging Face's: dims j and j + D/2 rotate together) to interleaved ones (dims 2j and
+    2j + 1, the epilogue's pairs): a view and one copy (its backward a copy too)."""
+    return w.view(heads, 2, head_dim // 2, w.shape[1]).transpose(1, 2).reshape(heads * head_dim, w.shape[1])
 
 
-def _rotate_pairs(t: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
-    """Interleaved pairs of t [M, P, 2] rotated by angle [M, P] (float32 math)."""
-    a, b = t[..., 0].float(), t[..., 1].float()
-    c, s = torch.cos(angle), torch.sin(angle)
-    return torch.stack([a * c - b * s, a * s + b * c], -1).to(t.dtype)
+def _fused_programs_run_on(x: torch.Tensor) -> bool:
+    """The fused epilogue programs run on the CPU (their reference) and on Hopper in bfloat16."""
+    return not x.is_cuda or (x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device) == (9, 0))
 
 
 class _QkvRope(torch.autograd.Function):
-    """qkv = x w^T with RoPE on the q and k columns (interleaved pairs, frequency 0 on v) in
-    the product's epilogue (`rope > store`); the backward rotates the gradient back (torch,
-    elementwise) and runs the two products."""
+    """qkv = x w^T with RoPE on the first `rotated` heads' columns (q and k: interleaved pairs)
+    in the product's epilogue (`rope > store`); the backward rotates their gradient back
+    (torch, one [M, head_dim / 2] angle table for every head) and runs the two products."""
 
     @staticmethod
-    def forward(ctx, x, w, positions, frequencies):
+    def forward(ctx, x, w, positions, frequencies, inv_freq, rotated):
         out = x.new_empty(x.shape[0], w.shape[0])
         epilogue.matmul(x, w.t(), epilogue.Program().rope(positions, frequencies).store(out))
-        ctx.save_for_backward(x, w, positions, frequencies)
+        ctx.save_for_backward(x, w, positions, inv_freq)
+        ctx.rotated = rotated
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        x, w, positions, frequencies = ctx.saved_tensors
-        angle = positions.float()[:, None] * frequencies[None, :]
-        d = _rotate_pairs(dout.contiguous().view(dout.shape[0], -1, 2), -angle).view(dout.shape)
+        x, w, positions, inv_freq = ctx.saved_tensors
+        M, half = dout.shape[0], inv_freq.shape[0]
+        d = dout.contiguous().clone()
+        pairs = d.view(M, -1, half, 2)[:, :ctx.rotated]  # q and k heads; v's pass unchanged
+        angle = positions.float()[:, None, None] * inv_freq[None, None, :]  # [M, 1, D/2]
+        c, s = torch.cos(angle), torch.sin(angle)
+        a, b = pairs[..., 0].float(), pairs[..., 1].float()
+        pairs[..., 0] = (a * c + b * s).to(d.dtype)  # rotation by -angle
+        pairs[..., 1] = (b * c - a * s).to(d.dtype)
         dx = matmul(d, w) if ctx.needs_input_grad[0] else None
         dw = matmul(d.t(), x) if ctx.needs_input_grad[1] else None
-        return dx, dw, None, None
+        return dx, dw, None, None, None, None
 
 
 class LlamaAttention(torch.nn.Module):
@@ -198,7 +202,7 @@ class LlamaAttention(torch.nn.Module):
         b, s, _ = x.shape
         if position_ids is None:
             position_ids = torch.arange(s, device=x.device).expand(b, s)
-        if (not x.is_cuda or x.dtype == torch.bfloat16) and self.head_dim % 2 == 0:
+        if self.head_dim % 2 == 0 and _fused_programs_run_on(x):
             return self._fused_forward(x, position_ids)
         q = linear(x, self.q_proj.weight).view(b, s, self.num_heads, self.head_dim)
         k = linear(x, self.k_proj.weight).view(b, s, self.num_kv_heads, self.head_dim)
@@ -212,17 +216,18 @@ class LlamaAttention(torch.nn.Module):
 
     def _fused_forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Q, K and V as one product with RoPE in its epilogue. The q and k rows are put in
-        interleaved order for it (a gather of the weights each call, so the parameters keep
-        Hugging Face's layout); attention is the same in that basis, since q and k share it
-        and v keeps its own."""
+        interleaved order for it (a reordering copy of the weights each call, so that the
+        parameters keep Hugging Face's layout); attention is the same in that basis, since q
+        and k share it and v keeps its own."""
         b, s, _ = x.shape
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        w = torch.cat([self.q_proj.weight[_interleaving(d, hq, x.device)],
-                       self.k_proj.weight[_interleaving(d, hkv, x.device)], self.v_proj.weight])
+        w = torch.cat([_interleaved(self.q_proj.weight, hq, d), _interleaved(self.k_proj.weight, hkv, d),
+                       self.v_proj.weight])
         inv_freq = 1.0 / (self.rope_theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
         frequencies = torch.cat([inv_freq.repeat(hq + hkv), inv_freq.new_zeros(hkv * d // 2)])
         rows = x.reshape(b * s, -1).contiguous()
-        qkv = _QkvRope.apply(rows, w, position_ids.reshape(-1).to(torch.int64).contiguous(), frequencies)
+        positions = position_ids.expand(b, s).reshape(-1).to(torch.int64).contiguous()  # [1, s] too
+        qkv = _QkvRope.apply(rows, w, positions, frequencies, inv_freq, hq + hkv)
         q = qkv[:, :hq * d].view(b, s, hq, d)
         k = qkv[:, hq * d:(hq + hkv) * d].view(b, s, hkv, d)
         v = qkv[:, (hq + hkv) * d:].view(b, s, hkv, d)

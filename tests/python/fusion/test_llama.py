@@ -179,3 +179,37 @@ def test_torch_compile_traces_the_layer_forward_and_backward(device):
     torch.testing.assert_close(gx, x.grad, atol=0, rtol=0)
     for n, p in layer.named_parameters():
         torch.testing.assert_close(got[n], p.grad, atol=0, rtol=0, msg=n)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_attention_with_position_ids_matches_rotate_half_rope(device):
+    """The fused QKV + RoPE product against Hugging Face's rotate-half RoPE on the unfused
+    projections, with position ids of shape [1, s] (broadcast over the batch, as Hugging Face
+    passes them) and [b, s], offsets included; forward and the weights' gradients."""
+    torch.manual_seed(3)
+    attn = tg.nn.LlamaAttention(64, 4, 2).to(device, torch.bfloat16)
+    x = torch.randn(2, 24, 64, device=device, dtype=torch.bfloat16)
+    cases = [torch.arange(24, device=device)[None] + 7,
+             torch.stack([torch.arange(24, device=device), torch.arange(24, device=device) * 2 + 5])]
+    for position_ids in cases:
+        attn.zero_grad()
+        y = attn(x, position_ids)
+        dy = torch.randn_like(y)
+        y.backward(dy)
+        got = {n: p.grad.clone() for n, p in attn.named_parameters()}
+        ref = {n: p.detach().float().requires_grad_() for n, p in attn.named_parameters()}
+        b, s = x.shape[:2]
+        q = (x.float() @ ref["q_proj.weight"].t()).view(b, s, 4, 16)
+        k = (x.float() @ ref["k_proj.weight"].t()).view(b, s, 2, 16)
+        v = (x.float() @ ref["v_proj.weight"].t()).view(b, s, 2, 16)
+        cos, sin = tg.nn.llama.rotary_cos_sin(position_ids.expand(b, s), 16, 10000.0, torch.float32)
+        cos, sin = cos[:, :, None], sin[:, :, None]
+        q = q * cos + tg.nn.llama._rotate_half(q) * sin
+        k = k * cos + tg.nn.llama._rotate_half(k) * sin
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=True, enable_gqa=True).transpose(1, 2)
+        want = o.reshape(b, s, 64) @ ref["o_proj.weight"].t()
+        want.backward(dy.float())
+        assert rel(y.float(), want) < 2e-2
+        for n in got:
+            assert rel(got[n].float(), ref[n].grad) < 4e-2, n
