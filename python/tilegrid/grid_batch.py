@@ -20,7 +20,7 @@ from . import _C
 from . import grid_derived, grid_pooling, grid_rays, grid_serialize, grid_tsdf
 from ._torch import current_stream, dlpack_pair
 from .grid_sampling import SampleTrilinear, SplatTrilinear
-from .jagged_tensor import JaggedTensor
+from .jagged_tensor import JaggedTensor, jcat_jagged
 from .sparse_conv import vec3
 
 
@@ -48,10 +48,21 @@ def _int32_ijk(op: str, ijk: JaggedTensor) -> JaggedTensor:
     return ijk
 
 
-def jcat(grids: Sequence["GridBatch"]) -> "GridBatch":
-    """One batch holding the grids of several batches, in order (feature rows in order too)."""
-    if not grids:
-        raise ValueError("jcat: expected at least one GridBatch")
+def jcat(things: Sequence, dim: Optional[int] = None):
+    """fVDB's jcat. GridBatches: one batch holding the grids of several, in order (feature rows
+    in order too). JaggedTensors: see jagged_tensor.jcat_jagged (dim=None: the batches one after
+    another; dim=k: tensor by tensor along dimension k)."""
+    things = list(things)
+    if not things:
+        raise ValueError("jcat: expected at least one GridBatch or JaggedTensor")
+    if all(isinstance(t, JaggedTensor) for t in things):
+        return jcat_jagged(things, dim)
+    if not all(isinstance(t, GridBatch) for t in things):
+        raise TypeError(f"jcat: expected GridBatches or JaggedTensors (not mixed), got "
+                        f"{sorted({type(t).__name__ for t in things})}")
+    if dim is not None:
+        raise ValueError(f"jcat: GridBatches concatenate as batches only (dim=None), got dim={dim}")
+    grids = things
     parts = [t for g in grids for t in g.ijk().unbind()]
     sizes = torch.cat([g.voxel_sizes for g in grids]).tolist()
     origins = torch.cat([g.origins for g in grids]).tolist()

@@ -7,7 +7,7 @@ by tilegrid's kernel. Element-wise arithmetic keeps the jagged layout.
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import torch
 
@@ -157,3 +157,19 @@ class JaggedTensor:
             f"JaggedTensor(num_tensors={self.num_tensors}, jdata={tuple(self._jdata.shape)}, "
             f"dtype={self.dtype}, device={self.device})"
         )
+
+
+def jcat_jagged(tensors: Sequence[JaggedTensor], dim: Optional[int] = None) -> JaggedTensor:
+    """fVDB's jcat for JaggedTensors: dim=None puts the batches one after another (their
+    tensors in order); dim=k concatenates the i-th tensors of every batch along dimension k of
+    each tensor (k=0: their rows; the batches must hold equally many tensors)."""
+    if not tensors:
+        raise ValueError("jcat: expected at least one JaggedTensor")
+    if dim is None:
+        return JaggedTensor([t for j in tensors for t in j.unbind()])
+    counts = {j.num_tensors for j in tensors}
+    if len(counts) != 1:
+        raise ValueError(f"jcat: with dim={dim} the JaggedTensors must hold equally many tensors, got "
+                         f"{[j.num_tensors for j in tensors]}")
+    parts = [j.unbind() for j in tensors]
+    return JaggedTensor([torch.cat([p[i] for p in parts], dim=dim) for i in range(counts.pop())])

@@ -94,3 +94,24 @@ def test_jcat_keeps_grids_and_row_order():
     assert both.num_grids == 3
     assert torch.equal(both.ijk().jdata, torch.cat([a.ijk().jdata, b.ijk().jdata]))
     torch.testing.assert_close(both.voxel_sizes, torch.cat([a.voxel_sizes, b.voxel_sizes]))
+
+
+def test_jcat_of_jagged_tensors_as_fvdb():
+    """dim=None: the batches one after another; dim=k: tensor by tensor along dimension k."""
+    x = tg.JaggedTensor([torch.randn(2, 3), torch.randn(4, 3)])
+    y = tg.JaggedTensor([torch.randn(1, 3), torch.randn(5, 3)])
+    batches = tg.jcat([x, y])
+    assert batches.num_tensors == 4
+    assert [t.shape[0] for t in batches.unbind()] == [2, 4, 1, 5]
+    assert torch.equal(batches.jdata, torch.cat([x.jdata, y.jdata]))
+    rows = tg.jcat([x, y], dim=0)
+    assert rows.num_tensors == 2
+    assert torch.equal(rows[1], torch.cat([x[1], y[1]]))
+    wide = tg.jcat([x, x], dim=1)
+    assert wide.jdata.shape == (6, 6) and torch.equal(wide[0][:, 3:], x[0])
+    with pytest.raises(ValueError, match="equally many tensors"):
+        tg.jcat([x, tg.JaggedTensor([torch.randn(1, 3)])], dim=0)
+    with pytest.raises(TypeError, match="not mixed"):
+        tg.jcat([x, random_grid(10, 5, 1)])
+    with pytest.raises(ValueError, match="dim=None"):
+        tg.jcat([random_grid(10, 5, 1)], dim=0)
