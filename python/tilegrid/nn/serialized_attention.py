@@ -49,18 +49,28 @@ class SerializedAttention(torch.nn.Module):
         kw = dict(device=device, dtype=dtype)
         self.qkv = torch.nn.Linear(channels, 3 * channels, bias=bias, **kw)
         self.proj = torch.nn.Linear(channels, channels, bias=bias, **kw)
+        self._cached = None  # (grid, (perm, inverse, cu, max_len)) of the last call
+
+    def patches(self, grid):
+        """(perm, inverse, cu_seqlens, max_len) of `grid`'s patches, kept for the next call on
+        the same grid (the codes, the sort and the offsets cost more than the attention on small
+        grids, and a network calls every layer on the same grid)."""
+        if self._cached is None or self._cached[0] is not grid:
+            perm, cu, max_len = serialized_patches(grid, self.order, self.patch_size)
+            inverse = torch.empty_like(perm)
+            inverse[perm] = torch.arange(perm.shape[0], device=perm.device)
+            self._cached = (grid, (perm, inverse, cu, max_len))
+        return self._cached[1]
 
     def forward(self, features, grid):
         x = features.jdata if isinstance(features, JaggedTensor) else features
         if x.shape != (grid.total_voxels, self.channels):
             raise ValueError(f"SerializedAttention: features must be [{grid.total_voxels}, {self.channels}], "
                              f"got {list(x.shape)}")
-        perm, cu, max_len = serialized_patches(grid, self.order, self.patch_size)
+        perm, inverse, cu, max_len = self.patches(grid)
         h, d = self.num_heads, self.channels // self.num_heads
         qkv = self.qkv(x[perm]).view(-1, 3, h, d)
         q, k, v = (qkv[:, i].contiguous() for i in range(3))
         out = flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len)
-        inverse = torch.empty_like(perm)
-        inverse[perm] = torch.arange(perm.shape[0], device=perm.device)
         y = self.proj(out.reshape(-1, self.channels)[inverse])
         return features.jagged_like(y) if isinstance(features, JaggedTensor) else y

@@ -67,6 +67,12 @@ def test_serialized_attention_matches_attention_over_the_same_patches(device, or
     # Patches stay inside one grid and hold patch_size voxels but the grids' last ones.
     lengths = cu.diff().tolist()
     assert sum(lengths) == grid.total_voxels and max(lengths) == 48
+    # The patches are kept for the same grid and made anew for another.
+    kept = attn.patches(g)
+    assert attn.patches(g)[0] is kept[0]
+    other = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk[0]]), voxel_sizes=[[1.0] * 3]).to(device)
+    assert attn.patches(other)[0].shape[0] == other.total_voxels
+    torch.testing.assert_close(attn(x, g), y)
 
 
 def test_bad_configurations():
