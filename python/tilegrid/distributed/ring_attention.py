@@ -62,6 +62,42 @@ def _wait(reqs) -> None:
         r.wait()
 
 
+def _ring_forward(ring: _Ring, kv: torch.Tensor, attend) -> None:
+    """attend(step, kv) for each block of the ring in turn, the next block on its way in while
+    this one is attended to (kv: this rank's [2, ...] keys and values)."""
+    for step in range(ring.world):
+        nxt, reqs = ring.pass_on(kv) if step + 1 < ring.world else (None, [])
+        attend(step, kv)
+        _wait(reqs)
+        kv = nxt
+
+
+def _ring_backward(ring: _Ring, kv: torch.Tensor, gradients) -> torch.Tensor:
+    """The ring again for the backward: gradients(step, kv, mine) adds the local dQ and writes
+    this rank's share of the held block's dK/dV (float32) into `mine` ([2, ...] zeros). The
+    held block's gradients travel on with it, each rank adding its share, the hand-over
+    running while the next block is computed; after the last step each rank holds its own
+    block's. Returns them."""
+    held, dkv = None, None  # held: (receive buffer, requests) of the gradients so far
+    for step in range(ring.world):
+        nxt, reqs = ring.pass_on(kv) if step + 1 < ring.world else (None, [])
+        mine = torch.zeros(kv.shape, dtype=torch.float32, device=kv.device)
+        gradients(step, kv, mine)
+        if held is not None:
+            _wait(held[1])
+            mine += held[0]
+        if ring.world > 1:
+            held = ring.pass_on(mine)
+        else:
+            dkv = mine
+        _wait(reqs)
+        kv = nxt
+    if held is not None:
+        _wait(held[1])
+        dkv = held[0]
+    return dkv
+
+
 def _blocks(step: int, rank: int, world: int, seqlen: int, causal: bool, zigzag: bool):
     """What rank attends to at `step` (the block of rank (rank - step) mod world): (query
     slice, key/value slice, causal mask), or None where the block is wholly masked."""
@@ -109,18 +145,18 @@ class _RingAttention(torch.autograd.Function):
         B, S, H, D = q.shape
         out = torch.zeros(B, S, H, D, dtype=torch.float32, device=q.device)
         lse = torch.full((B, H, S), float("-inf"), dtype=torch.float32, device=q.device)
-        kv = torch.stack([k, v]).contiguous()
-        for step in range(ring.world):
-            nxt, reqs = ring.pass_on(kv) if step + 1 < ring.world else (None, [])
+
+        def attend(step, kv):
             block = _blocks(step, ring.rank, ring.world, S, causal, zigzag)
-            if block is not None:
-                rows, cols, masked = block
-                part, part_lse = _fa.flash_attn_forward(
-                    q[:, rows].contiguous(), kv[0][:, cols].contiguous(), kv[1][:, cols].contiguous(),
-                    scale, masked, -1, -1, softcap, deterministic)
-                _merge(out, lse, part, part_lse, rows)
-            _wait(reqs)
-            kv = nxt
+            if block is None:
+                return
+            rows, cols, masked = block
+            part, part_lse = _fa.flash_attn_forward(
+                q[:, rows].contiguous(), kv[0][:, cols].contiguous(), kv[1][:, cols].contiguous(),
+                scale, masked, -1, -1, softcap, deterministic)
+            _merge(out, lse, part, part_lse, rows)
+
+        _ring_forward(ring, torch.stack([k, v]).contiguous(), attend)
         out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = (scale, causal, softcap, deterministic, zigzag, group)
@@ -134,37 +170,21 @@ class _RingAttention(torch.autograd.Function):
         S = q.shape[1]
         dout = dout.contiguous()
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        kv = torch.stack([k, v]).contiguous()
-        # The held block's dK/dV (float32) travel on with it, each rank adding its share; the
-        # hand-over runs while the next block is computed, and after the last step each rank
-        # receives its own block's.
-        held = None  # (receive buffer, requests) of the held block's gradients so far
-        dkv = None
-        for step in range(ring.world):
-            nxt, reqs = ring.pass_on(kv) if step + 1 < ring.world else (None, [])
-            mine = torch.zeros((2, *k.shape), dtype=torch.float32, device=q.device)
+
+        def gradients(step, kv, mine):
             block = _blocks(step, ring.rank, ring.world, S, causal, zigzag)
-            if block is not None:
-                rows, cols, masked = block
-                dq_b, dk_b, dv_b = _fa.flash_attn_backward(
-                    dout[:, rows].contiguous(), q[:, rows].contiguous(), kv[0][:, cols].contiguous(),
-                    kv[1][:, cols].contiguous(), out[:, rows].contiguous(), lse[:, :, rows].contiguous(), None,
-                    scale, masked, -1, -1, softcap, deterministic)
-                dq[:, rows] += dq_b.float()
-                mine[0][:, cols] = dk_b.float()
-                mine[1][:, cols] = dv_b.float()
-            if held is not None:
-                _wait(held[1])
-                mine += held[0]
-            if ring.world > 1:
-                held = ring.pass_on(mine)
-            else:
-                dkv = mine
-            _wait(reqs)
-            kv = nxt
-        if held is not None:
-            _wait(held[1])
-            dkv = held[0]
+            if block is None:
+                return
+            rows, cols, masked = block
+            dq_b, dk_b, dv_b = _fa.flash_attn_backward(
+                dout[:, rows].contiguous(), q[:, rows].contiguous(), kv[0][:, cols].contiguous(),
+                kv[1][:, cols].contiguous(), out[:, rows].contiguous(), lse[:, :, rows].contiguous(), None,
+                scale, masked, -1, -1, softcap, deterministic)
+            dq[:, rows] += dq_b.float()
+            mine[0][:, cols] = dk_b.float()
+            mine[1][:, cols] = dv_b.float()
+
+        dkv = _ring_backward(ring, torch.stack([k, v]).contiguous(), gradients)
         return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None, None, None, None
 
 
@@ -260,24 +280,24 @@ class _VarlenRingAttention(torch.autograd.Function):
         sel = _varlen_selections(cu_local, max_local, zigzag and causal)
         out = torch.zeros(T, H, D, dtype=torch.float32, device=q.device)
         lse = torch.full((H, T), float("-inf"), dtype=torch.float32, device=q.device)
-        kv = torch.stack([k, v]).contiguous()
-        for step in range(ring.world):
-            nxt, reqs = ring.pass_on(kv) if step + 1 < ring.world else (None, [])
+
+        def attend(step, kv):
             block = _varlen_blocks(step, ring.rank, ring.world, causal, zigzag, sel)
-            if block is not None:
-                rq, rk, masked = block
-                part, part_lse = _fa.flash_attn_varlen_forward(
-                    rq.take(q).contiguous(), rk.take(kv[0]).contiguous(), rk.take(kv[1]).contiguous(),
-                    rq.cu, rk.cu, rq.longest, rk.longest, scale, masked, -1, -1, softcap, deterministic)
-                rows = _rows(rq, T, q.device)
-                cur = lse[:, rows]
-                new = torch.logaddexp(cur, part_lse)
-                safe = torch.where(torch.isfinite(new), new, torch.zeros_like(new))
-                out[rows] = (out[rows] * torch.exp(cur - safe).t()[..., None]
-                             + part.float() * torch.exp(part_lse - safe).t()[..., None])
-                lse[:, rows] = new
-            _wait(reqs)
-            kv = nxt
+            if block is None:
+                return
+            rq, rk, masked = block
+            part, part_lse = _fa.flash_attn_varlen_forward(
+                rq.take(q).contiguous(), rk.take(kv[0]).contiguous(), rk.take(kv[1]).contiguous(),
+                rq.cu, rk.cu, rq.longest, rk.longest, scale, masked, -1, -1, softcap, deterministic)
+            rows = _rows(rq, T, q.device)
+            cur = lse[:, rows]
+            new = torch.logaddexp(cur, part_lse)
+            safe = torch.where(torch.isfinite(new), new, torch.zeros_like(new))
+            out[rows] = (out[rows] * torch.exp(cur - safe).t()[..., None]
+                         + part.float() * torch.exp(part_lse - safe).t()[..., None])
+            lse[:, rows] = new
+
+        _ring_forward(ring, torch.stack([k, v]).contiguous(), attend)
         out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse, cu_local)
         ctx.args = (max_local, scale, causal, softcap, deterministic, zigzag, group)
@@ -292,34 +312,22 @@ class _VarlenRingAttention(torch.autograd.Function):
         sel = _varlen_selections(cu_local, max_local, zigzag and causal)
         dout = dout.contiguous()
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        kv = torch.stack([k, v]).contiguous()
-        held, dkv = None, None
-        for step in range(ring.world):
-            nxt, reqs = ring.pass_on(kv) if step + 1 < ring.world else (None, [])
-            mine = torch.zeros((2, *k.shape), dtype=torch.float32, device=q.device)
+
+        def gradients(step, kv, mine):
             block = _varlen_blocks(step, ring.rank, ring.world, causal, zigzag, sel)
-            if block is not None:
-                rq, rk, masked = block
-                rows, cols = _rows(rq, T, q.device), _rows(rk, k.shape[0], q.device)
-                dq_b, dk_b, dv_b = _fa.flash_attn_varlen_backward(
-                    rq.take(dout).contiguous(), rq.take(q).contiguous(), rk.take(kv[0]).contiguous(),
-                    rk.take(kv[1]).contiguous(), rq.take(out).contiguous(), lse[:, rows].contiguous(), None,
-                    rq.cu, rk.cu, rq.longest, rk.longest, scale, masked, -1, -1, softcap, deterministic)
-                dq.index_add_(0, rows, dq_b.float())
-                mine[0].index_add_(0, cols, dk_b.float())
-                mine[1].index_add_(0, cols, dv_b.float())
-            if held is not None:
-                _wait(held[1])
-                mine += held[0]
-            if ring.world > 1:
-                held = ring.pass_on(mine)
-            else:
-                dkv = mine
-            _wait(reqs)
-            kv = nxt
-        if held is not None:
-            _wait(held[1])
-            dkv = held[0]
+            if block is None:
+                return
+            rq, rk, masked = block
+            rows, cols = _rows(rq, T, q.device), _rows(rk, k.shape[0], q.device)
+            dq_b, dk_b, dv_b = _fa.flash_attn_varlen_backward(
+                rq.take(dout).contiguous(), rq.take(q).contiguous(), rk.take(kv[0]).contiguous(),
+                rk.take(kv[1]).contiguous(), rq.take(out).contiguous(), lse[:, rows].contiguous(), None,
+                rq.cu, rk.cu, rq.longest, rk.longest, scale, masked, -1, -1, softcap, deterministic)
+            dq.index_add_(0, rows, dq_b.float())
+            mine[0].index_add_(0, cols, dk_b.float())
+            mine[1].index_add_(0, cols, dv_b.float())
+
+        dkv = _ring_backward(ring, torch.stack([k, v]).contiguous(), gradients)
         return (dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)) + (None,) * 8
 
 
