@@ -213,3 +213,20 @@ def test_attention_with_position_ids_matches_rotate_half_rope(device):
         assert rel(y.float(), want) < 2e-2
         for n in got:
             assert rel(got[n].float(), ref[n].grad) < 4e-2, n
+
+
+def test_inductor_compiles_the_layer_on_the_cpu():
+    """The default backend too (Inductor generates code around the custom ops): the same
+    gradients as eager, to bf16 rounding of the code it fuses around them."""
+    torch.manual_seed(0)
+    layer = tg.nn.LlamaDecoderLayer(64, 2, 128, num_key_value_heads=1).to(torch.bfloat16)
+    x = torch.randn(2, 16, 64, dtype=torch.bfloat16, requires_grad=True)
+    compiled = torch.compile(lambda x: layer(x).float().square().sum(), fullgraph=True)
+    y = compiled(x)
+    y.backward()
+    gx = x.grad.clone()
+    x.grad = None
+    want = layer(x).float().square().sum()
+    want.backward()
+    assert abs(float(y - want)) <= 1e-2 * abs(float(want))
+    assert rel(gx, x.grad) < 1e-2
