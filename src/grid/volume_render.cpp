@@ -54,14 +54,15 @@ RenderSamples check_samples(const VolumeRenderInputs& in, Stream stream, int64_t
                  kOp, ": transmittance_threshold must be in [0, 1], got ",
                  in.transmittance_threshold);
   rays = in.offsets.size(0) - 1;
+  const RenderSamples samples{in.sigmas.data, in.rgbs.data, in.deltas.data, in.ts.data,
+                              in.offsets.data_ptr<const int64_t>(), C, dt == DType::Float64,
+                              in.transmittance_threshold};
   std::vector<int64_t> host;
-  const int64_t* off = in.offsets.data_ptr<const int64_t>();
+  const int64_t* off = samples.offsets;
   if (dev.is_cuda()) {
 #ifdef TILEGRID_WITH_CUDA
     // One kernel checks them; only wrong ones are copied to the host, to say where.
-    if (::tilegrid::cuda::offsets_valid(off, rays, S, dev.index, stream))
-      return {in.sigmas.data, in.rgbs.data, in.deltas.data, in.ts.data, off, C,
-              dt == DType::Float64, in.transmittance_threshold};
+    if (::tilegrid::cuda::offsets_valid(off, rays, S, dev.index, stream)) return samples;
     host.resize(size_t(rays + 1));
     ::tilegrid::cuda::copy_to_host(host.data(), off, sizeof(int64_t) * host.size(), dev.index, stream);
     off = host.data();
@@ -72,9 +73,7 @@ RenderSamples check_samples(const VolumeRenderInputs& in, Stream stream, int64_t
   for (int64_t r = 0; r < rays; ++r)
     TG_CHECK_VALUE(off[r] <= off[r + 1], kOp, ": offsets must not decrease, got ", off[r],
                    " then ", off[r + 1], " at ray ", r);
-  return {in.sigmas.data, in.rgbs.data, in.deltas.data, in.ts.data,
-          in.offsets.data_ptr<const int64_t>(), C, dt == DType::Float64,
-          in.transmittance_threshold};
+  return samples;
 }
 
 }  // namespace

@@ -121,9 +121,14 @@ class LlamaMLP(torch.nn.Module):
         return out.reshape(*x.shape[:-1], self.hidden_size)
 
 
+def rotary_frequencies(head_dim: int, theta: float, device) -> torch.Tensor:
+    """Hugging Face's default rotary frequencies: theta^(-2j / head_dim), float32 [head_dim / 2]."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+
+
 def rotary_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype):
     """Hugging Face's default rotary embedding: cos, sin [..., head_dim] for integer positions."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    inv_freq = rotary_frequencies(head_dim, theta, positions.device)
     angles = positions.to(torch.float32)[..., None] * inv_freq
     emb = torch.cat([angles, angles], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -223,7 +228,7 @@ class LlamaAttention(torch.nn.Module):
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         w = torch.cat([_interleaved(self.q_proj.weight, hq, d), _interleaved(self.k_proj.weight, hkv, d),
                        self.v_proj.weight])
-        inv_freq = 1.0 / (self.rope_theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+        inv_freq = rotary_frequencies(d, self.rope_theta, x.device)
         frequencies = torch.cat([inv_freq.repeat(hq + hkv), inv_freq.new_zeros(hkv * d // 2)])
         rows = x.reshape(b * s, -1).contiguous()
         positions = position_ids.expand(b, s).reshape(-1).to(torch.int64).contiguous()  # [1, s] too
