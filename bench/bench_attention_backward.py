@@ -54,6 +54,9 @@ def first_output(fn):
 
 SYSTEMS = [
     ("tilegrid", lambda q, k, v, causal: tg.flash_attn_func(q, k, v, causal=causal)),
+    # deterministic=True runs the portable tensor-core kernels (no atomics) on every GPU.
+    ("tilegrid deterministic", lambda q, k, v, causal: tg.flash_attn_func(
+        q, k, v, causal=causal, deterministic=True)),
     ("torch SDPA cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
     ("torch SDPA flash", sdpa(SDPBackend.FLASH_ATTENTION)),
 ]

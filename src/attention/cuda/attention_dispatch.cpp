@@ -2,6 +2,8 @@
 // translation unit of its head dimension.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "attention/attention_cuda.h"
@@ -9,6 +11,7 @@
 #include "tilegrid/attention/attention.h"
 #include "tilegrid/core/tensor.h"
 #if defined(TILEGRID_WITH_SM90_ATTENTION)
+#include "attention/sm90/flash_bwd_sm90.h"
 #include "attention/sm90/flash_fwd_sm90.h"
 #endif
 
@@ -98,6 +101,23 @@ int sm90_switches(const Problem& p, const FlashFwdParams& k, int device) {
   const bool masked = p.window_left >= 0 || p.window_right >= 0;
   return sm90::default_switches(int(p.head_dim), p.max_seqlen_q, masked);
 }
+
+// Whether the Hopper backward runs this call: as the forward (the kernel choice, the device,
+// what the kernel supports), and not for deterministic=True (its dQ sums are atomic) nor when
+// TILEGRID_ATTENTION_BACKWARD (read once) names one of the portable kernels ("portable",
+// "simt").
+bool sm90_backward(const Problem& p, const Gradients& grads, const FlashBwdParams& b,
+                   int device) {
+  static const bool portable_forced = [] {
+    const char* v = std::getenv("TILEGRID_ATTENTION_BACKWARD");
+    return v != nullptr && (std::strcmp(v, "portable") == 0 || std::strcmp(v, "simt") == 0);
+  }();
+  const KernelChoice choice = kernel_choice();
+  if (portable_forced || grads.deterministic || choice.kernel == int(CudaKernel::Portable))
+    return false;
+  if (choice.kernel == int(CudaKernel::Auto) && !kSm90ValidatedOnHardware) return false;
+  return sm90::backward_supported(b, p.dtype, int(p.head_dim)) && is_sm90_device(device);
+}
 #endif
 
 }  // namespace
@@ -151,6 +171,21 @@ void backward_cuda(const Problem& p, const Gradients& g, int device, Stream stre
   // The row deltas take lse's layout: [batch, heads_q, seqlen_q] or [heads_q, total_q].
   const int64_t rows = p.lse_batch_stride > 0 ? p.lse_batch_stride * p.batch
                                               : p.lse_head_stride * p.heads_q;
+#if defined(TILEGRID_WITH_SM90_ATTENTION)
+  if (sm90_backward(p, g, b, device)) {
+    const int64_t padded = sm90::backward_rows(b.fwd, int(p.head_dim)) * p.heads_q;
+    const Device on = Device::cuda(device);
+    Tensor lse_log2 = Tensor::empty({padded}, DType::Float32, on, stream);
+    Tensor row_delta = Tensor::empty({padded}, DType::Float32, on, stream);
+    Tensor dq_accum = Tensor::empty({padded * p.head_dim}, DType::Float32, on, stream);
+    set_last_cuda_kernel("sm90");
+    return sm90::backward(b,
+                          {static_cast<float*>(lse_log2.data()),
+                           static_cast<float*>(row_delta.data()),
+                           static_cast<float*>(dq_accum.data())},
+                          p.dtype, int(p.head_dim), as_int(max_seqlen_k), stream);
+  }
+#endif
   Tensor delta = Tensor::empty({std::max<int64_t>(rows, 1)}, DType::Float32,
                                Device::cuda(device), stream);
   b.delta = static_cast<float*>(delta.data());

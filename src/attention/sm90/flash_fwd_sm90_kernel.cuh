@@ -55,6 +55,7 @@
 
 #include "attention/common/mask.h"
 #include "attention/cuda/flash_fwd_params.h"
+#include "hopper/wgmma.cuh"
 #include "tilegrid/attention/exp2_poly.h"
 
 namespace tilegrid::attention::sm90 {
@@ -364,29 +365,8 @@ __device__ __forceinline__ float exp2_mufu(float x) {
   return y;
 }
 
-// Issues one warpgroup product C (+)= A B over every k-block; the caller commits and waits.
-template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
-__device__ __forceinline__ void wgmma(TiledMma& mma, const TA& a, const TB& b, TC& c) {
-  warpgroup_fence_operand(c);
-  warpgroup_arrive();
-  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_fence_operand(c);
-}
-
-// The wgmma accumulator of a 64 x N tile, ((2, 2, N/8), M, 1) per thread (columns 2t, 2t+1 +
-// 8j of rows g and g+8), holds exactly the A-register fragment of the k16 blocks of the next
-// product, ((2, 2, 2), M, N/16): regroup the N/8 mode in pairs.
-template <class Layout>
-__device__ __forceinline__ auto acc_as_a_operand(Layout acc) {
-  auto v = logical_divide(get<0>(acc), Shape<Underscore, Underscore, _2>{});  // (2,2,(2,N/16))
-  return make_layout(make_layout(get<0>(v), get<1>(v), get<2, 0>(v)), get<1>(acc), get<2, 1>(v));
-}
+using hopper::acc_as_a_operand;
+using hopper::wgmma;
 
 // One consumer warpgroup's 64 output rows through shared memory (Traits::kStoreOByTma): O /
 // sum converted into the warpgroup's slice of smem.o (stmatrix), then one thread stores the

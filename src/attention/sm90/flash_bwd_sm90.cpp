@@ -1,0 +1,30 @@
+// Routing of the Hopper backward: what it supports, its buffers' size, which unit runs a call.
+#include "attention/sm90/flash_bwd_sm90.h"
+
+#include "attention/sm90/flash_bwd_sm90_rows.h"
+
+namespace tilegrid::attention::sm90 {
+
+bool backward_supported(const FlashBwdParams& g, DType dtype, int head_dim) {
+  const FlashFwdParams& p = g.fwd;
+  if (dtype != DType::Float16 && dtype != DType::BFloat16) return false;
+  if (head_dim != 64 && head_dim != 128) return false;
+  for (int64_t s : {p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.k_row_stride,
+                    p.k_head_stride, p.k_batch_stride, p.v_row_stride, p.v_head_stride,
+                    p.v_batch_stride, g.dout_row_stride, g.dout_head_stride, g.dout_batch_stride})
+    if (s % 8 != 0) return false;
+  return p.rows_q > 0 && p.rows_k > 0 && p.rows_q < (int64_t(1) << 31) &&
+         p.rows_k < (int64_t(1) << 31);
+}
+
+int64_t backward_rows(const FlashFwdParams& p, int head_dim) {
+  return sm90_bwd::PaddedRows::of(p, sm90_bwd::block_m(head_dim)).total;
+}
+
+void backward(const FlashBwdParams& g, const BackwardWorkspace& ws, DType dtype, int head_dim,
+              int max_seqlen_k, Stream stream) {
+  if (head_dim == 64) return backward_hdim64(g, ws, dtype, max_seqlen_k, stream);
+  return backward_hdim128(g, ws, dtype, max_seqlen_k, stream);
+}
+
+}  // namespace tilegrid::attention::sm90

@@ -1,0 +1,37 @@
+#pragma once
+// The Hopper flash attention backward (internal, sm_90a only; see flash_bwd_sm90_kernel.cuh).
+// The dispatcher asks `backward_supported` first and runs the portable backward for
+// everything else (other head dims, deterministic=True, strides TMA cannot take).
+#include <cstdint>
+
+#include "attention/cuda/flash_bwd_params.h"
+#include "tilegrid/core/device.h"
+#include "tilegrid/core/dtype.h"
+
+namespace tilegrid::attention::sm90 {
+
+// float16 / bfloat16, head dimension 64 or 128, every stride of q, k, v and dout a multiple
+// of 8 elements (TMA's 16-byte global strides), token extents below 2^31. The caller checks
+// the device (compute capability 9.0).
+bool backward_supported(const FlashBwdParams& g, DType dtype, int head_dim);
+
+// The float32 buffers the kernels share, [heads_q, backward_rows(...)] each (dq_accum with
+// head_dim floats a row); the caller allocates them on the call's device and stream.
+int64_t backward_rows(const FlashFwdParams& p, int head_dim);
+struct BackwardWorkspace {
+  float* lse_log2 = nullptr;
+  float* delta = nullptr;
+  float* dq_accum = nullptr;
+};
+
+// Preprocess, main kernel, postprocess on one stream; max_seqlen_k sizes the grid.
+void backward(const FlashBwdParams& g, const BackwardWorkspace& ws, DType dtype, int head_dim,
+              int max_seqlen_k, Stream stream);
+
+// One per head dimension, each in its own translation unit (flash_bwd_sm90_hdim<d>.cu).
+void backward_hdim64(const FlashBwdParams& g, const BackwardWorkspace& ws, DType dtype,
+                     int max_seqlen_k, Stream stream);
+void backward_hdim128(const FlashBwdParams& g, const BackwardWorkspace& ws, DType dtype,
+                      int max_seqlen_k, Stream stream);
+
+}  // namespace tilegrid::attention::sm90

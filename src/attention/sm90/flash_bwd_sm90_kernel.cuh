@@ -1,0 +1,428 @@
+#pragma once
+// Hopper flash attention backward (sm_90a), the main kernel: one CTA per (key tile of 128,
+// K/V head, sequence), a producer warpgroup and two consumer warpgroups of 64 keys each.
+//  - The producer lowers its registers to 24 and one thread issues TMA loads: the CTA's K and
+//    V once, then per step the Q and dO tiles of kBlockM queries into a kStages-deep ring
+//    (CUTLASS's PipelineTmaAsync: a "full" barrier counting the bytes, an "empty" one the
+//    consumer warpgroups arrive on), each stage with the log2-unit lse and the row deltas of
+//    its queries (one bulk copy each from the padded rows the preprocess wrote; read from
+//    global memory by the consumers instead, their 2 x kBlockM / 8 float2 a thread made ptxas
+//    spill 1.5 KB at head dim 64).
+//  - A step, per consumer warpgroup and its 64 keys (keys as the rows of every product, so
+//    that P^T and dS^T leave the accumulators as the register A operand of the next one):
+//      S^T = K Q^T, dP^T = V dO^T          wgmma from shared memory, fp32 accumulators
+//      P^T = exp2(S^T scale - lse), dS^T = P^T (dP^T - D)     (masked pairs 0; softcap's
+//                                                             derivative folded into dS)
+//      dV += P^T dO, dK += dS^T Q          wgmma with A from registers (the RS form), Q and dO
+//                                          read MN-major from the tiles TMA wrote
+//      dS^T into shared memory (both warpgroups' 64 keys), then
+//      dQ_step = dS K                      kBlockM x head_dim, split over the two warpgroups
+//                                          (by columns at kBlockM 64, by rows at 128), added
+//                                          into a float32 dQ in global memory (red.v2.f32).
+//    dK and dV stay in registers across every query tile and every query head of the GQA
+//    group, and leave the chip once (dK scaled by the softmax scale there): no float32 dK/dV
+//    in global memory and no atomics on them. dQ's float32 sums are atomic, so their order
+//    (and dQ's last bits) may differ between runs; deterministic=True runs the portable
+//    kernels instead.
+//  - Query tiles run in the order of the mask's query range of the key tile; launch order
+//    puts the key tiles with the most queries (causal: the first) first.
+// Registers (consumer, 240): dK and dV 64 x head_dim x 2 / 128 a thread (64 at head dim 64,
+// 128 at 128), S^T and dP^T 64 x kBlockM / 128 each, dQ kBlockM x head_dim / 256.
+// Shared memory: K, V (128 x d each), kStages of Q and dO (kBlockM x d each), dS (kBlockM x
+// 128), lse and D: d = 64: 128 KB; d = 128: 144 KB.
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/pipeline.hpp>
+#include <cute/tensor.hpp>
+
+#include <cmath>
+#include <cstdint>
+
+#include "attention/common/mask.h"
+#include "attention/cuda/flash_bwd_params.h"
+#include "attention/cuda/flash_bwd_score.cuh"
+#include "attention/sm90/flash_bwd_sm90_rows.h"
+#include "hopper/wgmma.cuh"
+
+namespace tilegrid::attention::sm90_bwd {
+
+using namespace cute;
+using hopper::acc_as_a_operand;
+using hopper::wgmma;
+
+template <class Element_, int kHeadDim_>
+struct BwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = 128;  // keys a CTA: 64 a consumer warpgroup
+  static constexpr int kBlockM = block_m<kHeadDim>();
+  static constexpr int kStages = 2;
+  static constexpr int kConsumerThreads = 256;
+  static constexpr int kThreads = 128 + kConsumerThreads;
+  static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
+  using BlockM = Int<kBlockM>;
+  using BlockN = Int<kBlockN>;
+  using HeadDim = Int<kHeadDim>;
+
+  // S^T, dP^T: (keys, queries, head_dim), the warpgroups stacked along the keys.
+  using TiledMmaS = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, BlockM, HeadDim>>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  // dV += P^T dO, dK += dS^T Q: (keys, head_dim, queries), A from registers, B MN-major.
+  using TiledMmaKV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockM>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  // dQ = dS K: (queries, head_dim, keys), dS and K both read MN-major; the two warpgroups
+  // split the tile by rows (kBlockM 128) or by columns (kBlockM 64).
+  static constexpr int kDqWarpgroupsM = kBlockM / 64;
+  static constexpr int kDqWarpgroupsN = 2 / kDqWarpgroupsM;
+  using TiledMmaDq = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float,
+                           Shape<_64, Int<kHeadDim / kDqWarpgroupsN>, BlockN>, GMMA::Major::MN,
+                           GMMA::Major::MN>(),
+      Layout<Shape<Int<kDqWarpgroupsM>, Int<kDqWarpgroupsN>, _1>>{}));
+  static_assert(size<1>(typename TiledMmaS::AtomShape_MNK{}) == kBlockM);
+  static_assert(size<1>(typename TiledMmaKV::AtomShape_MNK{}) == kHeadDim);
+
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<BlockN, HeadDim>{}));
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<BlockM, HeadDim, Int<kStages>>{}));
+  // Q and dO as the (head_dim x queries) B operand of dK and dV; K as the (head_dim x keys)
+  // B operand of dQ: the same bytes, coordinates swapped.
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_ordered_layout(Shape<HeadDim, BlockM, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutKV{}, make_ordered_layout(Shape<HeadDim, BlockN>{}, Step<_2, _1>{})));
+  // dS as dQ's A operand, (queries, keys) with the queries contiguous, so that the two
+  // neighbouring queries an S^T accumulator pair holds are one 32-bit store; and its
+  // (keys, queries) view for those stores.
+  using SmemLayoutDs =
+      decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{}, Shape<BlockM, BlockN>{}));
+  using SmemLayoutDsT = decltype(composition(
+      SmemLayoutDs{}, make_ordered_layout(Shape<BlockN, BlockM>{}, Step<_2, _1>{})));
+
+  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;  // (tokens, d, heads, batch)
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*>(nullptr)),
+                                          GmemShape{}, GmemStride{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
+                                      Shape<BlockM, HeadDim>{}, _1{}));
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{},
+                                       Shape<BlockN, HeadDim>{}, _1{}));
+  static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
+  // A stage: Q, dO, and kBlockM floats each of lse and D.
+  static constexpr uint32_t kTmaBytesStage =
+      2 * kBlockM * kHeadDim * sizeof(Element) + 2 * kBlockM * sizeof(float);
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> v;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> dout;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDs>> ds;
+    alignas(16) float lse[kStages][kBlockM];
+    alignas(16) float delta[kStages][kBlockM];
+    typename Pipeline::SharedStorage pipeline;
+    alignas(8) cutlass::arch::ClusterTransactionBarrier::ValueType barrier_kv;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper CTA may have");
+};
+
+template <class Traits>
+struct BwdKernelParams {
+  FlashBwdParams g;
+  PaddedRows rows;        // where a sequence's lse, D and dQ rows are (flash_bwd_sm90_rows.h)
+  const float* lse_log2;  // [heads_q, rows.total]: lse * log2 e; +inf past a sequence
+  const float* delta;     // [heads_q, rows.total]: rowsum(dO * O) - dlse; 0 past a sequence
+  float* dq_accum;        // [heads_q, rows.total, head_dim], zeroed by the preprocess
+  typename Traits::TmaQ tma_q, tma_do;
+  typename Traits::TmaKV tma_k, tma_v;
+  typename Traits::GmemShape shape_q, shape_k;
+};
+
+// The keys and query tiles of one CTA; the producer and the consumers derive the same values.
+struct KeyTileWork {
+  int64_t q0, sq, k0, sk;  // the sequence's first token and length, queries and keys
+  int n0, key_rows;        // first key of the tile, keys of the tile in the sequence
+  int m_first, m_count;    // query tiles that see the tile
+  int steps;               // m_count per query head of the group
+  bool valid;
+};
+
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ KeyTileWork key_tile_work(const FlashFwdParams& p, int n_block, int b) {
+  KeyTileWork w{};
+  w.q0 = 0;
+  w.sq = p.seqlen_q;
+  w.k0 = 0;
+  w.sk = p.seqlen_k;
+  if (p.cu_seqlens_q != nullptr) {
+    w.q0 = p.cu_seqlens_q[b];
+    w.k0 = p.cu_seqlens_k[b];
+    w.sq = p.cu_seqlens_q[b + 1] - w.q0;
+    w.sk = p.cu_seqlens_k[b + 1] - w.k0;
+  }
+  w.n0 = n_block * kBlockN;
+  w.valid = w.n0 < w.sk;
+  if (!w.valid) return w;
+  w.key_rows = int(w.sk - w.n0 < kBlockN ? w.sk - w.n0 : kBlockN);
+  // Both ends of a key's query range grow with the key (common/mask.h).
+  const Mask mask{w.sq, w.sk, p.window_left, p.window_right};
+  const IndexRange queries{mask.queries_of_key(w.n0).first,
+                           mask.queries_of_key(w.n0 + w.key_rows - 1).last};
+  w.m_first = queries.empty() ? 0 : int(queries.first / kBlockM);
+  w.m_count = queries.empty() ? 0 : int(queries.last / kBlockM) + 1 - w.m_first;
+  w.steps = w.m_count * p.group;
+  return w;
+}
+
+// Grid (ceil(max_seqlen_k / 128), heads_kv, batch).
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash_bwd_sm90_kernel(const __grid_constant__ BwdKernelParams<Traits> kp) {
+  using Element = typename Traits::Element;
+  using BlockM = typename Traits::BlockM;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  using Barrier = cutlass::arch::ClusterTransactionBarrier;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  const FlashBwdParams& g = kp.g;
+  const FlashFwdParams& p = g.fwd;
+  const int head_kv = blockIdx.y, b = blockIdx.z;
+  const KeyTileWork w = key_tile_work<kBlockM, kBlockN>(p, blockIdx.x, b);
+  // A key tile past its sequence's end has no rows to write; one that no query sees (an empty
+  // query sequence included) writes zeros (below).
+  if (!w.valid) return;
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
+  Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
+  Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
+  Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDs{});
+  Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDsT{});
+
+  const int warpgroup = __shfl_sync(0xffffffff, int(threadIdx.x) / 128, 0);
+  const bool producer = warpgroup == 0;
+  typename Pipeline::Params pipe_params;
+  pipe_params.role =
+      producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pipe_params.is_leader = threadIdx.x == 0;
+  pipe_params.num_consumers = 2;  // one arrival a consumer warpgroup (see the forward kernel)
+  pipe_params.transaction_bytes = Traits::kTmaBytesStage;
+  Pipeline pipeline(smem.pipeline, pipe_params, Shape<_1, _1, _1>{});
+  if (threadIdx.x == 0) {
+    Barrier::init(&smem.barrier_kv, 1);
+    prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+    prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
+    prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
+    prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+  }
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+
+  // Step s: query head head_kv * group + s / m_count, query tile m_first + s % m_count.
+  auto step_head = [&](int s) { return head_kv * p.group + s / w.m_count; };
+  auto step_tile = [&](int s) { return w.m_first + s % w.m_count; };
+  const int64_t seq_row0 = kp.rows.first_row(p, b);  // the sequence's first padded row
+
+  if (producer) {
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
+    if (threadIdx.x != 0 || w.steps == 0) return;
+    // A variable-length sequence is a window of the one (total tokens) batch.
+    const int tb = p.cu_seqlens_q != nullptr ? 0 : b;
+    Tensor mK = domain_offset(make_coord(w.k0, _0{}),
+                              kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, head_kv, tb));
+    Tensor mV = domain_offset(make_coord(w.k0, _0{}),
+                              kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, head_kv, tb));
+    Tensor gK = local_tile(mK, Shape<BlockN, HeadDim>{}, make_coord(blockIdx.x, _0{}));
+    Tensor gV = local_tile(mV, Shape<BlockN, HeadDim>{}, make_coord(blockIdx.x, _0{}));
+    auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+    Barrier::arrive_and_expect_tx(&smem.barrier_kv, 2 * Traits::kTmaBytesKV);
+    copy(kp.tma_k.with(smem.barrier_kv), tKgK, tKsK);
+    copy(kp.tma_v.with(smem.barrier_kv), tVgV, tVsV);
+
+    PipelineState state = cutlass::make_producer_start_state<Pipeline>();
+    for (int s = 0; s < w.steps; ++s) {
+      const int h = step_head(s), m = step_tile(s);
+      Tensor mQ = domain_offset(make_coord(w.q0, _0{}),
+                                kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, h, tb));
+      Tensor mdO = domain_offset(make_coord(w.q0, _0{}),
+                                 kp.tma_do.get_tma_tensor(kp.shape_q)(_, _, h, tb));
+      Tensor gQ = local_tile(mQ, Shape<BlockM, HeadDim>{}, make_coord(m, _0{}));
+      Tensor gdO = local_tile(mdO, Shape<BlockM, HeadDim>{}, make_coord(m, _0{}));
+      auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                        group_modes<0, 2>(gQ));
+      auto [tdOgdO, tdOsdO] = tma_partition(kp.tma_do, _0{}, Layout<_1>{},
+                                            group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
+      pipeline.producer_acquire(state);
+      uint64_t* full = pipeline.producer_get_barrier(state);
+      const int stage = state.index();
+      copy(kp.tma_q.with(*full), tQgQ, tQsQ(_, stage));
+      copy(kp.tma_do.with(*full), tdOgdO, tdOsdO(_, stage));
+      const int64_t row = int64_t(h) * kp.rows.total + seq_row0 + int64_t(m) * kBlockM;
+      SM90_BULK_COPY_G2S::copy(kp.lse_log2 + row, full, smem.lse[stage], kBlockM * 4);
+      SM90_BULK_COPY_G2S::copy(kp.delta + row, full, smem.delta[stage], kBlockM * 4);
+      ++state;
+    }
+    return;
+  }
+
+  // Consumers.
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
+  const int tid = int(threadIdx.x) - 128;
+  const bool signals = tid % 128 == 0;
+  typename Traits::TiledMmaS mma_s;
+  typename Traits::TiledMmaKV mma_kv;
+  typename Traits::TiledMmaDq mma_dq;
+  auto thr_s = mma_s.get_thread_slice(tid);
+  auto thr_kv = mma_kv.get_thread_slice(tid);
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+  Tensor tSrK = thr_s.partition_fragment_A(sK);    // (MMA, 1, D/16)
+  Tensor tSrV = thr_s.partition_fragment_A(sV);
+  Tensor tSrQ = thr_s.partition_fragment_B(sQ);    // (MMA, 1, D/16, stages)
+  Tensor tSrdO = thr_s.partition_fragment_B(sdO);
+  Tensor tKVrQt = thr_kv.partition_fragment_B(sQt);   // (MMA, 1, M/16, stages)
+  Tensor tKVrdOt = thr_kv.partition_fragment_B(sdOt);
+  Tensor tDqrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, 1, N/16)
+  Tensor tDqrKt = thr_dq.partition_fragment_B(sKt);   // (MMA, 1, N/16)
+  Tensor acc_dk = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
+  Tensor acc_dv = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
+  clear(acc_dk);
+  clear(acc_dv);
+  Tensor tdSsdS = thr_s.partition_C(sdSt);  // where this thread's dS^T elements go
+
+  // (key, query) coordinates of this thread's S^T elements: value i is on row half (i / 2) % 2
+  // and holds queries 2c, 2c + 1 of a column pair (value i even).
+  Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));
+  const Mask mask{w.sq, w.sk, p.window_left, p.window_right};
+  IndexRange thread_queries[2];  // the queries that see each of this thread's two keys
+  CUTE_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    const int key = get<0>(tScS(2 * r));
+    thread_queries[r] = key < w.key_rows ? mask.queries_of_key(w.n0 + key) : IndexRange{};
+  }
+  // Every pair of a step is visible when the tile's first key's queries end after the step's
+  // last query and its last key's queries start before the step's first one.
+  const IndexRange first_key_queries = mask.queries_of_key(w.n0);
+  const IndexRange last_key_queries = mask.queries_of_key(w.n0 + kBlockN - 1);
+  const flash_bwd::ScoreGradFn score_grad(g);
+  const int64_t dq_row_stride = kHeadDim;
+  Tensor tDqcDq = thr_dq.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));
+
+  if (w.steps > 0) Barrier::wait(&smem.barrier_kv, 0);
+  PipelineState read;
+  for (int s = 0; s < w.steps; ++s) {
+    const int stage = read.index();
+    const int h = step_head(s), m = step_tile(s);
+    const int64_t row0 = int64_t(m) * kBlockM;
+    Tensor acc_s = partition_fragment_C(mma_s, Shape<BlockN, BlockM>{});
+    Tensor acc_dp = partition_fragment_C(mma_s, Shape<BlockN, BlockM>{});
+    pipeline.consumer_wait(read);
+    wgmma<true>(mma_s, tSrK, tSrQ(_, _, _, stage), acc_s);
+    wgmma<true>(mma_s, tSrV, tSrdO(_, _, _, stage), acc_dp);
+    warpgroup_wait<0>();
+
+    const bool whole = w.key_rows == kBlockN && row0 + kBlockM <= w.sq &&
+                       last_key_queries.first <= row0 &&
+                       first_key_queries.last >= row0 + kBlockM - 1;
+    // The stage's lse and D: read by plain loads, and overwritten by the producer's bulk copy
+    // two steps on only after every consumer thread has passed the dS barrier below (after its
+    // last read) and the stage's release. compute-sanitizer's racecheck does not follow that
+    // order through the mbarrier to the asynchronous copy and reports these reads as hazards.
+    const float* lse = smem.lse[stage];
+    const float* delta = smem.delta[stage];
+    // P^T and dS^T in the input type, as A operands of dV and dK.
+    Tensor rP = make_tensor<Element>(acc_s.layout());
+    Tensor rdS = make_tensor<Element>(acc_s.layout());
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_s); ++i) {
+      const int query = get<1>(tScS(i));
+      flash_bwd::ScoreGrad sg{0.f, 0.f};
+      if (whole || thread_queries[(i / 2) % 2].contains(row0 + query))
+        sg = score_grad(acc_s(i), acc_dp(i), lse[query], delta[query]);
+      rP(i) = Element(sg.p);
+      rdS(i) = Element(sg.dx);
+    }
+    Tensor tKVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+    Tensor tKVrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
+    warpgroup_fence_operand(rP);
+    warpgroup_fence_operand(rdS);
+    wgmma<false>(mma_kv, tKVrP, tKVrdOt(_, _, _, stage), acc_dv);
+    wgmma<false>(mma_kv, tKVrdS, tKVrQt(_, _, _, stage), acc_dk);
+
+    // dS^T into shared memory once both warpgroups' previous dQ products have read it (the
+    // barrier at the end of the last step), then made visible to the tensor cores (the async
+    // proxy) and to the other warpgroup.
+    CUTE_UNROLL
+    for (int i = 0; i < size(rdS); i += 2) {
+      cutlass::AlignedArray<Element, 2> pair;
+      pair[0] = rdS(i);
+      pair[1] = rdS(i + 1);
+      *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(&tdSsdS(i)) = pair;
+    }
+    cutlass::arch::fence_view_async_shared();
+    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
+    wgmma<true>(mma_dq, tDqrdS, tDqrKt, acc_dq);
+    warpgroup_wait<0>();  // dV, dK and dQ: the stage, P^T, dS^T and sdS are free
+    warpgroup_fence_operand(rP);
+    warpgroup_fence_operand(rdS);
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_fence_operand(acc_dv);
+    if (signals) pipeline.consumer_release(read);
+    ++read;
+    // sdS is written again only after both warpgroups' dQ products have completed.
+    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 2);
+
+    // The step's dQ (before the softmax scale) into the float32 sums: rows past the sequence
+    // land in its padding rows, which nothing reads.
+    float* dq = kp.dq_accum + (int64_t(h) * kp.rows.total + seq_row0 + row0) * dq_row_stride;
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_dq); i += 2) {
+      const int row = get<0>(tDqcDq(i)), col = get<1>(tDqcDq(i));
+      atomicAdd(reinterpret_cast<float2*>(dq + int64_t(row) * dq_row_stride + col),
+                make_float2(acc_dq(i), acc_dq(i + 1)));
+    }
+  }
+
+  // dK (scaled) and dV of the tile's keys in the sequence; pairs of neighbouring columns.
+  auto* dk_ptr = static_cast<Element*>(g.dk) + b * g.dk_batch_stride +
+                 (w.k0 + w.n0) * g.dk_row_stride + head_kv * g.dk_head_stride;
+  auto* dv_ptr = static_cast<Element*>(g.dv) + b * g.dk_batch_stride +
+                 (w.k0 + w.n0) * g.dk_row_stride + head_kv * g.dk_head_stride;
+  Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc_dk); i += 2) {
+    const int row = get<0>(tKVc(i)), col = get<1>(tKVc(i));
+    if (row >= w.key_rows) continue;
+    cutlass::AlignedArray<Element, 2> dk_pair, dv_pair;
+    dk_pair[0] = Element(acc_dk(i) * g.scale);
+    dk_pair[1] = Element(acc_dk(i + 1) * g.scale);
+    dv_pair[0] = Element(acc_dv(i));
+    dv_pair[1] = Element(acc_dv(i + 1));
+    const int64_t at = int64_t(row) * g.dk_row_stride + col;
+    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(dk_ptr + at) = dk_pair;
+    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(dv_ptr + at) = dv_pair;
+  }
+}
+
+}  // namespace tilegrid::attention::sm90_bwd

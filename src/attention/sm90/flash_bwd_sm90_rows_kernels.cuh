@@ -1,0 +1,79 @@
+#pragma once
+// The Hopper backward's first and last kernels (internal): one warp a row.
+//   preprocess: D = rowsum(dO * O) - dlse and lse in log2 units into the padded rows
+//     (flash_bwd_sm90_rows.h); rows past a sequence's end, up to its last query tile's end,
+//     get lse = +inf (P = 0) and D = 0; every row's float32 dQ sums are zeroed. A row that
+//     sees no key has lse = -inf; it is given +inf too, so that no product can make a NaN.
+//   postprocess: dQ = scale * the float32 sums, in the input type.
+#include <cuda_runtime.h>
+#include <cutlass/array.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "attention/cuda/flash_bwd_delta.cuh"
+#include "attention/sm90/flash_bwd_sm90_rows.h"
+
+namespace tilegrid::attention::sm90_bwd {
+
+constexpr int kRowsPerBlock = 8;  // one warp a row, 256 threads
+
+// Grid (ceil(round_up(max_seqlen_q, block_m) / 8), heads_q, batch).
+template <class Element, int kHeadDim>
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    preprocess_kernel(const FlashBwdParams g, const PaddedRows rows, float* lse_log2,
+                      float* delta, float* dq_accum) {
+  const FlashFwdParams& p = g.fwd;
+  const int b = blockIdx.z, h = blockIdx.y, lane = threadIdx.x % 32;
+  const flash_bwd::Sequence seq = flash_bwd::sequence(p, b);
+  const int64_t i = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t padded_len = (seq.sq + rows.block_m - 1) / rows.block_m * rows.block_m;
+  if (i >= padded_len) return;
+  const int64_t at = int64_t(h) * rows.total + rows.first_row(p, b) + i;
+  float* dq = dq_accum + at * kHeadDim;
+  for (int c = lane; c < kHeadDim; c += 32) dq[c] = 0.f;
+  if (i >= seq.sq) {
+    if (lane == 0) {
+      lse_log2[at] = INFINITY;
+      delta[at] = 0.f;
+    }
+    return;
+  }
+  const int64_t token = seq.q0 + i;
+  const auto* out = static_cast<const Element*>(p.out) + b * p.out_batch_stride +
+                    token * p.out_row_stride + h * p.out_head_stride;
+  const auto* dout = static_cast<const Element*>(g.dout) + b * g.dout_batch_stride +
+                     token * g.dout_row_stride + h * g.dout_head_stride;
+  float sum = 0.f;
+  for (int c = lane; c < kHeadDim; c += 32) sum += float(out[c]) * float(dout[c]);
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0) {
+    const int64_t lse_at = flash_bwd::lse_index(p, b, h, token);
+    const float lse = p.lse[lse_at];
+    lse_log2[at] = lse == -INFINITY ? INFINITY : lse * flash_bwd::kLog2e;
+    delta[at] = sum - (g.dlse != nullptr ? g.dlse[lse_at] : 0.f);
+  }
+}
+
+// Grid (ceil(max_seqlen_q / 8), heads_q, batch).
+template <class Element, int kHeadDim>
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    postprocess_kernel(const FlashBwdParams g, const PaddedRows rows, const float* dq_accum) {
+  const FlashFwdParams& p = g.fwd;
+  const int b = blockIdx.z, h = blockIdx.y, lane = threadIdx.x % 32;
+  const flash_bwd::Sequence seq = flash_bwd::sequence(p, b);
+  const int64_t i = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (i >= seq.sq) return;
+  const float* dq = dq_accum + (int64_t(h) * rows.total + rows.first_row(p, b) + i) * kHeadDim;
+  auto* out = static_cast<Element*>(g.dq) + b * g.dq_batch_stride +
+              (seq.q0 + i) * g.dq_row_stride + h * g.dq_head_stride;
+  for (int c = 2 * lane; c < kHeadDim; c += 64) {
+    const float2 v = *reinterpret_cast<const float2*>(dq + c);
+    cutlass::AlignedArray<Element, 2> pair;
+    pair[0] = Element(v.x * g.scale);
+    pair[1] = Element(v.y * g.scale);
+    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(out + c) = pair;
+  }
+}
+
+}  // namespace tilegrid::attention::sm90_bwd
