@@ -29,7 +29,7 @@
 // Registers (consumer, 240): dK and dV 64 x head_dim x 2 / 128 a thread (64 at head dim 64,
 // 128 at 128), S^T and dP^T 64 x kBlockM / 128 each, dQ kBlockM x head_dim / 256.
 // Shared memory: K, V (128 x d each), kStages of Q and dO (kBlockM x d each), dS (kBlockM x
-// 128), lse and D: d = 64: 128 KB; d = 128: 144 KB.
+// 128), lse and D: d = 64: 129 KB; d = 128: 145 KB.
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/cutlass.h>
@@ -57,7 +57,7 @@ struct BwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = 128;  // keys a CTA: 64 a consumer warpgroup
-  static constexpr int kBlockM = block_m<kHeadDim>();
+  static constexpr int kBlockM = block_m(kHeadDim);
   static constexpr int kStages = 2;
   static constexpr int kConsumerThreads = 256;
   static constexpr int kThreads = 128 + kConsumerThreads;

@@ -17,11 +17,6 @@ namespace tilegrid::attention::sm90_bwd {
 // Query rows a step of the main kernel: 128 at head dim 64 (so that dQ splits by rows into two
 // 64-row halves), 64 at 128 (dK, dV and the two 64 x 64 score tiles fill the consumers'
 // registers).
-template <int kHeadDim>
-constexpr int block_m() {
-  return kHeadDim <= 64 ? 128 : 64;
-}
-
 constexpr int block_m(int head_dim) { return head_dim <= 64 ? 128 : 64; }
 
 struct PaddedRows {
