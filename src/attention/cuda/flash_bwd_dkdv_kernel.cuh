@@ -18,6 +18,7 @@
 #include "attention/common/mask.h"
 #include "attention/cuda/flash_bwd_delta.cuh"
 #include "attention/cuda/flash_bwd_score.cuh"
+#include "attention/cuda/flash_bwd_store.cuh"
 #include "attention/cuda/flash_mma_util.cuh"
 
 namespace tilegrid::attention::flash_bwd {
@@ -224,25 +225,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) dkdv_kernel(const FlashBw
   }
   cp_async_wait<0>();
 
-  // Epilogue: rows of the sequence only; pairs of neighbouring columns as one 32-bit store.
-  auto* dk_ptr = static_cast<Element*>(g.dk) + b * g.dk_batch_stride +
-                 (seq.k0 + n0) * g.dk_row_stride + hk * g.dk_head_stride;
-  auto* dv_ptr = static_cast<Element*>(g.dv) + b * g.dk_batch_stride +
-                 (seq.k0 + n0) * g.dk_row_stride + hk * g.dk_head_stride;
+  // Epilogue: rows of the sequence only.
   const Tensor tDc = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-  CUTE_UNROLL
-  for (int i = 0; i < size(acc_dk); i += 2) {
-    const int row = get<0>(tDc(i)), col = get<1>(tDc(i));
-    if (row >= key_rows) continue;
-    cutlass::AlignedArray<Element, 2> dk_pair, dv_pair;
-    dk_pair[0] = Element(acc_dk(i) * g.scale);
-    dk_pair[1] = Element(acc_dk(i + 1) * g.scale);
-    dv_pair[0] = Element(acc_dv(i));
-    dv_pair[1] = Element(acc_dv(i + 1));
-    const int64_t at = int64_t(row) * g.dk_row_stride + col;
-    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(dk_ptr + at) = dk_pair;
-    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(dv_ptr + at) = dv_pair;
-  }
+  store_dk_dv<Element>(g, b, seq.k0 + n0, hk, key_rows, acc_dk, acc_dv, tDc);
 }
 
 }  // namespace tilegrid::attention::flash_bwd

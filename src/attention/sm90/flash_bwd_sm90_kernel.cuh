@@ -43,6 +43,7 @@
 #include "attention/common/mask.h"
 #include "attention/cuda/flash_bwd_params.h"
 #include "attention/cuda/flash_bwd_score.cuh"
+#include "attention/cuda/flash_bwd_store.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 #include "hopper/wgmma.cuh"
 
@@ -404,25 +405,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
   }
 
-  // dK (scaled) and dV of the tile's keys in the sequence; pairs of neighbouring columns.
-  auto* dk_ptr = static_cast<Element*>(g.dk) + b * g.dk_batch_stride +
-                 (w.k0 + w.n0) * g.dk_row_stride + head_kv * g.dk_head_stride;
-  auto* dv_ptr = static_cast<Element*>(g.dv) + b * g.dk_batch_stride +
-                 (w.k0 + w.n0) * g.dk_row_stride + head_kv * g.dk_head_stride;
+  // dK (scaled) and dV of the tile's keys in the sequence.
   Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
-  CUTE_UNROLL
-  for (int i = 0; i < size(acc_dk); i += 2) {
-    const int row = get<0>(tKVc(i)), col = get<1>(tKVc(i));
-    if (row >= w.key_rows) continue;
-    cutlass::AlignedArray<Element, 2> dk_pair, dv_pair;
-    dk_pair[0] = Element(acc_dk(i) * g.scale);
-    dk_pair[1] = Element(acc_dk(i + 1) * g.scale);
-    dv_pair[0] = Element(acc_dv(i));
-    dv_pair[1] = Element(acc_dv(i + 1));
-    const int64_t at = int64_t(row) * g.dk_row_stride + col;
-    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(dk_ptr + at) = dk_pair;
-    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(dv_ptr + at) = dv_pair;
-  }
+  flash_bwd::store_dk_dv<Element>(g, b, w.k0 + w.n0, head_kv, w.key_rows, acc_dk, acc_dv, tKVc);
 }
 
 }  // namespace tilegrid::attention::sm90_bwd

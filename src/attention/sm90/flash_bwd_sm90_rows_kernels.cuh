@@ -40,13 +40,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     return;
   }
   const int64_t token = seq.q0 + i;
-  const auto* out = static_cast<const Element*>(p.out) + b * p.out_batch_stride +
-                    token * p.out_row_stride + h * p.out_head_stride;
-  const auto* dout = static_cast<const Element*>(g.dout) + b * g.dout_batch_stride +
-                     token * g.dout_row_stride + h * g.dout_head_stride;
-  float sum = 0.f;
-  for (int c = lane; c < kHeadDim; c += 32) sum += float(out[c]) * float(dout[c]);
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  const float sum = flash_bwd::out_dout_rowsum<Element, kHeadDim>(g, b, h, token, lane);
   if (lane == 0) {
     const int64_t lse_at = flash_bwd::lse_index(p, b, h, token);
     const float lse = p.lse[lse_at];
