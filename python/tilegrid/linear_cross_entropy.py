@@ -41,15 +41,23 @@ def _chunk_rows(vocab: int, chunk_size: Optional[int]) -> int:
     return max(8, min(8192, (256 << 20) // (2 * vocab)) // 8 * 8)
 
 
+@torch.library.custom_op("tilegrid::accumulate_weight_grad", mutates_args=("dw",))
 def _accumulate_weight_grad(dw: torch.Tensor, dlogits: torch.Tensor, x: torch.Tensor) -> None:
     """dw += dlogits^T x in float32. On CUDA through torch.addmm's float32 output from bf16/fp16
     inputs (cuBLAS, accumulating into dw: one read and one write of dw a chunk, where a
     product into a temporary and an add took three and a write; tg.matmul cannot accumulate
-    into its output yet); elsewhere tg.matmul and an add."""
+    into its output yet); elsewhere tg.matmul and an add. A custom op that mutates dw, so that
+    torch.compile runs this same call: torch 2.11's fake kernel of addmm with out_dtype fails
+    ("unsupported operand type(s) for *: 'torch.dtype' and 'FakeTensor'")."""
     if dw.is_cuda:
         torch.addmm(dw, dlogits.t(), x, out_dtype=torch.float32, out=dw)
     else:
         dw += matmul(dlogits.t(), x, out_dtype=torch.float32)
+
+
+@_accumulate_weight_grad.register_fake
+def _(dw, dlogits, x):
+    return None
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
