@@ -80,7 +80,13 @@ def _kernel_ready(x: torch.Tensor) -> torch.Tensor:
         return x.contiguous()
     if x.is_cuda:
         strides_ok = all(s % 8 == 0 or n == 1 for s, n in zip(x.stride()[:-1], x.shape[:-1]))
-        if not strides_ok or x.data_ptr() % 16 != 0:
+        # A tensor traced by torch.compile has no address (data_ptr); its storage's start is
+        # aligned by the allocator, so its offset into the storage decides.
+        if torch.compiler.is_compiling():
+            aligned = x.storage_offset() * x.element_size() % 16 == 0
+        else:
+            aligned = x.data_ptr() % 16 == 0
+        if not strides_ok or not aligned:
             return x.contiguous()
     return x
 
