@@ -2,6 +2,7 @@
 #include "attention/sm90/flash_bwd_sm90.h"
 
 #include "attention/sm90/flash_bwd_sm90_rows.h"
+#include "attention/sm90/flash_fwd_sm90.h"  // tma_strides
 
 namespace tilegrid::attention::sm90 {
 
@@ -9,10 +10,10 @@ bool backward_supported(const FlashBwdParams& g, DType dtype, int head_dim) {
   const FlashFwdParams& p = g.fwd;
   if (dtype != DType::Float16 && dtype != DType::BFloat16) return false;
   if (head_dim != 64 && head_dim != 128) return false;
-  for (int64_t s : {p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.k_row_stride,
+  if (!tma_strides({p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.k_row_stride,
                     p.k_head_stride, p.k_batch_stride, p.v_row_stride, p.v_head_stride,
-                    p.v_batch_stride, g.dout_row_stride, g.dout_head_stride, g.dout_batch_stride})
-    if (s % 8 != 0) return false;
+                    p.v_batch_stride, g.dout_row_stride, g.dout_head_stride, g.dout_batch_stride}))
+    return false;
   return p.rows_q > 0 && p.rows_k > 0 && p.rows_q < (int64_t(1) << 31) &&
          p.rows_k < (int64_t(1) << 31);
 }

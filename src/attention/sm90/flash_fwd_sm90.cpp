@@ -6,12 +6,10 @@ namespace tilegrid::attention::sm90 {
 bool supported(const FlashFwdParams& p, DType dtype, int head_dim) {
   if (dtype != DType::Float16 && dtype != DType::BFloat16) return false;
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
-  // TMA descriptors need every global stride to be a multiple of 16 bytes; the front end
-  // allows any stride on a dimension of extent 1, which then runs the portable kernel.
-  for (int64_t s : {p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.k_row_stride,
+  if (!tma_strides({p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.k_row_stride,
                     p.k_head_stride, p.k_batch_stride, p.v_row_stride, p.v_head_stride,
-                    p.v_batch_stride, p.out_row_stride, p.out_head_stride, p.out_batch_stride})
-    if (s % 8 != 0) return false;
+                    p.v_batch_stride, p.out_row_stride, p.out_head_stride, p.out_batch_stride}))
+    return false;
   // TMA extents are 32-bit and positive (no keys at all: the portable kernel writes the zeros).
   return p.rows_q > 0 && p.rows_k > 0 && p.rows_q < (int64_t(1) << 31) &&
          p.rows_k < (int64_t(1) << 31);

@@ -2,6 +2,7 @@
 // The Hopper flash attention forward (internal, sm_90a only; see flash_fwd_sm90_kernel.cuh).
 // The dispatcher asks `supported` first and runs the portable kernel for everything else.
 #include <cstdint>
+#include <initializer_list>
 
 #include "attention/cuda/flash_fwd_params.h"
 #include "tilegrid/core/device.h"
@@ -110,6 +111,15 @@ constexpr bool key_value_multicast_applies(const FlashFwdParams& p, int switches
   return (switches & kKeyValueMulticast) != 0 && (switches & kPersistent) == 0 &&
          p.cu_seqlens_q == nullptr && p.window_left < 0 && p.window_right < 0 &&
          p.max_seqlen_q == p.seqlen_q && ((p.seqlen_q + block_m - 1) / block_m) % 2 == 0;
+}
+
+// TMA descriptors need every global stride to be a multiple of 16 bytes (8 elements of 16
+// bits); the front end allows any stride on a dimension of extent 1, which then runs the
+// portable kernels.
+inline bool tma_strides(std::initializer_list<int64_t> strides) {
+  for (int64_t s : strides)
+    if (s % 8 != 0) return false;
+  return true;
 }
 
 // True when the Hopper kernel handles this problem: float16 / bfloat16, head dimension 64,
