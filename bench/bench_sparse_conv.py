@@ -16,6 +16,7 @@ inverse; spconv: the first call of a layer, map + convolution, minus the convolu
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 import time
@@ -61,6 +62,22 @@ def spconv_layer(spconv, ijk, features, weight):
     return conv, make
 
 
+def with_kernel(kernel: str, fn):
+    """fn run with TILEGRID_SPARSE_CONV_KERNEL=kernel (read by the dispatcher at each call,
+    so also when a CUDA graph is captured)."""
+    def run(i):
+        old = os.environ.get("TILEGRID_SPARSE_CONV_KERNEL")
+        os.environ["TILEGRID_SPARSE_CONV_KERNEL"] = kernel
+        try:
+            return fn(i)
+        finally:
+            if old is None:
+                del os.environ["TILEGRID_SPARSE_CONV_KERNEL"]
+            else:
+                os.environ["TILEGRID_SPARSE_CONV_KERNEL"] = old
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", required=True)
@@ -88,6 +105,11 @@ def main() -> None:
     # tilegrid's rows are in tree order; spconv gets the same voxels in that order.
     rows_ijk = grid.ijk().jdata
 
+    # The same plan without its row orders (tiles of rows in tree order), to show what the
+    # ordering is worth.
+    unordered = copy.copy(plan)
+    unordered.row_order = unordered.inverse_row_order = plan.row_order.new_empty(0)
+
     def plan_build(_):
         return tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
 
@@ -103,7 +125,9 @@ def main() -> None:
             gs = [torch.randn(n, c, device="cuda", dtype=dtype) for _ in range(sets)]
             w = (torch.randn(c, c, 3, 3, 3, device="cuda") / (27 * c) ** 0.5).to(dtype)
             tflops = lambda _name, ms, f=flops: {"effective_tflops": f / (ms * 1e-3) / 1e12}  # noqa: E731
-            fwd = [("tilegrid", lambda i: plan.execute(xs[i], w))]
+            fwd = [("tilegrid", lambda i: plan.execute(xs[i], w)),
+                   ("tilegrid rows in tree order", lambda i: unordered.execute(xs[i], w)),
+                   ("tilegrid WMMA tiles", with_kernel("mma", lambda i: plan.execute(xs[i], w)))]
             wg = w.clone().requires_grad_()
             xg = [x.clone().requires_grad_() for x in xs]
 

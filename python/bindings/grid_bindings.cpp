@@ -276,14 +276,21 @@ void bind_grid(nb::module_& m) {
       },
       nb::arg("map"), nb::arg("source_rows"), nb::arg("stream") = 0);
   m.def(
+      "kernel_map_row_order",
+      [](nb::ndarray<> map, uintptr_t stream) {
+        return to_capsule(grid::kernel_map_row_order(as_view(map), as_stream(stream)));
+      },
+      nb::arg("map"), nb::arg("stream") = 0);
+  m.def(
       "sparse_conv_forward",
       [](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> weight, nb::ndarray<> out,
-         bool transpose_weight, uintptr_t stream) {
+         bool transpose_weight, uintptr_t stream, std::optional<nb::ndarray<>> row_order) {
         grid::sparse_conv_forward(as_view(map), as_view(features), as_view(weight), as_view(out),
-                                  transpose_weight, as_stream(stream));
+                                  transpose_weight, as_stream(stream),
+                                  row_order ? as_view(*row_order) : TensorView{});
       },
       nb::arg("map"), nb::arg("features"), nb::arg("weight"), nb::arg("out"),
-      nb::arg("transpose_weight"), nb::arg("stream") = 0);
+      nb::arg("transpose_weight"), nb::arg("stream") = 0, nb::arg("row_order") = nb::none());
   m.def(
       "sparse_conv_backward_weight",
       [](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> grad_out,

@@ -47,20 +47,33 @@ def vec3(name: str, value, minimum: int = 1) -> tuple[int, int, int]:
 # tap); ConvolutionPlan.execute converts from torch's [C_out, C_in, kx, ky, kz].
 
 
+def _order(row_order: torch.Tensor):
+    """An empty row order means rows in order (the CPU plans build none)."""
+    return row_order if row_order.numel() > 0 else None
+
+
 @torch.library.custom_op("tilegrid::sparse_conv", mutates_args=())
 def sparse_conv(
-    features: torch.Tensor, weight: torch.Tensor, kernel_map: torch.Tensor, inverse_map: torch.Tensor
+    features: torch.Tensor,
+    weight: torch.Tensor,
+    kernel_map: torch.Tensor,
+    inverse_map: torch.Tensor,
+    row_order: torch.Tensor,
+    inverse_row_order: torch.Tensor,
 ) -> torch.Tensor:
     """out[o] = sum over taps t of features[kernel_map[t, o]] @ weight[t] (absent rows skipped).
-    inverse_map is not read here; it is the input gradient's map (an argument so that the
-    autograd formula has it)."""
+    inverse_map and inverse_row_order are not read here; they are the input gradient's (an
+    argument so that the autograd formula has them). row_order: kernel_map_row_order of the
+    map, or empty (speed only, never the result)."""
     out = features.new_empty(kernel_map.shape[1], weight.shape[2])
-    _C.sparse_conv_forward(kernel_map, features, weight, out, False, current_stream(features))
+    _C.sparse_conv_forward(
+        kernel_map, features, weight, out, False, current_stream(features), _order(row_order)
+    )
     return out
 
 
 @sparse_conv.register_fake
-def _(features, weight, kernel_map, inverse_map):
+def _(features, weight, kernel_map, inverse_map, row_order, inverse_row_order):
     return features.new_empty(kernel_map.shape[1], weight.shape[2])
 
 
@@ -71,6 +84,7 @@ def sparse_conv_backward(
     weight: torch.Tensor,
     kernel_map: torch.Tensor,
     inverse_map: torch.Tensor,
+    inverse_row_order: torch.Tensor,
     need_features: bool,
     need_weight: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,7 +94,9 @@ def sparse_conv_backward(
     if need_features:
         # The input gradient is the same gathered GEMM over the inverse map with weight[t]^T.
         grad_features = torch.empty_like(features)
-        _C.sparse_conv_forward(inverse_map, grad_out, weight, grad_features, True, stream)
+        _C.sparse_conv_forward(
+            inverse_map, grad_out, weight, grad_features, True, stream, _order(inverse_row_order)
+        )
     if need_weight:
         grad_weight = torch.empty_like(weight)
         _C.sparse_conv_backward_weight(kernel_map, features, grad_out, grad_weight, stream)
@@ -88,7 +104,8 @@ def sparse_conv_backward(
 
 
 @sparse_conv_backward.register_fake
-def _(grad_out, features, weight, kernel_map, inverse_map, need_features, need_weight):
+def _(grad_out, features, weight, kernel_map, inverse_map, inverse_row_order, need_features,
+      need_weight):
     return (
         torch.empty_like(features) if need_features else features.new_empty(0),
         torch.empty_like(weight) if need_weight else weight.new_empty(0),
@@ -96,19 +113,22 @@ def _(grad_out, features, weight, kernel_map, inverse_map, need_features, need_w
 
 
 def _setup_context(ctx, inputs, output):
-    features, weight, kernel_map, inverse_map = inputs
-    ctx.save_for_backward(features, weight, kernel_map, inverse_map)
+    features, weight, kernel_map, inverse_map, _, inverse_row_order = inputs
+    ctx.save_for_backward(features, weight, kernel_map, inverse_map, inverse_row_order)
 
 
 def _backward(ctx, grad_out):
-    features, weight, kernel_map, inverse_map = ctx.saved_tensors
+    features, weight, kernel_map, inverse_map, inverse_row_order = ctx.saved_tensors
     need_features, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     grad_features, grad_weight = sparse_conv_backward(
-        grad_out.contiguous(), features, weight, kernel_map, inverse_map, need_features, need_weight
+        grad_out.contiguous(), features, weight, kernel_map, inverse_map, inverse_row_order,
+        need_features, need_weight,
     )
     return (
         grad_features if need_features else None,
         grad_weight if need_weight else None,
+        None,
+        None,
         None,
         None,
     )
@@ -148,6 +168,17 @@ class ConvolutionPlan:
         self.inverse_map = torch.from_dlpack(
             _C.invert_kernel_map(self.kernel_map, source_grid.total_voxels, stream)
         )
+        # On the GPU, the orders in which the kernels take the output rows (and the input
+        # rows, for the input gradient): sorted by tap masks, so that a tile skips the taps
+        # none of its rows has. The CPU reference needs none.
+        if self.kernel_map.is_cuda:
+            self.row_order = torch.from_dlpack(_C.kernel_map_row_order(self.kernel_map, stream))
+            self.inverse_row_order = torch.from_dlpack(
+                _C.kernel_map_row_order(self.inverse_map, stream)
+            )
+        else:
+            self.row_order = self.kernel_map.new_empty(0)
+            self.inverse_row_order = self.kernel_map.new_empty(0)
 
     @classmethod
     def from_grid_batch(cls, kernel_size, stride, source_grid, target_grid=None) -> "ConvolutionPlan":
@@ -229,7 +260,10 @@ class ConvolutionPlan:
         # [C_out, C_in, taps] -> [taps, C_in, C_out]: one small copy, differentiable.
         w = weights.reshape(cout, cin, self.kernel_volume).permute(2, 1, 0)
         w = w.to(features.dtype).contiguous()
-        out = sparse_conv(features.contiguous(), w, self.kernel_map, self.inverse_map)
+        out = sparse_conv(
+            features.contiguous(), w, self.kernel_map, self.inverse_map, self.row_order,
+            self.inverse_row_order,
+        )
         if isinstance(data, JaggedTensor):
             return JaggedTensor._from_trusted(out, self.target_offsets)
         return out

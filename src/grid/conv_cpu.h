@@ -20,6 +20,7 @@ void kernel_map(const TreeView& source, const int32_t* target_xyz, const int64_t
                 int64_t num_grids, int64_t n_out, const Taps& taps, int32_t* map);
 void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_t n_in,
                        int32_t* inverse);
+void kernel_map_row_order(const int32_t* map, int64_t volume, int64_t n_out, int32_t* order);
 
 void sparse_conv_forward(const int32_t* map, int64_t volume, int64_t rows, const void* features,
                          int64_t features_rows, const void* weight, int64_t in_channels,

@@ -28,6 +28,9 @@ void kernel_map(const TreeView& source, const int32_t* target_xyz, const int64_t
                 Stream stream);
 void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_t n_in,
                        int32_t* inverse, int device, Stream stream);
+// order [n_out]: the rows sorted stably by the bits t < 64 of (map[t][o] >= 0).
+void kernel_map_row_order(const int32_t* map, int64_t volume, int64_t n_out, int32_t* order,
+                          int device, Stream stream);
 
 struct GatherGemm {
   const int32_t* map;  // [volume, rows]
@@ -39,6 +42,7 @@ struct GatherGemm {
   bool transpose_weight;
   void* out;  // [rows, out_channels]
   DType dtype;
+  const int32_t* row_order = nullptr;  // [rows], a permutation: the order tiles take rows in
 };
 void sparse_conv_forward(const GatherGemm& problem, int device, Stream stream);
 

@@ -1,5 +1,6 @@
 // The convolution's grid and maps on the GPU: one thread a (voxel, tap), running the tap
 // arithmetic (conv_taps.h) and the tree lookup (TreeView::index_of) that the CPU runs.
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
 #include "core/cuda_check.h"
@@ -158,6 +159,43 @@ void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_
   invert_kernel<<<blocks_for(volume * n_out), kThreads, 0, raw(stream)>>>(map, volume, n_out, n_in,
                                                                           inverse);
   TG_CUDA_CHECK_LAUNCH();
+}
+
+// keys[o] = the bits t < 64 of (map[t][o] >= 0); values[o] = o.
+__global__ void row_keys_kernel(const int32_t* __restrict__ map, int64_t volume, int64_t n_out,
+                                uint64_t* __restrict__ keys, int32_t* __restrict__ values) {
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n_out;
+       o += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t key = 0;
+    for (int64_t t = 0; t < volume && t < 64; ++t)
+      if (map[t * n_out + o] >= 0) key |= uint64_t(1) << t;
+    keys[o] = key;
+    values[o] = int32_t(o);
+  }
+}
+
+void kernel_map_row_order(const int32_t* map, int64_t volume, int64_t n_out, int32_t* order,
+                          int device, Stream stream) {
+  if (n_out == 0) return;
+  CudaDeviceGuard guard(device);
+  const cudaStream_t s = raw(stream);
+  const Device where = Device::cuda(device);
+  // keys in, keys out, the iota values.
+  Tensor keys = Tensor::empty({2 * n_out * int64_t(sizeof(uint64_t))}, DType::UInt8, where, stream);
+  Tensor values = Tensor::empty({n_out}, DType::Int32, where, stream);
+  auto* keys_in = static_cast<uint64_t*>(keys.data());
+  auto* keys_out = keys_in + n_out;
+  auto* values_in = static_cast<int32_t*>(values.data());
+  row_keys_kernel<<<blocks_for(n_out), kThreads, 0, s>>>(map, volume, n_out, keys_in, values_in);
+  TG_CUDA_CHECK_LAUNCH();
+  // LSD radix sort: stable, over the bits the taps use.
+  const int end_bit = int(std::min<int64_t>(std::max<int64_t>(volume, 1), 64));
+  size_t bytes = 0;
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys_in, keys_out, values_in,
+                                                order, n_out, 0, end_bit, s));
+  Tensor temp = Tensor::empty({int64_t(std::max<size_t>(bytes, 1))}, DType::UInt8, where, stream);
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data(), bytes, keys_in, keys_out, values_in,
+                                                order, n_out, 0, end_bit, s));
 }
 
 }  // namespace tilegrid::grid::cuda

@@ -107,6 +107,18 @@ void check_map_rows(const char* op, const TensorView& map, int64_t rows) {
                    " rows");
 }
 
+// The CPU ignores a row order but checks that it is one (a permutation of its rows).
+void check_permutation(const char* op, const TensorView& order) {
+  const int32_t* o = order.data_ptr<const int32_t>();
+  std::vector<bool> seen(size_t(order.numel()), false);
+  for (int64_t i = 0; i < order.numel(); ++i) {
+    TG_CHECK_VALUE(o[i] >= 0 && o[i] < order.numel() && !seen[size_t(o[i])], op,
+                   ": row_order must be a permutation of [0, ", order.numel(), "), got ", o[i],
+                   " at ", i);
+    seen[size_t(o[i])] = true;
+  }
+}
+
 void check_float(const char* op, const char* name, const TensorView& t) {
   check_dtype(op, name, t, {DType::Float64, DType::Float32, DType::Float16, DType::BFloat16});
   check_ndim(op, name, t, 2);
@@ -185,9 +197,27 @@ Tensor invert_kernel_map(const TensorView& map, int64_t source_rows, Stream stre
   return inverse;
 }
 
+Tensor kernel_map_row_order(const TensorView& map, Stream stream) {
+  constexpr const char* kOp = "kernel_map_row_order";
+  check_map(kOp, map);
+  const int64_t volume = map.size(0), n_out = map.size(1);
+  Tensor order = Tensor::empty({n_out}, DType::Int32, map.device, stream);
+  if (map.device.is_cuda()) {
+    require_cuda_build(kOp);
+#ifdef TILEGRID_WITH_CUDA
+    cuda::kernel_map_row_order(map.data_ptr<const int32_t>(), volume, n_out,
+                               static_cast<int32_t*>(order.data()), map.device.index, stream);
+#endif
+    return order;
+  }
+  cpu::kernel_map_row_order(map.data_ptr<const int32_t>(), volume, n_out,
+                            static_cast<int32_t*>(order.data()));
+  return order;
+}
+
 void sparse_conv_forward(const TensorView& map, const TensorView& features,
                          const TensorView& weight, const TensorView& out, bool transpose_weight,
-                         Stream stream) {
+                         Stream stream, const TensorView& row_order) {
   constexpr const char* kOp = "sparse_conv_forward";
   check_map(kOp, map);
   check_float(kOp, "features", features);
@@ -201,16 +231,27 @@ void sparse_conv_forward(const TensorView& map, const TensorView& features,
     check_weight(kOp, "weight", weight, volume, cout, cin, dtype, map.device);
   else
     check_weight(kOp, "weight", weight, volume, cin, cout, dtype, map.device);
+  const bool ordered = row_order.data != nullptr && row_order.numel() > 0;
+  if (ordered) {
+    check_dtype(kOp, "row_order", row_order, {DType::Int32});
+    check_shape(kOp, "row_order", row_order, {rows});
+    check_contiguous(kOp, "row_order", row_order);
+    TG_CHECK_VALUE(row_order.device == map.device, kOp, ": row_order is on ", row_order.device,
+                   " but the map is on ", map.device);
+  }
   if (map.device.is_cuda()) {
     require_cuda_build(kOp);
 #ifdef TILEGRID_WITH_CUDA
-    cuda::sparse_conv_forward({map.data_ptr<const int32_t>(), volume, rows, features.data,
-                               features.size(0), weight.data, cin, cout, transpose_weight, out.data, dtype},
-                              map.device.index, stream);
+    cuda::GatherGemm problem{map.data_ptr<const int32_t>(), volume, rows, features.data,
+                             features.size(0), weight.data, cin, cout, transpose_weight, out.data,
+                             dtype};
+    problem.row_order = ordered ? row_order.data_ptr<const int32_t>() : nullptr;
+    cuda::sparse_conv_forward(problem, map.device.index, stream);
 #endif
     return;
   }
   check_map_rows(kOp, map, features.size(0));
+  if (ordered) check_permutation(kOp, row_order);
   cpu::sparse_conv_forward(map.data_ptr<const int32_t>(), volume, rows, features.data,
                            features.size(0), weight.data, cin, cout, transpose_weight, out.data,
                            dtype);

@@ -3,6 +3,8 @@
 // The GEMMs run on every core (parallel_for): the forward over blocks of output rows, the weight
 // gradient over taps, each writing its own outputs, so the sums do not depend on the cores.
 #include <algorithm>
+#include <cstdint>
+#include <numeric>
 #include <vector>
 
 #include "core/parallel_for.h"
@@ -63,6 +65,16 @@ void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_
       const int32_t i = map[t * n_out + o];
       if (i >= 0) inverse[t * n_in + i] = int32_t(o);
     }
+}
+
+void kernel_map_row_order(const int32_t* map, int64_t volume, int64_t n_out, int32_t* order) {
+  std::vector<uint64_t> keys(size_t(n_out), 0);
+  for (int64_t t = 0; t < std::min<int64_t>(volume, 64); ++t)
+    for (int64_t o = 0; o < n_out; ++o)
+      if (map[t * n_out + o] >= 0) keys[size_t(o)] |= uint64_t(1) << t;
+  std::iota(order, order + n_out, 0);
+  std::stable_sort(order, order + n_out,
+                   [&](int32_t a, int32_t b) { return keys[size_t(a)] < keys[size_t(b)]; });
 }
 
 void sparse_conv_forward(const int32_t* map, int64_t volume, int64_t rows, const void* features,

@@ -12,11 +12,16 @@
 // partials are then summed in chunk order by a second kernel. The chunk count depends only on
 // the shapes, so the result is the same bits on every run.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "core/cuda_check.h"
 #include "core/cuda_convert.cuh"
 #include "grid/conv_cuda.h"
+#ifdef TILEGRID_WITH_SM90_CONV
+#include "grid/sm90/sparse_conv_sm90.h"
+#endif
 
 namespace tilegrid::grid::cuda {
 namespace {
@@ -25,6 +30,19 @@ constexpr int kTileRows = 64, kTileCols = 64, kTileK = 16, kThreads = 256;
 
 cudaStream_t raw(Stream s) {
   return static_cast<cudaStream_t>(s.handle);
+}
+
+// TILEGRID_SPARSE_CONV_KERNEL: auto (default: Hopper's wgmma kernel where it applies, else
+// the WMMA tensor-core tiles, else CUDA cores), mma (no Hopper kernel), simt (CUDA cores
+// only). For comparisons and tests; read at every call.
+enum class ConvKernel { Auto, Mma, Simt };
+ConvKernel conv_kernel_choice() {
+  const char* v = std::getenv("TILEGRID_SPARSE_CONV_KERNEL");
+  if (v == nullptr || std::strcmp(v, "") == 0 || std::strcmp(v, "auto") == 0) return ConvKernel::Auto;
+  if (std::strcmp(v, "mma") == 0) return ConvKernel::Mma;
+  if (std::strcmp(v, "simt") == 0) return ConvKernel::Simt;
+  throw ValueError(detail::concat("TILEGRID_SPARSE_CONV_KERNEL must be auto, mma or simt, got '",
+                                  v, "'"));
 }
 
 template <class Acc, class T>
@@ -234,7 +252,11 @@ void launch_weight_grad(const WeightGrad& p, int device, Stream stream) {
 void sparse_conv_forward(const GatherGemm& p, int device, Stream stream) {
   if (p.rows == 0 || p.out_channels == 0) return;
   CudaDeviceGuard guard(device);
-  if (sparse_conv_forward_mma(p, device, stream)) return;
+  const ConvKernel kernel = conv_kernel_choice();
+#ifdef TILEGRID_WITH_SM90_CONV
+  if (kernel == ConvKernel::Auto && sparse_conv_forward_sm90(p, device, stream)) return;
+#endif
+  if (kernel != ConvKernel::Simt && sparse_conv_forward_mma(p, device, stream)) return;
   const cudaStream_t s = raw(stream);
   switch (p.dtype) {
     case DType::Float64: return launch_forward<double, double>(p, s);

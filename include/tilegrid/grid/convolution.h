@@ -57,15 +57,27 @@ Tensor kernel_map(const GridBatch& source, const GridBatch& target, const ConvGe
 // too). int32 [kernel_volume, source_rows].
 Tensor invert_kernel_map(const TensorView& map, int64_t source_rows, Stream stream = {});
 
+// An order of the output rows of `map` [kernel_volume, N_out] for sparse_conv_forward: int32
+// [N_out], a permutation that sorts the rows (stably) by the set of taps they have (the first
+// 64 taps; map[t][o] >= 0). The GEMMs compute an output tile's taps for all its rows; rows
+// with the same taps in one tile skip the rest (on a surface scene a row has 9.5 of 27 taps,
+// a tile of neighbouring rows nearly all 27). Built once a map, as the map is.
+Tensor kernel_map_row_order(const TensorView& map, Stream stream = {});
+
 // out[o] = sum over taps t with map[t][o] >= 0 of features[map[t][o]] . weight[t].
 // features [N_in, C_in], weight [kernel_volume, C_in, C_out], out [N_out, C_out] (overwritten),
 // all of one float dtype (float64, float32, float16, bfloat16; sums in float32, float64 for
 // float64), contiguous, on the map's device. map int32 [kernel_volume, N_out].
 // With transpose_weight, weight is [kernel_volume, C_out, C_in] and weight[t]^T is applied:
 // the input gradient is sparse_conv_forward(inverse map, grad_out, weight, transposed).
+// row_order (optional; empty = rows in order): kernel_map_row_order(map), the order in which
+// the GPU kernels take the rows. It changes speed, never the result (each row is computed
+// alone); it must be a permutation of [0, N_out) (the CPU checks, a GPU kernel skips entries
+// out of range).
 void sparse_conv_forward(const TensorView& map, const TensorView& features,
                          const TensorView& weight, const TensorView& out,
-                         bool transpose_weight = false, Stream stream = {});
+                         bool transpose_weight = false, Stream stream = {},
+                         const TensorView& row_order = {});
 
 // grad_weight[t] = sum over outputs o with map[t][o] >= 0 of features[map[t][o]]^T grad_out[o]:
 // [kernel_volume, C_in, C_out] (overwritten) in the features' dtype. The sum runs in a fixed

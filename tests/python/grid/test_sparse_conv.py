@@ -192,6 +192,73 @@ def test_low_precision_against_float64(device, dtype, cin, cout):
         assert (a.double() - b).abs().max().item() <= tol * scale
 
 
+@pytest.mark.gpu
+@requires_cuda
+@pytest.mark.parametrize("kernel", ["auto", "mma", "simt"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cin,cout,k", [(64, 64, 3), (64, 128, 3), (72, 256, 3), (128, 64, 2), (32, 48, 1)])
+def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout, k):
+    """Each GPU kernel family on the same convolution: `auto` is the Hopper (wgmma) kernel on
+    an H200 (tiles of 64 and 128 output channels, input channels with a remainder, k 1/2/3),
+    mma the WMMA tiles, simt the CUDA cores. Outputs and gradients are poisoned first (NaN
+    where a row was not written)."""
+    monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", kernel)
+    grid = random_grid("cuda", sizes=(900, 0, 1, 400), spread=9, far=True)
+    s = 2 if k == 2 else 1
+    target = grid.conv_grid(k, s) if s > 1 else grid
+    plan = tg.ConvolutionPlan.from_grid_batch(k, s, grid, target)
+    assert plan.row_order.shape == (target.total_voxels,)
+    x = torch.randn(grid.total_voxels, cin, device="cuda").to(dtype)
+    w = (torch.randn(cout, cin, k, k, k, device="cuda") / (cin * k**3) ** 0.5).to(dtype)
+    g = torch.randn(target.total_voxels, cout, device="cuda").to(dtype)
+    want_x = plan.execute(x.double().requires_grad_(), w.double())
+    xr = x.double().requires_grad_()
+    want = plan.execute(xr, w.double())
+    want.backward(g.double())
+    # The ops directly, into NaN-filled outputs.
+    taps = w.reshape(cout, cin, -1).permute(2, 1, 0).contiguous()
+    out = torch.full((target.total_voxels, cout), float("nan"), device="cuda", dtype=dtype)
+    stream = torch.cuda.current_stream().cuda_stream
+    tg._C.sparse_conv_forward(plan.kernel_map, x, taps, out, False, stream, plan.row_order)
+    grad_x = torch.full_like(x, float("nan"))
+    tg._C.sparse_conv_forward(plan.inverse_map, g, taps, grad_x, True, stream, plan.inverse_row_order)
+    tol = {torch.float16: 1e-2, torch.bfloat16: 4e-2}[dtype]
+    for a, b in ((out, want_x), (grad_x, xr.grad)):
+        assert not a.isnan().any()
+        assert (a.double() - b).abs().max().item() <= tol * b.abs().max().item()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_map_row_order_sorts_rows_by_their_taps(device):
+    grid = random_grid(device, sizes=(700, 0, 1, 300), spread=8, far=True)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    order = torch.from_dlpack(tg._C.kernel_map_row_order(plan.kernel_map)).long().cpu()
+    n = grid.total_voxels
+    assert torch.equal(order.sort().values, torch.arange(n))
+    bits = (plan.kernel_map.cpu() >= 0).long() << torch.arange(27).unsqueeze(1)
+    keys = bits.sum(0)[order]
+    assert bool((keys[1:] >= keys[:-1]).all())
+    same = keys[1:] == keys[:-1]
+    assert bool((order[1:][same] > order[:-1][same]).all())  # stable
+    if device == "cuda":
+        assert torch.equal(plan.row_order.long().cpu(), order)
+    else:
+        assert plan.row_order.numel() == 0  # the CPU reference takes rows in order
+
+
+def test_a_row_order_that_is_not_a_permutation_is_refused():
+    grid = random_grid("cpu", sizes=(30,), spread=4)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    x = torch.randn(grid.total_voxels, 4)
+    w = torch.randn(27, 4, 5)
+    out = torch.empty(grid.total_voxels, 5)
+    bad = torch.zeros(grid.total_voxels, dtype=torch.int32)
+    with pytest.raises(ValueError, match="row_order must be a permutation"):
+        tg._C.sparse_conv_forward(plan.kernel_map, x, w, out, False, 0, bad)
+    with pytest.raises(ValueError, match=r"row_order must have shape"):
+        tg._C.sparse_conv_forward(plan.kernel_map, x, w, out, False, 0, bad[1:])
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_weight_gradient_is_deterministic(device, dtype):
@@ -257,7 +324,10 @@ def test_bad_inputs_are_refused_with_what_was_expected(device):
         bad = plan.kernel_map.clone()
         bad[0, 0] = grid.total_voxels
         with pytest.raises(ValueError, match="names input row"):
-            torch.ops.tilegrid.sparse_conv(x, torch.randn(27, 4, 5), bad, plan.inverse_map)
+            torch.ops.tilegrid.sparse_conv(
+                x, torch.randn(27, 4, 5), bad, plan.inverse_map, plan.row_order,
+                plan.inverse_row_order,
+            )
 
 
 def test_modules_and_a_unet_train_on_the_cpu():

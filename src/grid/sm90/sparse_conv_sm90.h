@@ -1,0 +1,18 @@
+#pragma once
+// Hopper sparse convolution (internal; sparse_conv_sm90_kernel.cuh): the forward and input
+// gradient GEMMs on wgmma.
+#include "grid/conv_cuda.h"
+
+namespace tilegrid::grid::sm90 {
+// Taps whose map rows a tile keeps in shared memory: kernels up to 3x3x3.
+constexpr int kMaxTaps = 27;
+}  // namespace tilegrid::grid::sm90
+
+namespace tilegrid::grid::cuda {
+
+// Runs `problem` on the Hopper kernel and returns true when it takes it: compute capability
+// 9.0, float16 / bfloat16, channel counts multiples of 8, at most 27 taps, 16-byte aligned
+// operands. Returns false, launching nothing, otherwise.
+bool sparse_conv_forward_sm90(const GatherGemm& problem, int device, Stream stream);
+
+}  // namespace tilegrid::grid::cuda

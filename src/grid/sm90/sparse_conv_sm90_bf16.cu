@@ -1,0 +1,10 @@
+// The Hopper sparse convolution kernels for bfloat16 (sparse_conv_sm90_kernel.cuh).
+#include "grid/sm90/sparse_conv_sm90_launch.cuh"
+
+namespace tilegrid::grid::sm90 {
+
+void sparse_conv_sm90_bf16(const cuda::GatherGemm& g, cudaStream_t stream) {
+  launch_sparse_conv_sm90<cutlass::bfloat16_t>(g, stream);
+}
+
+}  // namespace tilegrid::grid::sm90

@@ -1,0 +1,244 @@
+#pragma once
+// Sparse convolution on Hopper (sm_90a): the output-stationary implicit GEMM of sparse_conv.cu
+// with the products on wgmma and the gathers on cp.async, several K steps in flight.
+//  - A CTA owns 128 output rows x kBlockN output channels; two warpgroups of 64 rows each.
+//  - At the tile's start it reads the kernel map of its 128 rows for every tap (at most
+//    kMaxTaps = 27, i.e. 3x3x3) into shared memory and keeps the taps that any row has: a
+//    tile only multiplies the taps present in it. Rows sorted by their tap masks
+//    (kernel_map_row_order) make the tiles' tap sets close to each row's own (9.5 of 27 taps
+//    a row on a surface scene): the order is the caller's, `row_order[i]` being the output
+//    row that the tile's i-th row computes (identity without one).
+//  - The K loop runs over (tap present, 64 input channels). A step gathers 128 rows x 64
+//    channels of the features (16-byte cp.async, zero-filled for absent rows and channels
+//    past C_in) and the tap's 64 x kBlockN weight slice into one stage of a kStages ring,
+//    both in the 128-byte swizzled layouts wgmma reads. kStages - 2 steps are loaded ahead:
+//    a stage is refilled only after every warpgroup's wgmma of it completed (the wait for all
+//    but the newest product, then the CTA barrier of the next step).
+//  - Epilogue: float32 sums rounded to the element type, stored as pairs straight from the
+//    accumulators to the output rows.
+// Forward: weight [taps, C_in, C_out] (the B operand N-major); input gradient
+// (kTransposedWeight): weight [taps, C_out, C_in] applied transposed (B K-major).
+#include <cutlass/arch/barrier.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/numeric_types.h>
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "grid/sm90/sparse_conv_sm90.h"
+
+namespace tilegrid::grid::sm90 {
+
+using namespace cute;
+
+template <class Element_, int kBlockN_, int kStages_, bool kTransposedWeight_>
+struct ConvTraits {
+  using Element = Element_;
+  static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 64, kStages = kStages_;
+  static constexpr int kAhead = kStages - 2;  // steps loaded ahead of the one multiplied
+  static constexpr bool kTransposedWeight = kTransposedWeight_;
+  static constexpr int kThreads = 256;
+  static_assert(kStages >= 3, "a stage multiplied, one in flight on the tensor cores, one loading");
+  using BlockM = Int<kBlockM>;
+  using BlockN = Int<kBlockN>;
+  using BlockK = Int<kBlockK>;
+  using Stages = Int<kStages>;
+
+  static constexpr GMMA::Major kMajorB = kTransposedWeight ? GMMA::Major::K : GMMA::Major::MN;
+  using TiledMma = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, cute::Shape<_64, BlockN, BlockK>, GMMA::Major::K,
+                           kMajorB>(),
+      cute::Layout<cute::Shape<_2, _1, _1>>{}));
+  // A (rows, channels, stage): 64 channels = one 128-byte swizzle row.
+  using SmemLayoutA =
+      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BlockM, BlockK, Stages>{}));
+  // B (output channels, input channels, stage).
+  using SmemAtomB = std::conditional_t<kTransposedWeight, GMMA::Layout_K_SW128_Atom<Element>,
+                                       GMMA::Layout_MN_SW128_Atom<Element>>;
+  using SmemLayoutB = decltype(tile_to_shape(SmemAtomB{}, cute::Shape<BlockN, BlockK, Stages>{}));
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutA>> a;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutB>> b;
+    int32_t map[kMaxTaps][kBlockM];  // input row of each (tap, tile row); -1 absent
+    int32_t out_rows[kBlockM];       // output row of each tile row; -1 past the end
+    int32_t taps[kMaxTaps];          // the taps present in the tile, in order
+    uint32_t mask;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper CTA may have");
+};
+
+struct ConvKernelParams {
+  const int32_t* map;        // [volume, rows]
+  const int32_t* row_order;  // [rows] or null
+  int64_t volume, rows;
+  const void* features;  // [feature_rows, cin]
+  int64_t feature_rows;
+  const void* weight;
+  int64_t cin, cout;
+  void* out;  // [rows, cout]
+  int col_tiles;
+};
+
+// 16 bytes global -> shared, bypassing L1; src_bytes 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const uint32_t dst = cast_smem_ptr_to_uint(smem);
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(src_bytes));
+}
+
+template <class Traits, int kMinBlocks>
+__global__ void __launch_bounds__(Traits::kThreads, kMinBlocks)
+    sparse_conv_sm90_kernel(const __grid_constant__ ConvKernelParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Element = typename Traits::Element;
+  using BlockM = typename Traits::BlockM;
+  using BlockN = typename Traits::BlockN;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kBlockK = Traits::kBlockK;
+  constexpr int kStages = Traits::kStages, kAhead = Traits::kAhead;
+  constexpr int kThreads = Traits::kThreads;
+  extern __shared__ __align__(1024) unsigned char smem_bytes[];
+  auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_bytes);
+  auto sA = make_tensor(make_smem_ptr(smem.a.data()), typename Traits::SmemLayoutA{});
+  auto sB = make_tensor(make_smem_ptr(smem.b.data()), typename Traits::SmemLayoutB{});
+
+  const int tid = int(threadIdx.x), lane = tid % 32;
+  const int64_t row_tile = int64_t(blockIdx.x) / p.col_tiles;
+  const int64_t row0 = row_tile * kBlockM;
+  const int64_t col0 = int64_t(blockIdx.x % p.col_tiles) * kBlockN;
+  const auto* features = static_cast<const Element*>(p.features);
+  const auto* weight = static_cast<const Element*>(p.weight);
+  const int64_t cin = p.cin, cout = p.cout;
+
+  // The tile's rows, their map entries and the taps present.
+  if (tid == 0) smem.mask = 0;
+  if (tid < kBlockM) {
+    const int64_t i = row0 + tid;
+    int32_t o = i < p.rows ? (p.row_order != nullptr ? p.row_order[i] : int32_t(i)) : -1;
+    if (o >= p.rows) o = -1;  // never written through (the orders kernel_map_row_order makes
+                              // are permutations)
+    smem.out_rows[tid] = o;
+  }
+  __syncthreads();
+  const int volume = int(p.volume);
+  // kBlockM is a multiple of 32, so a warp's 32 entries share one tap.
+  for (int e = tid; e < volume * kBlockM; e += kThreads) {
+    const int t = e / kBlockM, r = e % kBlockM;
+    const int32_t o = smem.out_rows[r];
+    int32_t n = o >= 0 ? p.map[t * p.rows + o] : -1;
+    if (n >= p.feature_rows) n = -1;
+    smem.map[t][r] = n;
+    const unsigned present = __ballot_sync(0xffffffffu, n >= 0);
+    if (lane == 0 && present != 0) atomicOr(&smem.mask, 1u << t);
+  }
+  __syncthreads();
+  uint32_t mask = smem.mask;
+  const int tap_count = __popc(mask);
+  if (tid == 0)
+    for (int s = 0; s < tap_count; ++s) {
+      smem.taps[s] = __ffs(mask) - 1;
+      mask &= mask - 1;
+    }
+  __syncthreads();
+
+  const int k_chunks = int((cin + kBlockK - 1) / kBlockK);
+  const int steps = tap_count * k_chunks;
+
+  // Step `it` into stage it % kStages: 4 A chunks (rows tid/8 + 32j, channels 8(tid%8)) and
+  // kBlockN/32 B chunks a thread.
+  auto load = [&](int it) {
+    const int t = smem.taps[it / k_chunks];
+    const int64_t k0 = int64_t(it % k_chunks) * kBlockK;
+    const int stage = it % kStages;
+    {
+      const int c = tid % 8;
+      const bool channel_in = k0 + c * 8 < cin;
+      CUTE_UNROLL
+      for (int j = 0; j < kBlockM / 32; ++j) {
+        const int r = tid / 8 + 32 * j;
+        const int32_t n = smem.map[t][r];
+        const bool valid = n >= 0 && channel_in;
+        cp_async_16(&sA(r, c * 8, stage), valid ? features + int64_t(n) * cin + k0 + c * 8 : features,
+                    valid);
+      }
+    }
+    if constexpr (!Traits::kTransposedWeight) {
+      // weight[t] is [cin][cout]: 64 rows of kBlockN / 8 chunks.
+      constexpr int kChunksPerRow = kBlockN / 8, kRowsPerPass = kThreads / kChunksPerRow;
+      const int c = tid % kChunksPerRow;
+      const bool col_in = col0 + c * 8 < cout;
+      CUTE_UNROLL
+      for (int j = 0; j < kBlockK / kRowsPerPass; ++j) {
+        const int kk = tid / kChunksPerRow + kRowsPerPass * j;
+        const bool valid = col_in && k0 + kk < cin;
+        cp_async_16(&sB(c * 8, kk, stage),
+                    valid ? weight + (t * cin + k0 + kk) * cout + col0 + c * 8 : weight, valid);
+      }
+    } else {
+      // weight[t] is [cout][cin]: kBlockN rows of 8 chunks.
+      const int c = tid % 8;
+      const bool channel_in = k0 + c * 8 < cin;
+      CUTE_UNROLL
+      for (int j = 0; j < kBlockN / 32; ++j) {
+        const int nn = tid / 8 + 32 * j;
+        const bool valid = channel_in && col0 + nn < cout;
+        cp_async_16(&sB(nn, c * 8, stage),
+                    valid ? weight + (t * cout + col0 + nn) * cin + k0 + c * 8 : weight, valid);
+      }
+    }
+  };
+
+  typename Traits::TiledMma mma;
+  auto thr = mma.get_thread_slice(tid);
+  auto tCrA = thr.partition_fragment_A(sA);  // (MMA, 1, K/16, stages)
+  auto tCrB = thr.partition_fragment_B(sB);
+  auto acc = partition_fragment_C(mma, cute::Shape<BlockM, BlockN>{});
+  clear(acc);
+  mma.accumulate_ = GMMA::ScaleOut::One;
+
+  CUTE_UNROLL
+  for (int it = 0; it < kAhead; ++it) {
+    if (it < steps) load(it);
+    cp_async_fence();
+  }
+  for (int it = 0; it < steps; ++it) {
+    cp_async_wait<kAhead - 1>();  // this thread's copies of step `it` have landed
+    cutlass::arch::fence_view_async_shared();  // ... and are visible to wgmma (async proxy)
+    __syncthreads();  // every thread's; and every product of step it - 2 has completed
+    if (it + kAhead < steps) load(it + kAhead);  // into step it - 2's stage
+    cp_async_fence();
+    const int stage = it % kStages;
+    warpgroup_fence_operand(acc);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tCrA); ++k)
+      cute::gemm(mma, tCrA(_, _, k, stage), tCrB(_, _, k, stage), acc);
+    warpgroup_commit_batch();
+    warpgroup_wait<1>();  // step it - 1's product has completed
+    warpgroup_fence_operand(acc);
+  }
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(acc);
+
+  // Value i of the accumulator is (row, column) tCcC(i); i even and i + 1 are neighbouring
+  // columns, one 32-bit store (C_out is a multiple of 8, so both are in range together).
+  auto tCcC = thr.partition_C(make_identity_tensor(cute::Shape<BlockM, BlockN>{}));
+  auto* out = static_cast<Element*>(p.out);
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); i += 2) {
+    const int r = get<0>(tCcC(i));
+    const int64_t col = col0 + get<1>(tCcC(i));
+    const int32_t o = smem.out_rows[r];
+    if (o < 0 || col >= cout) continue;
+    cutlass::AlignedArray<Element, 2> pair;
+    pair[0] = Element(acc(i));
+    pair[1] = Element(acc(i + 1));
+    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(out + int64_t(o) * cout + col) = pair;
+  }
+#endif
+}
+
+}  // namespace tilegrid::grid::sm90

@@ -1,0 +1,52 @@
+#pragma once
+// Launch of the Hopper sparse convolution kernel for one element type (included by one
+// translation unit a type: sparse_conv_sm90_f16.cu, sparse_conv_sm90_bf16.cu).
+#include "core/cuda_check.h"
+#include "grid/conv_cuda.h"
+#include "grid/sm90/sparse_conv_sm90_kernel.cuh"
+
+namespace tilegrid::grid::sm90 {
+
+template <class Traits, int kMinBlocks>
+void launch(const cuda::GatherGemm& g, cudaStream_t stream) {
+  auto* kernel = &sparse_conv_sm90_kernel<Traits, kMinBlocks>;
+  TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     Traits::kSmemBytes));
+  ConvKernelParams p{};
+  p.map = g.map;
+  p.row_order = g.row_order;
+  p.volume = g.volume;
+  p.rows = g.rows;
+  p.features = g.features;
+  p.feature_rows = g.feature_rows;
+  p.weight = g.weight;
+  p.cin = g.in_channels;
+  p.cout = g.out_channels;
+  p.out = g.out;
+  p.col_tiles = int((g.out_channels + Traits::kBlockN - 1) / Traits::kBlockN);
+  const int64_t row_tiles = (g.rows + Traits::kBlockM - 1) / Traits::kBlockM;
+  kernel<<<dim3(unsigned(row_tiles * p.col_tiles)), Traits::kThreads, Traits::kSmemBytes,
+           stream>>>(p);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+// Tiles: 128 x 128 output channels at C_out a multiple of 128 (one CTA an SM, 5 stages);
+// 128 x 64 otherwise (two CTAs an SM, 4 stages each), so that two CTAs' tile starts (the map
+// reads) overlap each other's products.
+template <class Element, bool kTransposedWeight>
+void launch_for(const cuda::GatherGemm& g, cudaStream_t stream) {
+  if (g.out_channels % 128 == 0)
+    launch<ConvTraits<Element, 128, 5, kTransposedWeight>, 1>(g, stream);
+  else
+    launch<ConvTraits<Element, 64, 4, kTransposedWeight>, 2>(g, stream);
+}
+
+template <class Element>
+void launch_sparse_conv_sm90(const cuda::GatherGemm& g, cudaStream_t stream) {
+  if (g.transpose_weight)
+    launch_for<Element, true>(g, stream);
+  else
+    launch_for<Element, false>(g, stream);
+}
+
+}  // namespace tilegrid::grid::sm90
