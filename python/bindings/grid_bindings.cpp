@@ -294,12 +294,13 @@ void bind_grid(nb::module_& m) {
   m.def(
       "sparse_conv_backward_weight",
       [](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> grad_out,
-         nb::ndarray<> grad_weight, uintptr_t stream) {
+         nb::ndarray<> grad_weight, uintptr_t stream, std::optional<nb::ndarray<>> row_order) {
         grid::sparse_conv_backward_weight(as_view(map), as_view(features), as_view(grad_out),
-                                          as_view(grad_weight), as_stream(stream));
+                                          as_view(grad_weight), as_stream(stream),
+                                          row_order ? as_view(*row_order) : TensorView{});
       },
       nb::arg("map"), nb::arg("features"), nb::arg("grad_out"), nb::arg("grad_weight"),
-      nb::arg("stream") = 0);
+      nb::arg("stream") = 0, nb::arg("row_order") = nb::none());
 
   // .nvdb files: features cross as DLPack capsules, one per tensor.
   m.def(

@@ -84,6 +84,7 @@ def sparse_conv_backward(
     weight: torch.Tensor,
     kernel_map: torch.Tensor,
     inverse_map: torch.Tensor,
+    row_order: torch.Tensor,
     inverse_row_order: torch.Tensor,
     need_features: bool,
     need_weight: bool,
@@ -99,13 +100,15 @@ def sparse_conv_backward(
         )
     if need_weight:
         grad_weight = torch.empty_like(weight)
-        _C.sparse_conv_backward_weight(kernel_map, features, grad_out, grad_weight, stream)
+        _C.sparse_conv_backward_weight(
+            kernel_map, features, grad_out, grad_weight, stream, _order(row_order)
+        )
     return grad_features, grad_weight
 
 
 @sparse_conv_backward.register_fake
-def _(grad_out, features, weight, kernel_map, inverse_map, inverse_row_order, need_features,
-      need_weight):
+def _(grad_out, features, weight, kernel_map, inverse_map, row_order, inverse_row_order,
+      need_features, need_weight):
     return (
         torch.empty_like(features) if need_features else features.new_empty(0),
         torch.empty_like(weight) if need_weight else weight.new_empty(0),
@@ -113,16 +116,16 @@ def _(grad_out, features, weight, kernel_map, inverse_map, inverse_row_order, ne
 
 
 def _setup_context(ctx, inputs, output):
-    features, weight, kernel_map, inverse_map, _, inverse_row_order = inputs
-    ctx.save_for_backward(features, weight, kernel_map, inverse_map, inverse_row_order)
+    features, weight, kernel_map, inverse_map, row_order, inverse_row_order = inputs
+    ctx.save_for_backward(features, weight, kernel_map, inverse_map, row_order, inverse_row_order)
 
 
 def _backward(ctx, grad_out):
-    features, weight, kernel_map, inverse_map, inverse_row_order = ctx.saved_tensors
+    features, weight, kernel_map, inverse_map, row_order, inverse_row_order = ctx.saved_tensors
     need_features, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     grad_features, grad_weight = sparse_conv_backward(
-        grad_out.contiguous(), features, weight, kernel_map, inverse_map, inverse_row_order,
-        need_features, need_weight,
+        grad_out.contiguous(), features, weight, kernel_map, inverse_map, row_order,
+        inverse_row_order, need_features, need_weight,
     )
     return (
         grad_features if need_features else None,

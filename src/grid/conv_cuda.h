@@ -55,6 +55,7 @@ struct WeightGrad {
   int64_t in_channels, out_channels;
   void* grad_weight;  // [volume, in_channels, out_channels]
   DType dtype;
+  const int32_t* row_order = nullptr;  // [rows]: the forward's (GatherGemm::row_order)
 };
 void sparse_conv_backward_weight(const WeightGrad& problem, int device, Stream stream);
 

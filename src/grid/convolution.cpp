@@ -119,6 +119,17 @@ void check_permutation(const char* op, const TensorView& order) {
   }
 }
 
+// Whether a row order is given (an empty one means none), after checking its form.
+bool check_row_order(const char* op, const TensorView& order, int64_t rows, Device device) {
+  if (order.data == nullptr || order.numel() == 0) return false;
+  check_dtype(op, "row_order", order, {DType::Int32});
+  check_shape(op, "row_order", order, {rows});
+  check_contiguous(op, "row_order", order);
+  TG_CHECK_VALUE(order.device == device, op, ": row_order is on ", order.device,
+                 " but the map is on ", device);
+  return true;
+}
+
 void check_float(const char* op, const char* name, const TensorView& t) {
   check_dtype(op, name, t, {DType::Float64, DType::Float32, DType::Float16, DType::BFloat16});
   check_ndim(op, name, t, 2);
@@ -231,14 +242,7 @@ void sparse_conv_forward(const TensorView& map, const TensorView& features,
     check_weight(kOp, "weight", weight, volume, cout, cin, dtype, map.device);
   else
     check_weight(kOp, "weight", weight, volume, cin, cout, dtype, map.device);
-  const bool ordered = row_order.data != nullptr && row_order.numel() > 0;
-  if (ordered) {
-    check_dtype(kOp, "row_order", row_order, {DType::Int32});
-    check_shape(kOp, "row_order", row_order, {rows});
-    check_contiguous(kOp, "row_order", row_order);
-    TG_CHECK_VALUE(row_order.device == map.device, kOp, ": row_order is on ", row_order.device,
-                   " but the map is on ", map.device);
-  }
+  const bool ordered = check_row_order(kOp, row_order, rows, map.device);
   if (map.device.is_cuda()) {
     require_cuda_build(kOp);
 #ifdef TILEGRID_WITH_CUDA
@@ -259,7 +263,7 @@ void sparse_conv_forward(const TensorView& map, const TensorView& features,
 
 void sparse_conv_backward_weight(const TensorView& map, const TensorView& features,
                                  const TensorView& grad_out, const TensorView& grad_weight,
-                                 Stream stream) {
+                                 Stream stream, const TensorView& row_order) {
   constexpr const char* kOp = "sparse_conv_backward_weight";
   check_map(kOp, map);
   check_float(kOp, "features", features);
@@ -270,16 +274,19 @@ void sparse_conv_backward_weight(const TensorView& map, const TensorView& featur
   check_matrix(kOp, "features", features, features.size(0), cin, dtype, map.device);
   check_matrix(kOp, "grad_out", grad_out, rows, cout, dtype, map.device);
   check_weight(kOp, "grad_weight", grad_weight, volume, cin, cout, dtype, map.device);
+  const bool ordered = check_row_order(kOp, row_order, rows, map.device);
   if (map.device.is_cuda()) {
     require_cuda_build(kOp);
 #ifdef TILEGRID_WITH_CUDA
-    cuda::sparse_conv_backward_weight({map.data_ptr<const int32_t>(), volume, rows, features.data,
-                                       features.size(0), grad_out.data, cin, cout, grad_weight.data, dtype},
-                                      map.device.index, stream);
+    cuda::WeightGrad problem{map.data_ptr<const int32_t>(), volume, rows, features.data,
+                             features.size(0), grad_out.data, cin, cout, grad_weight.data, dtype};
+    problem.row_order = ordered ? row_order.data_ptr<const int32_t>() : nullptr;
+    cuda::sparse_conv_backward_weight(problem, map.device.index, stream);
 #endif
     return;
   }
   check_map_rows(kOp, map, features.size(0));
+  if (ordered) check_permutation(kOp, row_order);
   cpu::sparse_conv_backward_weight(map.data_ptr<const int32_t>(), volume, rows, features.data,
                                    features.size(0), grad_out.data, cin, cout, grad_weight.data,
                                    dtype);

@@ -219,8 +219,26 @@ void launch_forward(const GatherGemm& p, cudaStream_t s) {
 }
 
 template <class T, class Acc>
-void launch_weight_grad(const WeightGrad& p, int device, Stream stream) {
+void sum_chunks(const Tensor& partials, int64_t chunks, int64_t n, void* grad_weight,
+                cudaStream_t s) {
+  sum_chunks_kernel<T, Acc><<<unsigned(std::min<int64_t>(ceil_div(n, 256), 1 << 16)), 256, 0, s>>>(
+      static_cast<const Acc*>(partials.data()), chunks, n, static_cast<T*>(grad_weight));
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, class Acc>
+void launch_weight_grad(const WeightGrad& p, int device, Stream stream, ConvKernel kernel) {
   const cudaStream_t s = raw(stream);
+#ifdef TILEGRID_WITH_SM90_CONV
+  if constexpr (std::is_same_v<Acc, float>) {
+    Tensor hopper_partials;
+    int64_t hopper_chunks = 0;
+    if (kernel == ConvKernel::Auto &&
+        sparse_conv_weight_partials_sm90(p, device, stream, hopper_partials, hopper_chunks))
+      return sum_chunks<T, Acc>(hopper_partials, hopper_chunks,
+                                p.volume * p.in_channels * p.out_channels, p.grad_weight, s);
+  }
+#endif
   const int64_t tiles = ceil_div(p.in_channels, kTileRows) * ceil_div(p.out_channels, kTileCols);
   // About 2048 (tap, tile, chunk) blocks, chunks of at least 256 rows: enough blocks to fill a
   // GPU, and partials of at most ~2048 x 64 x 64 elements.
@@ -235,16 +253,15 @@ void launch_weight_grad(const WeightGrad& p, int device, Stream stream) {
   Acc* partial = static_cast<Acc*>(partials.data());
   bool done = false;
   if constexpr (std::is_same_v<Acc, float>)
-    done = sparse_conv_weight_partials_mma(p, chunks, chunk_rows, partial, device, stream);
+    if (kernel != ConvKernel::Simt)
+      done = sparse_conv_weight_partials_mma(p, chunks, chunk_rows, partial, device, stream);
   if (!done) {
     weight_grad_kernel<T, Acc><<<grid, kThreads, 0, s>>>(
         p.map, p.volume, p.rows, static_cast<const T*>(p.features), p.feature_rows,
         static_cast<const T*>(p.grad_out), p.in_channels, p.out_channels, chunk_rows, partial);
     TG_CUDA_CHECK_LAUNCH();
   }
-  sum_chunks_kernel<T, Acc><<<unsigned(std::min<int64_t>(ceil_div(n, 256), 1 << 16)), 256, 0, s>>>(
-      static_cast<const Acc*>(partials.data()), chunks, n, static_cast<T*>(p.grad_weight));
-  TG_CUDA_CHECK_LAUNCH();
+  sum_chunks<T, Acc>(partials, chunks, n, p.grad_weight, s);
 }
 
 }  // namespace
@@ -270,11 +287,12 @@ void sparse_conv_forward(const GatherGemm& p, int device, Stream stream) {
 void sparse_conv_backward_weight(const WeightGrad& p, int device, Stream stream) {
   if (p.volume * p.in_channels * p.out_channels == 0) return;
   CudaDeviceGuard guard(device);
+  const ConvKernel kernel = conv_kernel_choice();
   switch (p.dtype) {
-    case DType::Float64: return launch_weight_grad<double, double>(p, device, stream);
-    case DType::Float32: return launch_weight_grad<float, float>(p, device, stream);
-    case DType::Float16: return launch_weight_grad<__half, float>(p, device, stream);
-    case DType::BFloat16: return launch_weight_grad<__nv_bfloat16, float>(p, device, stream);
+    case DType::Float64: return launch_weight_grad<double, double>(p, device, stream, kernel);
+    case DType::Float32: return launch_weight_grad<float, float>(p, device, stream, kernel);
+    case DType::Float16: return launch_weight_grad<__half, float>(p, device, stream, kernel);
+    case DType::BFloat16: return launch_weight_grad<__nv_bfloat16, float>(p, device, stream, kernel);
     default:
       throw TypeError(detail::concat("sparse_conv_backward_weight: unsupported dtype ", p.dtype));
   }

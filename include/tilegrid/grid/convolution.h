@@ -82,9 +82,9 @@ void sparse_conv_forward(const TensorView& map, const TensorView& features,
 // grad_weight[t] = sum over outputs o with map[t][o] >= 0 of features[map[t][o]]^T grad_out[o]:
 // [kernel_volume, C_in, C_out] (overwritten) in the features' dtype. The sum runs in a fixed
 // order (float32 partials over fixed chunks of outputs, then added chunk by chunk), so it is
-// the same bits on every run.
+// the same bits on every run. row_order: the forward's (optional, speed only, as there).
 void sparse_conv_backward_weight(const TensorView& map, const TensorView& features,
                                  const TensorView& grad_out, const TensorView& grad_weight,
-                                 Stream stream = {});
+                                 Stream stream = {}, const TensorView& row_order = {});
 
 }  // namespace tilegrid::grid

@@ -27,6 +27,8 @@
 #include <type_traits>
 
 #include "grid/sm90/sparse_conv_sm90.h"
+#include "grid/sm90/sparse_conv_sm90_copy.cuh"
+#include "grid/sm90/sparse_conv_sm90_params.h"
 
 namespace tilegrid::grid::sm90 {
 
@@ -69,26 +71,6 @@ struct ConvTraits {
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper CTA may have");
 };
-
-struct ConvKernelParams {
-  const int32_t* map;        // [volume, rows]
-  const int32_t* row_order;  // [rows] or null
-  int64_t volume, rows;
-  const void* features;  // [feature_rows, cin]
-  int64_t feature_rows;
-  const void* weight;
-  int64_t cin, cout;
-  void* out;  // [rows, cout]
-  int col_tiles;
-};
-
-// 16 bytes global -> shared, bypassing L1; src_bytes 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-  const uint32_t dst = cast_smem_ptr_to_uint(smem);
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(src_bytes));
-}
 
 template <class Traits, int kMinBlocks>
 __global__ void __launch_bounds__(Traits::kThreads, kMinBlocks)

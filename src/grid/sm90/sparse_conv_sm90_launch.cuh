@@ -4,6 +4,7 @@
 #include "core/cuda_check.h"
 #include "grid/conv_cuda.h"
 #include "grid/sm90/sparse_conv_sm90_kernel.cuh"
+#include "grid/sm90/sparse_conv_sm90_wgrad_kernel.cuh"
 
 namespace tilegrid::grid::sm90 {
 
@@ -47,6 +48,28 @@ void launch_sparse_conv_sm90(const cuda::GatherGemm& g, cudaStream_t stream) {
     launch_for<Element, true>(g, stream);
   else
     launch_for<Element, false>(g, stream);
+}
+
+template <class Traits>
+void launch_wgrad_with(WgradKernelParams p, int64_t volume, cudaStream_t stream) {
+  auto* kernel = &sparse_conv_sm90_wgrad_kernel<Traits>;
+  TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     Traits::kSmemBytes));
+  const int64_t m_tiles = (p.cin + Traits::kBlockM - 1) / Traits::kBlockM;
+  p.n_tiles = int((p.cout + Traits::kBlockN - 1) / Traits::kBlockN);
+  const dim3 grid(unsigned(m_tiles * p.n_tiles), unsigned(volume), unsigned(p.chunks));
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+// Weight-gradient tiles: 128 x 128 with two multiplying warpgroups (6 stages of 32 KB), or
+// 64 x 64 with one (8 stages of 16 KB); see wgrad_tile_rows.
+template <class Element>
+void launch_sparse_conv_sm90_wgrad(const WgradKernelParams& p, int tile, cudaStream_t stream) {
+  if (tile == 128)
+    launch_wgrad_with<WgradTraits<Element, 2, 6>>(p, p.volume, stream);
+  else
+    launch_wgrad_with<WgradTraits<Element, 1, 8>>(p, p.volume, stream);
 }
 
 }  // namespace tilegrid::grid::sm90

@@ -198,10 +198,10 @@ def test_low_precision_against_float64(device, dtype, cin, cout):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("cin,cout,k", [(64, 64, 3), (64, 128, 3), (72, 256, 3), (128, 64, 2), (32, 48, 1)])
 def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout, k):
-    """Each GPU kernel family on the same convolution: `auto` is the Hopper (wgmma) kernel on
-    an H200 (tiles of 64 and 128 output channels, input channels with a remainder, k 1/2/3),
-    mma the WMMA tiles, simt the CUDA cores. Outputs and gradients are poisoned first (NaN
-    where a row was not written)."""
+    """Each GPU kernel family on the same convolution, forward, input and weight gradients:
+    `auto` is the Hopper (wgmma) kernels on an H200 (tiles of 64 and 128 channels, channels
+    with a remainder, k 1/2/3), mma the WMMA tiles, simt the CUDA cores. Outputs and gradients
+    are poisoned first (NaN where an element was not written)."""
     monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", kernel)
     grid = random_grid("cuda", sizes=(900, 0, 1, 400), spread=9, far=True)
     s = 2 if k == 2 else 1
@@ -211,10 +211,10 @@ def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout,
     x = torch.randn(grid.total_voxels, cin, device="cuda").to(dtype)
     w = (torch.randn(cout, cin, k, k, k, device="cuda") / (cin * k**3) ** 0.5).to(dtype)
     g = torch.randn(target.total_voxels, cout, device="cuda").to(dtype)
-    want_x = plan.execute(x.double().requires_grad_(), w.double())
-    xr = x.double().requires_grad_()
-    want = plan.execute(xr, w.double())
-    want.backward(g.double())
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    want_x = plan.execute(xr, wr)
+    want_x.backward(g.double())
+    want_w = wr.grad.reshape(cout, cin, -1).permute(2, 1, 0)
     # The ops directly, into NaN-filled outputs.
     taps = w.reshape(cout, cin, -1).permute(2, 1, 0).contiguous()
     out = torch.full((target.total_voxels, cout), float("nan"), device="cuda", dtype=dtype)
@@ -222,8 +222,10 @@ def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout,
     tg._C.sparse_conv_forward(plan.kernel_map, x, taps, out, False, stream, plan.row_order)
     grad_x = torch.full_like(x, float("nan"))
     tg._C.sparse_conv_forward(plan.inverse_map, g, taps, grad_x, True, stream, plan.inverse_row_order)
+    grad_w = torch.full_like(taps, float("nan"))
+    tg._C.sparse_conv_backward_weight(plan.kernel_map, x, g, grad_w, stream, plan.row_order)
     tol = {torch.float16: 1e-2, torch.bfloat16: 4e-2}[dtype]
-    for a, b in ((out, want_x), (grad_x, xr.grad)):
+    for a, b in ((out, want_x), (grad_x, xr.grad), (grad_w, want_w)):
         assert not a.isnan().any()
         assert (a.double() - b).abs().max().item() <= tol * b.abs().max().item()
 
