@@ -75,17 +75,14 @@ def _check_unsupported(dropout_p, alibi_slopes, block_table=None) -> None:
 
 def _kernel_ready(x: torch.Tensor) -> torch.Tensor:
     """x itself when the kernels take its layout (last dimension contiguous; on CUDA, strides
-    multiples of 8 elements and 16-byte aligned data), else a contiguous copy, as FA copies."""
+    multiples of 8 elements and 16-byte aligned data), else a contiguous copy, as FA copies.
+    Under torch.compile only the strides are checked here (Dynamo traces neither data_ptr nor
+    storage_offset); the custom ops' bodies run it again on the real tensors, address too."""
     if x.dim() == 0 or x.stride(-1) != 1:
         return x.contiguous()
     if x.is_cuda:
         strides_ok = all(s % 8 == 0 or n == 1 for s, n in zip(x.stride()[:-1], x.shape[:-1]))
-        # A tensor traced by torch.compile has no address (data_ptr); its storage's start is
-        # aligned by the allocator, so its offset into the storage decides.
-        if torch.compiler.is_compiling():
-            aligned = x.storage_offset() * x.element_size() % 16 == 0
-        else:
-            aligned = x.data_ptr() % 16 == 0
+        aligned = torch.compiler.is_compiling() or x.data_ptr() % 16 == 0
         if not strides_ok or not aligned:
             return x.contiguous()
     return x
@@ -110,6 +107,7 @@ def flash_attn_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
     window_left: int, window_right: int, softcap: float, deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    q, k, v = (_kernel_ready(t) for t in (q, k, v))
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     _C.flash_attn_forward(
@@ -131,6 +129,7 @@ def flash_attn_backward(
     lse: torch.Tensor, dlse: Optional[torch.Tensor], softmax_scale: float, causal: bool,
     window_left: int, window_right: int, softcap: float, deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    q, k, v, out = (_kernel_ready(t) for t in (q, k, v, out))
     dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
     dlse = None if dlse is None else dlse.contiguous()  # autograd may pass expanded zeros
     _C.flash_attn_backward(
@@ -152,6 +151,7 @@ def flash_attn_varlen_forward(
     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
     causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    q, k, v = (_kernel_ready(t) for t in (q, k, v))
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
     _C.flash_attn_varlen_forward(
@@ -175,6 +175,7 @@ def flash_attn_varlen_backward(
     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
     causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    q, k, v, out = (_kernel_ready(t) for t in (q, k, v, out))
     dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
     dlse = None if dlse is None else dlse.contiguous()
     _C.flash_attn_varlen_backward(
