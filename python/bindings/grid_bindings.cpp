@@ -11,6 +11,7 @@
 #include "tilegrid/grid/grid_batch.h"
 #include "tilegrid/grid/marching_cubes.h"
 #include "tilegrid/grid/nvdb_io.h"
+#include "tilegrid/grid/pooling.h"
 #include "tilegrid/grid/rays.h"
 #include "tilegrid/grid/sampling.h"
 #include "tilegrid/grid/tsdf.h"
@@ -301,6 +302,39 @@ void bind_grid(nb::module_& m) {
       },
       nb::arg("map"), nb::arg("features"), nb::arg("grad_out"), nb::arg("grad_weight"),
       nb::arg("stream") = 0, nb::arg("row_order") = nb::none());
+
+  m.def(
+      "max_pool_forward",
+      [](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> out, nb::ndarray<> argmax,
+         uintptr_t stream) {
+        grid::max_pool_forward(as_view(map), as_view(features), as_view(out), as_view(argmax),
+                               as_stream(stream));
+      },
+      nb::arg("map"), nb::arg("features"), nb::arg("out"), nb::arg("argmax"), nb::arg("stream") = 0);
+  m.def(
+      "max_pool_backward",
+      [](nb::ndarray<> inverse, nb::ndarray<> argmax, nb::ndarray<> grad_out,
+         nb::ndarray<> grad_features, uintptr_t stream) {
+        grid::max_pool_backward(as_view(inverse), as_view(argmax), as_view(grad_out),
+                                as_view(grad_features), as_stream(stream));
+      },
+      nb::arg("inverse"), nb::arg("argmax"), nb::arg("grad_out"), nb::arg("grad_features"),
+      nb::arg("stream") = 0);
+  m.def(
+      "avg_pool_forward",
+      [](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> out, uintptr_t stream) {
+        grid::avg_pool_forward(as_view(map), as_view(features), as_view(out), as_stream(stream));
+      },
+      nb::arg("map"), nb::arg("features"), nb::arg("out"), nb::arg("stream") = 0);
+  m.def(
+      "avg_pool_backward",
+      [](nb::ndarray<> map, nb::ndarray<> inverse, nb::ndarray<> grad_out,
+         nb::ndarray<> grad_features, uintptr_t stream) {
+        grid::avg_pool_backward(as_view(map), as_view(inverse), as_view(grad_out),
+                                as_view(grad_features), as_stream(stream));
+      },
+      nb::arg("map"), nb::arg("inverse"), nb::arg("grad_out"), nb::arg("grad_features"),
+      nb::arg("stream") = 0);
 
   // .nvdb files: features cross as DLPack capsules, one per tensor.
   m.def(

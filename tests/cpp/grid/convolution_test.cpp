@@ -108,6 +108,39 @@ TEST(Convolution, ForwardAndWeightGradientMatchNaiveLoops) {
     }
 }
 
+// The row order is a permutation that sorts the rows by their tap masks, equal keys in row
+// order; the forward with it gives the same bits as without (the CPU checks it and ignores it).
+TEST(Convolution, RowOrderSortsRowsByTheirTapsAndLeavesResultsAlone) {
+  const GridBatch grid = random_grid(400, 6);
+  const Tensor map = kernel_map(grid, grid, {});
+  const int64_t n = grid.total_voxels();
+  const Tensor order = kernel_map_row_order(map.view());
+  ASSERT_EQ(order.numel(), n);
+  const int32_t* m = static_cast<const int32_t*>(map.data());
+  const int32_t* ord = static_cast<const int32_t*>(order.data());
+  auto key = [&](int32_t o) {
+    uint64_t k = 0;
+    for (int t = 0; t < 27; ++t) k |= uint64_t(m[t * n + o] >= 0) << t;
+    return k;
+  };
+  std::vector<bool> seen(size_t(n), false);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(ord[i] >= 0 && ord[i] < n && !seen[size_t(ord[i])]) << "at " << i;
+    seen[size_t(ord[i])] = true;
+    if (i > 0) {
+      ASSERT_LE(key(ord[i - 1]), key(ord[i])) << "at " << i;
+      if (key(ord[i - 1]) == key(ord[i])) ASSERT_LT(ord[i - 1], ord[i]) << "at " << i;
+    }
+  }
+  const Tensor x = random_tensor({n, 3}), w = random_tensor({27, 3, 2});
+  const TensorView& wv = w.view();
+  Tensor plain = Tensor::empty({n, 2}, DType::Float64, Device::cpu());
+  Tensor ordered = Tensor::empty({n, 2}, DType::Float64, Device::cpu());
+  sparse_conv_forward(map.view(), x.view(), wv, plain.view());
+  sparse_conv_forward(map.view(), x.view(), wv, ordered.view(), false, {}, order.view());
+  EXPECT_EQ(std::memcmp(plain.data(), ordered.data(), size_t(plain.numel()) * sizeof(double)), 0);
+}
+
 TEST(Convolution, BadArgumentsSayWhatWasExpected) {
   const GridBatch grid = random_grid(50, 4);
   const Tensor map = kernel_map(grid, grid, {});

@@ -196,11 +196,13 @@ def test_low_precision_against_float64(device, dtype, cin, cout):
 @requires_cuda
 @pytest.mark.parametrize("kernel", ["auto", "mma", "simt"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("cin,cout,k", [(64, 64, 3), (64, 128, 3), (72, 256, 3), (128, 64, 2), (32, 48, 1)])
+@pytest.mark.parametrize(
+    "cin,cout,k", [(64, 64, 3), (64, 128, 3), (72, 256, 3), (128, 64, 2), (32, 48, 1), (24, 32, 3)]
+)
 def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout, k):
     """Each GPU kernel family on the same convolution, forward, input and weight gradients:
-    `auto` is the Hopper (wgmma) kernels on an H200 (tiles of 64 and 128 channels, channels
-    with a remainder, k 1/2/3), mma the WMMA tiles, simt the CUDA cores. Outputs and gradients
+    `auto` is the Hopper (wgmma) kernels on an H200 (tiles of 64 and 128 channels, K steps of
+    64 and of 32 channels (C_in <= 32), channels with a remainder, k 1/2/3), mma the WMMA tiles, simt the CUDA cores. Outputs and gradients
     are poisoned first (NaN where an element was not written)."""
     monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", kernel)
     grid = random_grid("cuda", sizes=(900, 0, 1, 400), spread=9, far=True)
@@ -305,6 +307,57 @@ def test_pooling_matches_coarsen_features(device):
         assert torch.equal(got_grid.ijk().jdata.cpu(), coarse.ijk().jdata.cpu())
         want = grid.coarsen_features(coarse, x, 2, reduce)
         torch.testing.assert_close(got.jdata, want)
+
+
+def _pool_reference(plan, x, reduce):
+    """float64 pooling by gathering every tap (the map's definition)."""
+    present = (plan.kernel_map >= 0).cpu()
+    g = x.double().cpu()[plan.kernel_map.clamp(min=0).long().cpu()]  # [taps, N_out, C]
+    if reduce == "max":
+        out = g.masked_fill(~present[..., None], float("-inf")).amax(0)
+    else:
+        out = (g * present[..., None]).sum(0) / present.sum(0).clamp(min=1)[:, None]
+    return out.masked_fill(~present.any(0)[:, None], 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_pooling_ops_against_float64_with_overlapping_windows(device, dtype):
+    """Windows of 3 every 2 voxels overlap (an input in several windows). Forward against the
+    gathered reference; the gradients by gradcheck in float64, and in other dtypes against
+    float64 (max: the gradient lands on each window's maximum)."""
+    grid = random_grid(device, sizes=(300, 0, 1, 40), spread=7)
+    x = torch.randn(grid.total_voxels, 5, device=device).to(dtype)
+    for reduce, pool in (("max", grid.max_pool), ("avg", grid.avg_pool)):
+        got, coarse = pool(3, x, stride=2)
+        plan = tg.ConvolutionPlan.from_grid_batch(3, 2, grid, coarse)
+        want = _pool_reference(plan, x, reduce)
+        tol = {torch.float64: 1e-12, torch.float32: 1e-6, torch.bfloat16: 1e-2}[dtype]
+        assert (got.jdata.double().cpu() - want).abs().max().item() <= tol
+        xr = x.double().requires_grad_()
+        if dtype == torch.float64:
+            assert torch.autograd.gradcheck(lambda v: pool(3, v, stride=2)[0].jdata, (xr,))
+        else:
+            g = torch.randn(coarse.total_voxels, 5, device=device)
+            pool(3, xr, stride=2)[0].jdata.backward(g.double())
+            xl = x.clone().requires_grad_()
+            pool(3, xl, stride=2)[0].jdata.backward(g.to(dtype))
+            scale = xr.grad.abs().max().item()
+            assert (xl.grad.double() - xr.grad).abs().max().item() <= 8 * tol * scale
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_pooling_on_the_gpu_equals_the_cpu():
+    grid = random_grid("cpu", sizes=(500, 1, 200), spread=9, far=True)
+    x = torch.randn(grid.total_voxels, 3, 4, dtype=torch.float32)
+    g = grid.cuda()
+    for name in ("max_pool", "avg_pool"):
+        a, ca = getattr(grid, name)(2, x)
+        b, cb = getattr(g, name)(2, x.cuda())
+        assert torch.equal(ca.ijk().jdata, cb.ijk().jdata.cpu())
+        assert a.jdata.shape == (ca.total_voxels, 3, 4)
+        torch.testing.assert_close(b.jdata.cpu(), a.jdata, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("device", DEVICES)
