@@ -3,9 +3,12 @@
 A window of kernel_size voxels every stride voxels is a convolution's receptive field: the
 coarse grid is source.conv_grid(kernel_size, stride) (for kernel_size = stride, the
 coarsened grid), and the ConvolutionPlan's map names each window's active inputs; every
-coarse voxel of conv_grid has at least one. Float features run the C++/CUDA ops of
+coarse voxel of conv_grid has at least one. Float features on the CPU run the C++ ops of
 tilegrid/grid/pooling.h (custom ops, differentiable: max pooling's gradient goes to the
-window's first maximum, as fVDB's); other dtypes reduce over the map's taps in torch.
+window's first maximum); GPU tensors and other dtypes reduce over the map's taps in torch
+(there max pooling's gradient is split between tied maxima, as torch's amax does). The ops'
+CUDA kernels exist and are tested directly (tests/python/grid/test_sparse_conv.py) but are not
+yet taken here: they have not yet run on a GPU.
 """
 
 from __future__ import annotations
@@ -20,6 +23,11 @@ from .jagged_tensor import JaggedTensor
 from .sparse_conv import ConvolutionPlan, vec3
 
 _FLOATS = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+
+
+def _use_pool_ops(features: torch.Tensor) -> bool:
+    """Whether the C++ pooling ops take these features (see the module text)."""
+    return features.dtype in _FLOATS and not features.is_cuda
 
 
 # ---- the custom ops: [N_in, C] features over a map [taps, N_out] and its inverse --------------
@@ -142,7 +150,7 @@ def max_pool(fine_grid, kernel_size, data, stride=None, coarse_grid=None):
     active voxels."""
     features = _features("max_pool", fine_grid, data)
     plan = _plan("max_pool", fine_grid, kernel_size, stride, coarse_grid)
-    if features.dtype in _FLOATS:
+    if _use_pool_ops(features):
         pooled = _pooled_rows(_max_pool, plan, features)
         return JaggedTensor._from_trusted(pooled, plan.target_grid.voxel_offsets), plan.target_grid
     gathered, present = _gather(plan, features)
@@ -157,7 +165,7 @@ def avg_pool(fine_grid, kernel_size, data, stride=None, coarse_grid=None):
     """(pooled features, coarse grid): the mean over each window's active voxels."""
     features = _features("avg_pool", fine_grid, data)
     plan = _plan("avg_pool", fine_grid, kernel_size, stride, coarse_grid)
-    if features.dtype in _FLOATS:
+    if _use_pool_ops(features):
         pooled = _pooled_rows(_avg_pool, plan, features)
         return JaggedTensor._from_trusted(pooled, plan.target_grid.voxel_offsets), plan.target_grid
     gathered, present = _gather(plan, features)

@@ -8,8 +8,8 @@
 //    (kernel_map_row_order) make the tiles' tap sets close to each row's own (9.5 of 27 taps
 //    a row on a surface scene): the order is the caller's, `row_order[i]` being the output
 //    row that the tile's i-th row computes (identity without one).
-//  - The K loop runs over (tap present, 64 input channels; 32 where C_in <= 32). A step
-//    gathers 128 rows x 64 channels of the features (16-byte cp.async, zero-filled for absent rows and channels
+//  - The K loop runs over (tap present, 64 input channels). A step gathers 128 rows x 64
+//    channels of the features (16-byte cp.async, zero-filled for absent rows and channels
 //    past C_in) and the tap's 64 x kBlockN weight slice into one stage of a kStages ring,
 //    both in the 128-byte swizzled layouts wgmma reads. kStages - 2 steps are loaded ahead:
 //    a stage is refilled only after every warpgroup's wgmma of it completed (the wait for all
@@ -34,13 +34,10 @@ namespace tilegrid::grid::sm90 {
 
 using namespace cute;
 
-// kBlockK: the input channels of a K step, 64 (one 128-byte swizzle row) or 32 (64-byte rows,
-// for C_in <= 32, where a 64-channel step would be half zeros).
-template <class Element_, int kBlockN_, int kStages_, bool kTransposedWeight_, int kBlockK_ = 64>
+template <class Element_, int kBlockN_, int kStages_, bool kTransposedWeight_>
 struct ConvTraits {
   using Element = Element_;
-  static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = kBlockK_, kStages = kStages_;
-  static_assert(kBlockK == 64 || kBlockK == 32, "K steps of 64 or 32 channels");
+  static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 64, kStages = kStages_;
   static constexpr int kAhead = kStages - 2;  // steps loaded ahead of the one multiplied
   static constexpr bool kTransposedWeight = kTransposedWeight_;
   static constexpr int kThreads = 256;
@@ -55,12 +52,11 @@ struct ConvTraits {
       GMMA::ss_op_selector<Element, Element, float, cute::Shape<_64, BlockN, BlockK>, GMMA::Major::K,
                            kMajorB>(),
       cute::Layout<cute::Shape<_2, _1, _1>>{}));
-  // A (rows, channels, stage): a K step's channels = one swizzle row.
-  using SmemAtomK = std::conditional_t<kBlockK == 64, GMMA::Layout_K_SW128_Atom<Element>,
-                                       GMMA::Layout_K_SW64_Atom<Element>>;
-  using SmemLayoutA = decltype(tile_to_shape(SmemAtomK{}, cute::Shape<BlockM, BlockK, Stages>{}));
+  // A (rows, channels, stage): 64 channels = one 128-byte swizzle row.
+  using SmemLayoutA =
+      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<BlockM, BlockK, Stages>{}));
   // B (output channels, input channels, stage).
-  using SmemAtomB = std::conditional_t<kTransposedWeight, SmemAtomK,
+  using SmemAtomB = std::conditional_t<kTransposedWeight, GMMA::Layout_K_SW128_Atom<Element>,
                                        GMMA::Layout_MN_SW128_Atom<Element>>;
   using SmemLayoutB = decltype(tile_to_shape(SmemAtomB{}, cute::Shape<BlockN, BlockK, Stages>{}));
 
@@ -133,20 +129,18 @@ __global__ void __launch_bounds__(Traits::kThreads, kMinBlocks)
   const int k_chunks = int((cin + kBlockK - 1) / kBlockK);
   const int steps = tap_count * k_chunks;
 
-  // Step `it` into stage it % kStages. A row of a step is kChunksK 16-byte chunks: A is
-  // kBlockM rows of them (rows tid / kChunksK + kRowsK j), B kBlockK rows of kBlockN / 8
-  // (forward) or kBlockN rows of kChunksK (transposed).
-  constexpr int kChunksK = kBlockK / 8, kRowsK = kThreads / kChunksK;
+  // Step `it` into stage it % kStages: 4 A chunks (rows tid/8 + 32j, channels 8(tid%8)) and
+  // kBlockN/32 B chunks a thread.
   auto load = [&](int it) {
     const int t = smem.taps[it / k_chunks];
     const int64_t k0 = int64_t(it % k_chunks) * kBlockK;
     const int stage = it % kStages;
     {
-      const int c = tid % kChunksK;
+      const int c = tid % 8;
       const bool channel_in = k0 + c * 8 < cin;
       CUTE_UNROLL
-      for (int j = 0; j < kBlockM / kRowsK; ++j) {
-        const int r = tid / kChunksK + kRowsK * j;
+      for (int j = 0; j < kBlockM / 32; ++j) {
+        const int r = tid / 8 + 32 * j;
         const int32_t n = smem.map[t][r];
         const bool valid = n >= 0 && channel_in;
         cp_async_16(&sA(r, c * 8, stage), valid ? features + int64_t(n) * cin + k0 + c * 8 : features,
@@ -154,9 +148,8 @@ __global__ void __launch_bounds__(Traits::kThreads, kMinBlocks)
       }
     }
     if constexpr (!Traits::kTransposedWeight) {
-      // weight[t] is [cin][cout]: kBlockK rows of kBlockN / 8 chunks.
+      // weight[t] is [cin][cout]: 64 rows of kBlockN / 8 chunks.
       constexpr int kChunksPerRow = kBlockN / 8, kRowsPerPass = kThreads / kChunksPerRow;
-      static_assert(kBlockK % kRowsPerPass == 0, "whole passes over the weight rows");
       const int c = tid % kChunksPerRow;
       const bool col_in = col0 + c * 8 < cout;
       CUTE_UNROLL
@@ -167,12 +160,12 @@ __global__ void __launch_bounds__(Traits::kThreads, kMinBlocks)
                     valid ? weight + (t * cin + k0 + kk) * cout + col0 + c * 8 : weight, valid);
       }
     } else {
-      // weight[t] is [cout][cin]: kBlockN rows of kChunksK chunks.
-      const int c = tid % kChunksK;
+      // weight[t] is [cout][cin]: kBlockN rows of 8 chunks.
+      const int c = tid % 8;
       const bool channel_in = k0 + c * 8 < cin;
       CUTE_UNROLL
-      for (int j = 0; j < kBlockN / kRowsK; ++j) {
-        const int nn = tid / kChunksK + kRowsK * j;
+      for (int j = 0; j < kBlockN / 32; ++j) {
+        const int nn = tid / 8 + 32 * j;
         const bool valid = channel_in && col0 + nn < cout;
         cp_async_16(&sB(nn, c * 8, stage),
                     valid ? weight + (t * cout + col0 + nn) * cin + k0 + c * 8 : weight, valid);

@@ -33,13 +33,10 @@ void launch(const cuda::GatherGemm& g, cudaStream_t stream) {
 
 // Tiles: 128 x 128 output channels at C_out a multiple of 128 (one CTA an SM, 5 stages);
 // 128 x 64 otherwise (two CTAs an SM, 4 stages each), so that two CTAs' tile starts (the map
-// reads) overlap each other's products. C_in <= 32: K steps of 32 channels, 6 stages of
-// half the size (two CTAs an SM).
+// reads) overlap each other's products.
 template <class Element, bool kTransposedWeight>
 void launch_for(const cuda::GatherGemm& g, cudaStream_t stream) {
-  if (g.in_channels <= 32)
-    launch<ConvTraits<Element, 64, 6, kTransposedWeight, 32>, 2>(g, stream);
-  else if (g.out_channels % 128 == 0)
+  if (g.out_channels % 128 == 0)
     launch<ConvTraits<Element, 128, 5, kTransposedWeight>, 1>(g, stream);
   else
     launch<ConvTraits<Element, 64, 4, kTransposedWeight>, 2>(g, stream);

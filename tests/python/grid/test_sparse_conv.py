@@ -201,8 +201,8 @@ def test_low_precision_against_float64(device, dtype, cin, cout):
 )
 def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout, k):
     """Each GPU kernel family on the same convolution, forward, input and weight gradients:
-    `auto` is the Hopper (wgmma) kernels on an H200 (tiles of 64 and 128 channels, K steps of
-    64 and of 32 channels (C_in <= 32), channels with a remainder, k 1/2/3), mma the WMMA tiles, simt the CUDA cores. Outputs and gradients
+    `auto` is the Hopper (wgmma) kernels on an H200 (tiles of 64 and 128 channels, channels
+    with a remainder, k 1/2/3), mma the WMMA tiles, simt the CUDA cores. Outputs and gradients
     are poisoned first (NaN where an element was not written)."""
     monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", kernel)
     grid = random_grid("cuda", sizes=(900, 0, 1, 400), spread=9, far=True)
@@ -358,6 +358,41 @@ def test_pooling_on_the_gpu_equals_the_cpu():
         assert torch.equal(ca.ijk().jdata, cb.ijk().jdata.cpu())
         assert a.jdata.shape == (ca.total_voxels, 3, 4)
         torch.testing.assert_close(b.jdata.cpu(), a.jdata, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pooling_cuda_kernels_equal_the_cpu_ops(dtype):
+    """The C++ pooling ops' CUDA kernels, called directly (GPU tensors do not take them in
+    max_pool / avg_pool until this has passed on a GPU), against the CPU ops: forward, argmax
+    and both gradients, over overlapping windows, into NaN-filled outputs."""
+    grid = random_grid("cpu", sizes=(600, 0, 1, 200), spread=9, far=True)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 2, grid)
+    gplan = tg.ConvolutionPlan.from_grid_batch(3, 2, grid.cuda())
+    n_out, c = plan.target_grid.total_voxels, 6
+    x = torch.randn(grid.total_voxels, c).to(dtype)
+    dy = torch.randn(n_out, c).to(dtype)
+    results = {}
+    for dev, p in (("cpu", plan), ("cuda", gplan)):
+        s = 0 if dev == "cpu" else torch.cuda.current_stream().cuda_stream
+        xd, dyd = x.to(dev), dy.to(dev)
+        out = torch.full((n_out, c), float("nan"), dtype=dtype, device=dev)
+        argmax = torch.full((n_out, c), -7, dtype=torch.int32, device=dev)
+        tg._C.max_pool_forward(p.kernel_map, xd, out, argmax, s)
+        dmax = torch.full_like(xd, float("nan"))
+        tg._C.max_pool_backward(p.inverse_map, argmax, dyd, dmax, s)
+        avg = torch.full((n_out, c), float("nan"), dtype=dtype, device=dev)
+        tg._C.avg_pool_forward(p.kernel_map, xd, avg, s)
+        davg = torch.full_like(xd, float("nan"))
+        tg._C.avg_pool_backward(p.kernel_map, p.inverse_map, dyd, davg, s)
+        results[dev] = [t.cpu() for t in (out, argmax, dmax, avg, davg)]
+    cpu, gpu = results["cpu"], results["cuda"]
+    assert torch.equal(cpu[0], gpu[0]) and torch.equal(cpu[1], gpu[1])  # maxima are exact
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+    for a, b in zip(cpu[2:], gpu[2:]):
+        assert not b.isnan().any()
+        torch.testing.assert_close(b.float(), a.float(), rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("device", DEVICES)
