@@ -121,7 +121,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   };
 
   typename Traits::TiledMma mma;
-  const bool multiplies = tid < 128 * Traits::kMmaWarpgroups;
+  // Every thread with two multiplying warpgroups (known at compile time: ptxas serializes
+  // the wgmmas of a branch it cannot prove warpgroup-uniform, its C7518 notice); with one,
+  // the first warpgroup, its index read through a shuffle so that the compiler sees it uniform.
+  const bool multiplies = Traits::kMmaWarpgroups == 2 || __shfl_sync(0xffffffffu, tid / 128, 0) == 0;
   auto thr = mma.get_thread_slice(multiplies ? tid : 0);
   auto tCrA = thr.partition_fragment_A(sA);  // (MMA, 1, K/16, stages)
   auto tCrB = thr.partition_fragment_B(sB);
