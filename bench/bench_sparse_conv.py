@@ -8,7 +8,9 @@ surfaces sampled densely at voxel size 0.05 m: ~485k voxels, ~9.5 kernel-map pai
 shape of an indoor scan or a LiDAR sweep. --large adds the 40 x 40 m scene at 0.025 m (~5M
 voxels) at 256 channels, forward only (spconv 2.3.8 fails it with an int32 overflow).
 Layer: a submanifold 3x3x3 convolution C -> C without bias, maps built once and reused (spconv's
-indice_key); fp16 and bf16. Effective TFLOP/s = 2 * pairs * C^2 / time, pairs = the map's
+indice_key); fp16 and bf16. Forward systems: "tilegrid" (the default kernels: Hopper's on an
+H200, rows in the plan's tap-mask order), "tilegrid rows in tree order" (the same plan without
+its row orders) and "tilegrid WMMA tiles" (TILEGRID_SPARSE_CONV_KERNEL=mma). Effective TFLOP/s = 2 * pairs * C^2 / time, pairs = the map's
 (input, output) pairs. Also timed: building the 3x3x3 map (tilegrid: the ConvolutionPlan with its
 inverse; spconv: the first call of a layer, map + convolution, minus the convolution).
 """
