@@ -129,7 +129,9 @@ TEST(Convolution, RowOrderSortsRowsByTheirTapsAndLeavesResultsAlone) {
     seen[size_t(ord[i])] = true;
     if (i > 0) {
       ASSERT_LE(key(ord[i - 1]), key(ord[i])) << "at " << i;
-      if (key(ord[i - 1]) == key(ord[i])) ASSERT_LT(ord[i - 1], ord[i]) << "at " << i;
+      if (key(ord[i - 1]) == key(ord[i])) {
+        ASSERT_LT(ord[i - 1], ord[i]) << "at " << i;
+      }
     }
   }
   const Tensor x = random_tensor({n, 3}), w = random_tensor({27, 3, 2});
