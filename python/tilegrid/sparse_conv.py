@@ -168,15 +168,26 @@ class ConvolutionPlan:
             source_grid._impl, target_grid._impl, list(self.kernel_size), list(self.stride),
             self.transposed, stream,
         ))
-        self.inverse_map = torch.from_dlpack(
-            _C.invert_kernel_map(self.kernel_map, source_grid.total_voxels, stream)
+        # A submanifold convolution with a centred (odd) stencil: tap t looks the opposite way
+        # of tap taps - 1 - t, so its inverse map is the map with the taps reversed (a copy,
+        # no scatter), and rows that share their taps in the map share them (reversed) in the
+        # inverse: the map's row order serves the inverse too (one sort fewer).
+        submanifold = (
+            target_grid is source_grid and not self.transposed and self.stride == (1, 1, 1)
+            and all(k % 2 == 1 for k in self.kernel_size)
         )
+        if submanifold:
+            self.inverse_map = self.kernel_map.flip(0)
+        else:
+            self.inverse_map = torch.from_dlpack(
+                _C.invert_kernel_map(self.kernel_map, source_grid.total_voxels, stream)
+            )
         # On the GPU, the orders in which the kernels take the output rows (and the input
         # rows, for the input gradient): sorted by tap masks, so that a tile skips the taps
         # none of its rows has. The CPU reference needs none.
         if self.kernel_map.is_cuda:
             self.row_order = torch.from_dlpack(_C.kernel_map_row_order(self.kernel_map, stream))
-            self.inverse_row_order = torch.from_dlpack(
+            self.inverse_row_order = self.row_order if submanifold else torch.from_dlpack(
                 _C.kernel_map_row_order(self.inverse_map, stream)
             )
         else:

@@ -250,6 +250,22 @@ def test_kernel_map_row_order_sorts_rows_by_their_taps(device):
         assert plan.row_order.numel() == 0  # the CPU reference takes rows in order
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kernel_size", [3, (3, 1, 5), 1])
+def test_a_submanifold_plans_inverse_is_its_map_with_the_taps_reversed(device, kernel_size):
+    """The plan takes that shortcut for a submanifold convolution with an odd stencil (and the
+    map's row order for the inverse's): it must equal the scattered inverse."""
+    grid = random_grid(device, sizes=(500, 0, 1, 200), spread=8, far=True)
+    plan = tg.ConvolutionPlan.from_grid_batch(kernel_size, 1, grid, grid)
+    scattered = torch.from_dlpack(tg._C.invert_kernel_map(plan.kernel_map, grid.total_voxels))
+    assert torch.equal(plan.inverse_map, scattered)
+    if device == "cuda":
+        assert plan.inverse_row_order is plan.row_order
+    strided = tg.ConvolutionPlan.from_grid_batch(kernel_size, 2, grid)
+    assert torch.equal(strided.inverse_map, torch.from_dlpack(
+        tg._C.invert_kernel_map(strided.kernel_map, grid.total_voxels)))
+
+
 def test_a_row_order_that_is_not_a_permutation_is_refused():
     grid = random_grid("cpu", sizes=(30,), spread=4)
     plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
