@@ -2,6 +2,7 @@
 in one run.
 
     python bench/bench_sparse_conv.py --out results.json [--channels 32 64 128 256] [--large]
+        [--bunny] [--unet]
 
 Scene: a synthetic surface scan (a ground plane of 20 x 20 m with 40 boxes standing on it,
 surfaces sampled densely at voxel size 0.05 m: ~485k voxels, ~9.5 kernel-map pairs a voxel), the
@@ -80,12 +81,61 @@ def with_kernel(kernel: str, fn):
     return run
 
 
+def forward_runs(report, spconv, label: str, grid, channels) -> None:
+    """fp16 forward of the submanifold 3x3x3 layer on another scene: tilegrid and spconv."""
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    pairs = int((plan.kernel_map >= 0).sum())
+    n = grid.total_voxels
+    report.checks[f"scene {label}"] = {"voxels": n, "pairs": pairs, "pairs_per_voxel": pairs / max(n, 1)}
+    for c in channels:
+        flops = 2 * pairs * c * c
+        sets = harness.rotation_count(n * c * 2)
+        xs = [torch.randn(n, c, device="cuda", dtype=torch.float16) for _ in range(sets)]
+        w = (torch.randn(c, c, 3, 3, 3, device="cuda") / (27 * c) ** 0.5).half()
+        systems = [("tilegrid", lambda i: plan.execute(xs[i], w))]
+        if spconv is not None:
+            conv, make = spconv_layer(spconv, grid.ijk().jdata, xs[0], w)
+            shared = conv(make(xs[0])).indice_dict
+            tensors = [make(x) for x in xs]
+            for t in tensors:
+                t.indice_dict = shared
+            systems.append(("spconv SubMConv3d", lambda i: conv(tensors[i]).features))
+        harness.run_each(report, "forward float16", f"{label}: {n} voxels, C={c}", None, systems,
+                         sets=sets, rounds=2, iters=20,
+                         extra=lambda _n, ms, f=flops: {"effective_tflops": f / (ms * 1e-3) / 1e12})
+        for r in report.results[-len(systems):]:
+            r.flops = flops
+
+
+def unet_runs(report, grid, label: str) -> None:
+    """Inference of tg.nn.SparseUNet (channels 32-256, 4 levels, fp16) on the scene: with its
+    plans (maps) built in the call, and with them reused."""
+    net = tg.nn.SparseUNet(1, 8, channels=(32, 64, 128, 256)).cuda().half().eval()
+    feats = tg.JaggedTensor.from_data_and_offsets(
+        torch.ones(grid.total_voxels, 1, device="cuda", dtype=torch.float16), grid.voxel_offsets)
+
+    def with_maps(_):
+        net._cached = None  # the plans are built again
+        return net(feats, grid).jdata
+
+    with torch.no_grad():
+        harness.run_each(report, "SparseUNet inference", f"{label}: {grid.total_voxels} voxels", None,
+                         [("tilegrid with maps", with_maps),
+                          ("tilegrid maps reused", lambda _: net(feats, grid).jdata)],
+                         sets=1, rounds=2, graph=False, iters=5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", required=True)
     parser.add_argument("--channels", type=int, nargs="+", default=[32, 64, 128, 256])
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     parser.add_argument("--large", action="store_true")
+    parser.add_argument("--bunny", action="store_true",
+                        help="also the Stanford Bunny voxelized by from_mesh at 1024 and 2048 across "
+                             "(bunny00.off from scripts/fetch_models.sh), forward fp16 at --channels")
+    parser.add_argument("--unet", action="store_true",
+                        help="also SparseUNet inference on the surface scene, maps built and reused")
     parser.add_argument("--budget-s", type=float, default=1e9,
                         help="skip the remaining configurations after this many seconds (the JSON "
                              "is written after each one, so a cut-off run keeps what it measured)")
@@ -186,6 +236,22 @@ def main() -> None:
                       f"{tf or float('nan'):7.1f} TFLOP/s {r.note}", flush=True)
             xs = gs = xg = None  # free this configuration's tensors before the next
 
+    if args.unet and time.time() - start < args.budget_s:
+        unet_runs(report, grid, "surface scene")
+        report.write(args.out)
+    if args.bunny and time.time() - start < args.budget_s:
+        models = os.environ.get("TILEGRID_MODELS_DIR") or os.path.join(os.path.dirname(__file__), "..", ".deps", "models")
+        path = os.path.join(models, "bunny00.off")
+        if not os.path.isfile(path):
+            report.checks["bunny"] = f"not measured: no {path} (scripts/fetch_models.sh)"
+        else:
+            vertices, faces = tg.read_mesh(path)
+            extent = (vertices.max(0).values - vertices.min(0).values).max().item()
+            jv, jf = tg.JaggedTensor([vertices.cuda()]), tg.JaggedTensor([faces.cuda()])
+            for across in (1024, 2048):
+                bunny = tg.GridBatch.from_mesh(jv, jf, voxel_sizes=[extent / across] * 3)
+                forward_runs(report, spconv, f"bunny {across} across", bunny, args.channels)
+                report.write(args.out)
     if args.large and time.time() - start < args.budget_s:
         big = scene(40, 0.025)
         bgrid = tg.GridBatch.from_ijk(tg.JaggedTensor([big]))
