@@ -24,6 +24,7 @@ import torch
 
 from . import _C
 from ._torch import current_stream
+from .gemm import matmul
 from .jagged_tensor import JaggedTensor
 
 
@@ -176,6 +177,8 @@ class ConvolutionPlan:
             target_grid is source_grid and not self.transposed and self.stride == (1, 1, 1)
             and all(k % 2 == 1 for k in self.kernel_size)
         )
+        # A 1x1x1 submanifold convolution maps every row to itself: a plain GEMM (execute).
+        self.dense = submanifold and self.kernel_size == (1, 1, 1)
         if submanifold:
             self.inverse_map = self.kernel_map.flip(0)
         else:
@@ -274,10 +277,15 @@ class ConvolutionPlan:
         # [C_out, C_in, taps] -> [taps, C_in, C_out]: one small copy, differentiable.
         w = weights.reshape(cout, cin, self.kernel_volume).permute(2, 1, 0)
         w = w.to(features.dtype).contiguous()
-        out = sparse_conv(
-            features.contiguous(), w, self.kernel_map, self.inverse_map, self.row_order,
-            self.inverse_row_order,
-        )
+        if self.dense and features.dtype in (torch.float16, torch.bfloat16) and cin % 8 == 0 \
+                and cout % 8 == 0 and features.shape[0] > 0:
+            # tg.matmul's GEMM (cuBLAS-class on Hopper), differentiable in both operands.
+            out = matmul(features.contiguous(), w[0])
+        else:
+            out = sparse_conv(
+                features.contiguous(), w, self.kernel_map, self.inverse_map, self.row_order,
+                self.inverse_row_order,
+            )
         if isinstance(data, JaggedTensor):
             return JaggedTensor._from_trusted(out, self.target_offsets)
         return out

@@ -266,6 +266,30 @@ def test_a_submanifold_plans_inverse_is_its_map_with_the_taps_reversed(device, k
         tg._C.invert_kernel_map(strided.kernel_map, grid.total_voxels)))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_1x1_submanifold_convolution_is_a_gemm(device, dtype):
+    """kernel 1, stride 1 onto the same grid runs tg.matmul: output and both gradients against
+    float64; channels not multiples of 8 keep the convolution kernels."""
+    grid = random_grid(device, sizes=(400, 0, 1, 100), spread=8)
+    plan = tg.ConvolutionPlan.from_grid_batch(1, 1, grid, grid)
+    assert plan.dense and not tg.ConvolutionPlan.from_grid_batch(1, 2, grid).dense
+    for cin, cout in ((32, 48), (12, 20)):
+        x = torch.randn(grid.total_voxels, cin, device=device).to(dtype)
+        w = (torch.randn(cout, cin, 1, 1, 1, device=device) / cin**0.5).to(dtype)
+        g = torch.randn(grid.total_voxels, cout, device=device).to(dtype)
+        xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+        (xr @ wr.reshape(cout, cin).t()).backward(g.double())
+        xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = plan.execute(xl, wl)
+        out.backward(g)
+        want = x.double() @ w.double().reshape(cout, cin).t()
+        tol = {torch.float16: 1e-2, torch.bfloat16: 4e-2}[dtype]
+        for a, b in ((out, want), (xl.grad, xr.grad), (wl.grad, wr.grad)):
+            assert a.dtype == dtype and a.shape == b.shape
+            assert (a.double() - b).abs().max().item() <= tol * b.abs().max().item()
+
+
 def test_a_row_order_that_is_not_a_permutation_is_refused():
     grid = random_grid("cpu", sizes=(30,), spread=4)
     plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
