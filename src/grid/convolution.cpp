@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "grid/conv_cpu.h"
+#include "grid/map_args.h"
 #include "tilegrid/core/checks.h"
 #ifdef TILEGRID_WITH_CUDA
 #include "grid/conv_cuda.h"
@@ -15,12 +16,6 @@
 
 namespace tilegrid::grid {
 namespace {
-
-void require_cuda_build(const char* op) {
-#ifndef TILEGRID_WITH_CUDA
-  throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
-#endif
-}
 
 Taps taps_of(const char* op, const ConvGeometry& g) {
   Taps taps{};
@@ -82,22 +77,6 @@ GridBatch output_grid(const char* op, const GridBatch& source, const ConvGeometr
   return GridBatch::from_ijk(JaggedTensor(data, joffsets), sizes, origins);
 }
 
-void check_map(const char* op, const TensorView& map) {
-  check_dtype(op, "map", map, {DType::Int32});
-  check_ndim(op, "map", map, 2);
-  check_contiguous(op, "map", map);
-}
-
-// A [rows, cols] contiguous matrix of `dtype` on `device`.
-void check_matrix(const char* op, const char* name, const TensorView& t, int64_t rows,
-                  int64_t cols, DType dtype, Device device) {
-  check_dtype(op, name, t, {dtype});
-  check_shape(op, name, t, {rows, cols});
-  check_contiguous(op, name, t);
-  TG_CHECK_VALUE(t.device == device, op, ": ", name, " is on ", t.device, " but the map is on ",
-                 device);
-}
-
 // On the CPU every entry is checked against the rows it indexes (a GPU kernel skips entries out
 // of range instead: the maps that kernel_map builds never hold one).
 void check_map_rows(const char* op, const TensorView& map, int64_t rows) {
@@ -128,11 +107,6 @@ bool check_row_order(const char* op, const TensorView& order, int64_t rows, Devi
   TG_CHECK_VALUE(order.device == device, op, ": row_order is on ", order.device,
                  " but the map is on ", device);
   return true;
-}
-
-void check_float(const char* op, const char* name, const TensorView& t) {
-  check_dtype(op, name, t, {DType::Float64, DType::Float32, DType::Float16, DType::BFloat16});
-  check_ndim(op, name, t, 2);
 }
 
 void check_weight(const char* op, const char* name, const TensorView& w, int64_t volume,
@@ -189,7 +163,7 @@ Tensor kernel_map(const GridBatch& source, const GridBatch& target, const ConvGe
 
 Tensor invert_kernel_map(const TensorView& map, int64_t source_rows, Stream stream) {
   constexpr const char* kOp = "invert_kernel_map";
-  check_map(kOp, map);
+  check_map(kOp, "map", map);
   TG_CHECK_VALUE(source_rows >= 0 && source_rows < std::numeric_limits<int32_t>::max(), kOp,
                  ": source_rows must be in [0, 2^31 - 1), got ", source_rows);
   const int64_t volume = map.size(0), n_out = map.size(1);
@@ -210,7 +184,7 @@ Tensor invert_kernel_map(const TensorView& map, int64_t source_rows, Stream stre
 
 Tensor kernel_map_row_order(const TensorView& map, Stream stream) {
   constexpr const char* kOp = "kernel_map_row_order";
-  check_map(kOp, map);
+  check_map(kOp, "map", map);
   const int64_t volume = map.size(0), n_out = map.size(1);
   Tensor order = Tensor::empty({n_out}, DType::Int32, map.device, stream);
   if (map.device.is_cuda()) {
@@ -230,7 +204,7 @@ void sparse_conv_forward(const TensorView& map, const TensorView& features,
                          const TensorView& weight, const TensorView& out, bool transpose_weight,
                          Stream stream, const TensorView& row_order) {
   constexpr const char* kOp = "sparse_conv_forward";
-  check_map(kOp, map);
+  check_map(kOp, "map", map);
   check_float(kOp, "features", features);
   check_ndim(kOp, "out", out, 2);
   const int64_t volume = map.size(0), rows = map.size(1);
@@ -265,7 +239,7 @@ void sparse_conv_backward_weight(const TensorView& map, const TensorView& featur
                                  const TensorView& grad_out, const TensorView& grad_weight,
                                  Stream stream, const TensorView& row_order) {
   constexpr const char* kOp = "sparse_conv_backward_weight";
-  check_map(kOp, map);
+  check_map(kOp, "map", map);
   check_float(kOp, "features", features);
   check_float(kOp, "grad_out", grad_out);
   const int64_t volume = map.size(0), rows = map.size(1);

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/parallel_for.h"
-#include "tilegrid/core/checks.h"
+#include "grid/map_args.h"
 #include "tilegrid/core/element_access.h"
 #ifdef TILEGRID_WITH_CUDA
 #include "grid/pooling_cuda.h"
@@ -14,30 +14,9 @@
 namespace tilegrid::grid {
 namespace {
 
-void check_int_matrix(const char* op, const char* name, const TensorView& t) {
-  check_dtype(op, name, t, {DType::Int32});
-  check_ndim(op, name, t, 2);
-  check_contiguous(op, name, t);
-}
-
-// A [rows, cols] contiguous matrix of `dtype` on `device`.
-void check_matrix(const char* op, const char* name, const TensorView& t, int64_t rows,
-                  int64_t cols, DType dtype, Device device) {
-  check_dtype(op, name, t, {dtype});
-  check_shape(op, name, t, {rows, cols});
-  check_contiguous(op, name, t);
-  TG_CHECK_VALUE(t.device == device, op, ": ", name, " is on ", t.device, " but the map is on ",
-                 device);
-}
-
-void check_float(const char* op, const char* name, const TensorView& t) {
-  check_dtype(op, name, t, {DType::Float64, DType::Float32, DType::Float16, DType::BFloat16});
-  check_ndim(op, name, t, 2);
-}
-
-// The map and its inverse describe the same pairs: as many taps, and each other's row counts.
+// The map and its inverse describe the same pairs: the same device, as many taps.
 void check_inverse(const char* op, const TensorView& map, const TensorView& inverse) {
-  check_int_matrix(op, "inverse", inverse);
+  check_map(op, "inverse", inverse);
   TG_CHECK_VALUE(inverse.device == map.device, op, ": the inverse map is on ", inverse.device,
                  " but the map is on ", map.device);
   TG_CHECK_VALUE(inverse.size(0) == map.size(0), op, ": the inverse map has ", inverse.size(0),
@@ -51,18 +30,12 @@ cuda::PoolProblem problem(const int32_t* map, const int32_t* inverse, int64_t ta
 }
 #endif
 
-void require_cuda_build([[maybe_unused]] const char* op) {
-#ifndef TILEGRID_WITH_CUDA
-  throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
-#endif
-}
-
 }  // namespace
 
 void max_pool_forward(const TensorView& map, const TensorView& features, const TensorView& out,
                       const TensorView& argmax, [[maybe_unused]] Stream stream) {
   constexpr const char* kOp = "max_pool_forward";
-  check_int_matrix(kOp, "map", map);
+  check_map(kOp, "map", map);
   check_float(kOp, "features", features);
   const int64_t taps = map.size(0), n_out = map.size(1), n_in = features.size(0);
   const int64_t c = features.size(1);
@@ -101,7 +74,7 @@ void max_pool_forward(const TensorView& map, const TensorView& features, const T
 void max_pool_backward(const TensorView& inverse, const TensorView& argmax,
                        const TensorView& grad_out, const TensorView& grad_features, [[maybe_unused]] Stream stream) {
   constexpr const char* kOp = "max_pool_backward";
-  check_int_matrix(kOp, "inverse", inverse);
+  check_map(kOp, "inverse", inverse);
   check_float(kOp, "grad_out", grad_out);
   const int64_t taps = inverse.size(0), n_in = inverse.size(1), n_out = grad_out.size(0);
   const int64_t c = grad_out.size(1);
@@ -135,7 +108,7 @@ void max_pool_backward(const TensorView& inverse, const TensorView& argmax,
 void avg_pool_forward(const TensorView& map, const TensorView& features, const TensorView& out,
                       [[maybe_unused]] Stream stream) {
   constexpr const char* kOp = "avg_pool_forward";
-  check_int_matrix(kOp, "map", map);
+  check_map(kOp, "map", map);
   check_float(kOp, "features", features);
   const int64_t taps = map.size(0), n_out = map.size(1), n_in = features.size(0);
   const int64_t c = features.size(1);
@@ -168,7 +141,7 @@ void avg_pool_forward(const TensorView& map, const TensorView& features, const T
 void avg_pool_backward(const TensorView& map, const TensorView& inverse, const TensorView& grad_out,
                        const TensorView& grad_features, [[maybe_unused]] Stream stream) {
   constexpr const char* kOp = "avg_pool_backward";
-  check_int_matrix(kOp, "map", map);
+  check_map(kOp, "map", map);
   check_inverse(kOp, map, inverse);
   check_float(kOp, "grad_out", grad_out);
   const int64_t taps = map.size(0), n_out = map.size(1), n_in = inverse.size(1);
