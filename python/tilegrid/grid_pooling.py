@@ -125,7 +125,10 @@ def _pooled_rows(op, plan: ConvolutionPlan, features: torch.Tensor) -> torch.Ten
 def _plan(op: str, fine_grid, kernel_size, stride, coarse_grid) -> ConvolutionPlan:
     kernel_size = vec3(f"{op}: kernel_size", kernel_size)
     stride = kernel_size if stride is None else vec3(f"{op}: stride", stride)
-    return ConvolutionPlan.from_grid_batch(kernel_size, stride, fine_grid, coarse_grid)
+    if coarse_grid is None:
+        coarse_grid = fine_grid.conv_grid(kernel_size, stride)
+    # The maps alone: pooling reads no row order (two sorts on the GPU saved).
+    return ConvolutionPlan(kernel_size, stride, fine_grid, coarse_grid, False, _row_orders=False)
 
 
 def _features(op: str, fine_grid, data):

@@ -150,7 +150,10 @@ class ConvolutionPlan:
     Build with from_grid_batch / from_grid_batch_transposed (fVDB's names and argument order);
     run with execute(data, weights)."""
 
-    def __init__(self, kernel_size, stride, source_grid, target_grid, transposed: bool):
+    def __init__(self, kernel_size, stride, source_grid, target_grid, transposed: bool, *,
+                 _row_orders: bool = True):
+        """_row_orders=False leaves the GPU row orders empty (rows in order), for users of the
+        maps alone (pooling), which would not read them."""
         if source_grid.device != target_grid.device:
             raise ValueError(
                 f"ConvolutionPlan: the source grid is on {source_grid.device} but the target "
@@ -188,7 +191,7 @@ class ConvolutionPlan:
         # On the GPU, the orders in which the kernels take the output rows (and the input
         # rows, for the input gradient): sorted by tap masks, so that a tile skips the taps
         # none of its rows has. The CPU reference needs none.
-        if self.kernel_map.is_cuda:
+        if self.kernel_map.is_cuda and _row_orders:
             self.row_order = torch.from_dlpack(_C.kernel_map_row_order(self.kernel_map, stream))
             self.inverse_row_order = self.row_order if submanifold else torch.from_dlpack(
                 _C.kernel_map_row_order(self.inverse_map, stream)
