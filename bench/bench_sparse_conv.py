@@ -161,6 +161,7 @@ def main() -> None:
     # ordering is worth.
     unordered = copy.copy(plan)
     unordered.row_order = unordered.inverse_row_order = plan.row_order.new_empty(0)
+    unordered.map_in_row_order = unordered.inverse_map_in_row_order = plan.row_order.new_empty(0)
 
     def plan_build(_):
         return tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)

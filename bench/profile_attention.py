@@ -1,4 +1,5 @@
-"""One attention forward shape, run a few times by one system, for a profiler to attach to.
+"""One attention shape, run a few times by one system, for a profiler to attach to: the
+forward, or with --backward the backward (the forward runs once, then torch.autograd.grad).
 
     ncu --clock-control none --kernel-name-base demangled \
         -k regex:'flash_fwd_sm90_kernel|FlashAttnFwdSm90' \
@@ -27,11 +28,14 @@ def main() -> None:
     parser.add_argument("--sm90-switches", type=int, default=-1,
                         help="the Hopper kernel's variant bits (-1: its default for the shape)")
     parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("--backward", action="store_true",
+                        help="run the backward (every kernel of it) instead of the forward")
     args = parser.parse_args()
 
     batch, heads = 16384 // args.seqlen, 2048 // args.head_dim
     shape = (batch, args.seqlen, heads, args.head_dim)
-    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16,
+                           requires_grad=args.backward) for _ in range(3))
     if args.system == "tilegrid":
         import tilegrid as tg
         from tilegrid import _C
@@ -44,6 +48,11 @@ def main() -> None:
 
         fa3 = flash_attn_interface.flash_attn_func
         run = lambda: fa3(q, k, v, causal=args.causal)  # noqa: E731
+    if args.backward:
+        out = run()
+        out = out[0] if isinstance(out, tuple) else out
+        dout = torch.randn_like(out)
+        run = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
     for _ in range(args.runs):
         run()
     torch.cuda.synchronize()

@@ -68,8 +68,8 @@ void bind_grid(nb::module_& m) {
           [](nb::capsule vdata, nb::capsule voffsets, nb::capsule fdata, nb::capsule foffsets,
              std::vector<Vec3d> voxel_sizes, std::vector<Vec3d> origins, uintptr_t stream) {
             return GridBatch::from_mesh(jagged_from_capsules(vdata, voffsets),
-                                        jagged_from_capsules(fdata, foffsets), voxel_sizes,
-                                        origins, as_stream(stream));
+                                        jagged_from_capsules(fdata, foffsets), voxel_sizes, origins,
+                                        as_stream(stream));
           },
           nb::arg("vertices"), nb::arg("vertex_offsets"), nb::arg("faces"), nb::arg("face_offsets"),
           nb::arg("voxel_sizes"), nb::arg("origins"), nb::arg("stream") = 0)
@@ -112,10 +112,10 @@ void bind_grid(nb::module_& m) {
       [](const GridBatch& g, nb::capsule origins, nb::capsule origin_offsets,
          nb::capsule directions, nb::capsule direction_offsets, int64_t max_voxels, double eps,
          uintptr_t stream) {
-        const grid::RayVoxels r = grid::voxels_along_rays(
-            g, jagged_from_capsules(origins, origin_offsets),
-            jagged_from_capsules(directions, direction_offsets), max_voxels, eps,
-            as_stream(stream));
+        const grid::RayVoxels r =
+            grid::voxels_along_rays(g, jagged_from_capsules(origins, origin_offsets),
+                                    jagged_from_capsules(directions, direction_offsets), max_voxels,
+                                    eps, as_stream(stream));
         return nb::make_tuple(to_capsule(r.offsets), to_capsule(r.rows), to_capsule(r.ijk),
                               to_capsule(r.times));
       },
@@ -126,22 +126,21 @@ void bind_grid(nb::module_& m) {
       [](const GridBatch& g, nb::capsule origins, nb::capsule origin_offsets,
          nb::capsule directions, nb::capsule direction_offsets, int64_t max_segments, double eps,
          uintptr_t stream) {
-        const grid::RaySegments r = grid::segments_along_rays(
-            g, jagged_from_capsules(origins, origin_offsets),
-            jagged_from_capsules(directions, direction_offsets), max_segments, eps,
-            as_stream(stream));
+        const grid::RaySegments r =
+            grid::segments_along_rays(g, jagged_from_capsules(origins, origin_offsets),
+                                      jagged_from_capsules(directions, direction_offsets),
+                                      max_segments, eps, as_stream(stream));
         return nb::make_tuple(to_capsule(r.offsets), to_capsule(r.times));
       },
       nb::arg("grid"), nb::arg("origins"), nb::arg("origin_offsets"), nb::arg("directions"),
-      nb::arg("direction_offsets"), nb::arg("max_segments"), nb::arg("eps"),
-      nb::arg("stream") = 0);
+      nb::arg("direction_offsets"), nb::arg("max_segments"), nb::arg("eps"), nb::arg("stream") = 0);
   m.def(
       "grid_uniform_ray_samples",
       [](const GridBatch& g, nb::capsule origins, nb::capsule origin_offsets,
          nb::capsule directions, nb::capsule direction_offsets, nb::capsule t_min,
-         nb::capsule t_min_offsets, nb::capsule t_max, nb::capsule t_max_offsets,
-         double step_size, double cone_angle, bool include_end_segments, bool return_midpoints,
-         double eps, uintptr_t stream) {
+         nb::capsule t_min_offsets, nb::capsule t_max, nb::capsule t_max_offsets, double step_size,
+         double cone_angle, bool include_end_segments, bool return_midpoints, double eps,
+         uintptr_t stream) {
         const grid::RaySamples r = grid::uniform_ray_samples(
             g, jagged_from_capsules(origins, origin_offsets),
             jagged_from_capsules(directions, direction_offsets),
@@ -159,17 +158,18 @@ void bind_grid(nb::module_& m) {
       [](const GridBatch& g, nb::capsule origins, nb::capsule origin_offsets,
          nb::capsule directions, nb::capsule direction_offsets, nb::ndarray<> scalars, double eps,
          uintptr_t stream) {
-        return to_capsule(grid::ray_implicit_intersection(
-            g, jagged_from_capsules(origins, origin_offsets),
-            jagged_from_capsules(directions, direction_offsets), as_view(scalars), eps,
-            as_stream(stream)));
+        return to_capsule(
+            grid::ray_implicit_intersection(g, jagged_from_capsules(origins, origin_offsets),
+                                            jagged_from_capsules(directions, direction_offsets),
+                                            as_view(scalars), eps, as_stream(stream)));
       },
       nb::arg("grid"), nb::arg("origins"), nb::arg("origin_offsets"), nb::arg("directions"),
       nb::arg("direction_offsets"), nb::arg("scalars"), nb::arg("eps"), nb::arg("stream") = 0);
   m.def(
       "grid_marching_cubes",
       [](const GridBatch& g, nb::ndarray<> field, double level, uintptr_t stream) {
-        const grid::CubeMesh mesh = grid::marching_cubes(g, as_view(field), level, as_stream(stream));
+        const grid::CubeMesh mesh =
+            grid::marching_cubes(g, as_view(field), level, as_stream(stream));
         return nb::make_tuple(to_capsule(mesh.vertices), to_capsule(mesh.normals),
                               to_capsule(mesh.faces), to_capsule(mesh.vertex_offsets),
                               to_capsule(mesh.face_offsets));
@@ -265,8 +265,8 @@ void bind_grid(nb::module_& m) {
       "kernel_map",
       [](const GridBatch& source, const GridBatch& target, grid::Vec3i kernel_size,
          grid::Vec3i stride, bool transposed, uintptr_t stream) {
-        return to_capsule(grid::kernel_map(source, target, {kernel_size, stride, transposed},
-                                           as_stream(stream)));
+        return to_capsule(
+            grid::kernel_map(source, target, {kernel_size, stride, transposed}, as_stream(stream)));
       },
       nb::arg("source"), nb::arg("target"), nb::arg("kernel_size"), nb::arg("stride"),
       nb::arg("transposed"), nb::arg("stream") = 0);
@@ -283,25 +283,41 @@ void bind_grid(nb::module_& m) {
       },
       nb::arg("map"), nb::arg("stream") = 0);
   m.def(
+      "kernel_map_in_row_order",
+      [](nb::ndarray<> map, nb::ndarray<> row_order, uintptr_t stream) {
+        return to_capsule(
+            grid::kernel_map_in_row_order(as_view(map), as_view(row_order), as_stream(stream)));
+      },
+      nb::arg("map"), nb::arg("row_order"), nb::arg("stream") = 0);
+  auto optional_view = [](const std::optional<nb::ndarray<>>& a) {
+    return a ? as_view(*a) : TensorView{};
+  };
+  m.def(
       "sparse_conv_forward",
-      [](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> weight, nb::ndarray<> out,
-         bool transpose_weight, uintptr_t stream, std::optional<nb::ndarray<>> row_order) {
+      [optional_view](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> weight,
+                      nb::ndarray<> out, bool transpose_weight, uintptr_t stream,
+                      std::optional<nb::ndarray<>> row_order,
+                      std::optional<nb::ndarray<>> map_in_row_order) {
         grid::sparse_conv_forward(as_view(map), as_view(features), as_view(weight), as_view(out),
-                                  transpose_weight, as_stream(stream),
-                                  row_order ? as_view(*row_order) : TensorView{});
+                                  transpose_weight, as_stream(stream), optional_view(row_order),
+                                  optional_view(map_in_row_order));
       },
       nb::arg("map"), nb::arg("features"), nb::arg("weight"), nb::arg("out"),
-      nb::arg("transpose_weight"), nb::arg("stream") = 0, nb::arg("row_order") = nb::none());
+      nb::arg("transpose_weight"), nb::arg("stream") = 0, nb::arg("row_order") = nb::none(),
+      nb::arg("map_in_row_order") = nb::none());
   m.def(
       "sparse_conv_backward_weight",
-      [](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> grad_out,
-         nb::ndarray<> grad_weight, uintptr_t stream, std::optional<nb::ndarray<>> row_order) {
-        grid::sparse_conv_backward_weight(as_view(map), as_view(features), as_view(grad_out),
-                                          as_view(grad_weight), as_stream(stream),
-                                          row_order ? as_view(*row_order) : TensorView{});
+      [optional_view](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> grad_out,
+                      nb::ndarray<> grad_weight, uintptr_t stream,
+                      std::optional<nb::ndarray<>> row_order,
+                      std::optional<nb::ndarray<>> map_in_row_order) {
+        grid::sparse_conv_backward_weight(
+            as_view(map), as_view(features), as_view(grad_out), as_view(grad_weight),
+            as_stream(stream), optional_view(row_order), optional_view(map_in_row_order));
       },
       nb::arg("map"), nb::arg("features"), nb::arg("grad_out"), nb::arg("grad_weight"),
-      nb::arg("stream") = 0, nb::arg("row_order") = nb::none());
+      nb::arg("stream") = 0, nb::arg("row_order") = nb::none(),
+      nb::arg("map_in_row_order") = nb::none());
 
   m.def(
       "max_pool_forward",
@@ -310,7 +326,8 @@ void bind_grid(nb::module_& m) {
         grid::max_pool_forward(as_view(map), as_view(features), as_view(out), as_view(argmax),
                                as_stream(stream));
       },
-      nb::arg("map"), nb::arg("features"), nb::arg("out"), nb::arg("argmax"), nb::arg("stream") = 0);
+      nb::arg("map"), nb::arg("features"), nb::arg("out"), nb::arg("argmax"),
+      nb::arg("stream") = 0);
   m.def(
       "max_pool_backward",
       [](nb::ndarray<> inverse, nb::ndarray<> argmax, nb::ndarray<> grad_out,

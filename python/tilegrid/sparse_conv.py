@@ -49,7 +49,7 @@ def vec3(name: str, value, minimum: int = 1) -> tuple[int, int, int]:
 
 
 def _order(row_order: torch.Tensor):
-    """An empty row order means rows in order (the CPU plans build none)."""
+    """An empty row order (or map in row order) means none (the CPU plans build none)."""
     return row_order if row_order.numel() > 0 else None
 
 
@@ -61,20 +61,25 @@ def sparse_conv(
     inverse_map: torch.Tensor,
     row_order: torch.Tensor,
     inverse_row_order: torch.Tensor,
+    map_in_row_order: torch.Tensor,
+    inverse_map_in_row_order: torch.Tensor,
 ) -> torch.Tensor:
     """out[o] = sum over taps t of features[kernel_map[t, o]] @ weight[t] (absent rows skipped).
-    inverse_map and inverse_row_order are not read here; they are the input gradient's (an
-    argument so that the autograd formula has them). row_order: kernel_map_row_order of the
-    map, or empty (speed only, never the result)."""
+    The inverse map, its order and its map in that order are not read here; they are the input
+    gradient's (arguments so that the autograd formula has them). row_order:
+    kernel_map_row_order of the map, or empty; map_in_row_order: kernel_map_in_row_order of the
+    map and that order, or empty (both speed only, never the result)."""
     out = features.new_empty(kernel_map.shape[1], weight.shape[2])
     _C.sparse_conv_forward(
-        kernel_map, features, weight, out, False, current_stream(features), _order(row_order)
+        kernel_map, features, weight, out, False, current_stream(features), _order(row_order),
+        _order(map_in_row_order),
     )
     return out
 
 
 @sparse_conv.register_fake
-def _(features, weight, kernel_map, inverse_map, row_order, inverse_row_order):
+def _(features, weight, kernel_map, inverse_map, row_order, inverse_row_order, map_in_row_order,
+      inverse_map_in_row_order):
     return features.new_empty(kernel_map.shape[1], weight.shape[2])
 
 
@@ -87,6 +92,8 @@ def sparse_conv_backward(
     inverse_map: torch.Tensor,
     row_order: torch.Tensor,
     inverse_row_order: torch.Tensor,
+    map_in_row_order: torch.Tensor,
+    inverse_map_in_row_order: torch.Tensor,
     need_features: bool,
     need_weight: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,19 +104,21 @@ def sparse_conv_backward(
         # The input gradient is the same gathered GEMM over the inverse map with weight[t]^T.
         grad_features = torch.empty_like(features)
         _C.sparse_conv_forward(
-            inverse_map, grad_out, weight, grad_features, True, stream, _order(inverse_row_order)
+            inverse_map, grad_out, weight, grad_features, True, stream, _order(inverse_row_order),
+            _order(inverse_map_in_row_order),
         )
     if need_weight:
         grad_weight = torch.empty_like(weight)
         _C.sparse_conv_backward_weight(
-            kernel_map, features, grad_out, grad_weight, stream, _order(row_order)
+            kernel_map, features, grad_out, grad_weight, stream, _order(row_order),
+            _order(map_in_row_order),
         )
     return grad_features, grad_weight
 
 
 @sparse_conv_backward.register_fake
 def _(grad_out, features, weight, kernel_map, inverse_map, row_order, inverse_row_order,
-      need_features, need_weight):
+      map_in_row_order, inverse_map_in_row_order, need_features, need_weight):
     return (
         torch.empty_like(features) if need_features else features.new_empty(0),
         torch.empty_like(weight) if need_weight else weight.new_empty(0),
@@ -117,25 +126,17 @@ def _(grad_out, features, weight, kernel_map, inverse_map, row_order, inverse_ro
 
 
 def _setup_context(ctx, inputs, output):
-    features, weight, kernel_map, inverse_map, row_order, inverse_row_order = inputs
-    ctx.save_for_backward(features, weight, kernel_map, inverse_map, row_order, inverse_row_order)
+    ctx.save_for_backward(*inputs)
 
 
 def _backward(ctx, grad_out):
-    features, weight, kernel_map, inverse_map, row_order, inverse_row_order = ctx.saved_tensors
+    features, weight, *maps = ctx.saved_tensors
     need_features, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     grad_features, grad_weight = sparse_conv_backward(
-        grad_out.contiguous(), features, weight, kernel_map, inverse_map, row_order,
-        inverse_row_order, need_features, need_weight,
+        grad_out.contiguous(), features, weight, *maps, need_features, need_weight,
     )
-    return (
-        grad_features if need_features else None,
-        grad_weight if need_weight else None,
-        None,
-        None,
-        None,
-        None,
-    )
+    return (grad_features if need_features else None, grad_weight if need_weight else None,
+            *([None] * len(maps)))
 
 
 sparse_conv.register_autograd(_backward, setup_context=_setup_context)
@@ -191,14 +192,26 @@ class ConvolutionPlan:
         # On the GPU, the orders in which the kernels take the output rows (and the input
         # rows, for the input gradient): sorted by tap masks, so that a tile skips the taps
         # none of its rows has. The CPU reference needs none.
+        # And the maps' columns in those orders, so that a tile reads its rows' entries as one
+        # contiguous run a tap (two more maps' worth of memory).
         if self.kernel_map.is_cuda and _row_orders:
             self.row_order = torch.from_dlpack(_C.kernel_map_row_order(self.kernel_map, stream))
-            self.inverse_row_order = self.row_order if submanifold else torch.from_dlpack(
-                _C.kernel_map_row_order(self.inverse_map, stream)
+            self.map_in_row_order = torch.from_dlpack(
+                _C.kernel_map_in_row_order(self.kernel_map, self.row_order, stream)
             )
+            if submanifold:
+                self.inverse_row_order = self.row_order
+                self.inverse_map_in_row_order = self.map_in_row_order.flip(0)
+            else:
+                self.inverse_row_order = torch.from_dlpack(
+                    _C.kernel_map_row_order(self.inverse_map, stream)
+                )
+                self.inverse_map_in_row_order = torch.from_dlpack(
+                    _C.kernel_map_in_row_order(self.inverse_map, self.inverse_row_order, stream)
+                )
         else:
-            self.row_order = self.kernel_map.new_empty(0)
-            self.inverse_row_order = self.kernel_map.new_empty(0)
+            self.row_order = self.inverse_row_order = self.kernel_map.new_empty(0)
+            self.map_in_row_order = self.inverse_map_in_row_order = self.kernel_map.new_empty(0)
 
     @classmethod
     def from_grid_batch(cls, kernel_size, stride, source_grid, target_grid=None) -> "ConvolutionPlan":
@@ -287,7 +300,7 @@ class ConvolutionPlan:
         else:
             out = sparse_conv(
                 features.contiguous(), w, self.kernel_map, self.inverse_map, self.row_order,
-                self.inverse_row_order,
+                self.inverse_row_order, self.map_in_row_order, self.inverse_map_in_row_order,
             )
         if isinstance(data, JaggedTensor):
             return JaggedTensor._from_trusted(out, self.target_offsets)

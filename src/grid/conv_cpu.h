@@ -21,6 +21,8 @@ void kernel_map(const TreeView& source, const int32_t* target_xyz, const int64_t
 void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_t n_in,
                        int32_t* inverse);
 void kernel_map_row_order(const int32_t* map, int64_t volume, int64_t n_out, int32_t* order);
+void kernel_map_in_row_order(const int32_t* map, const int32_t* order, int64_t volume,
+                             int64_t n_out, int32_t* out);
 
 void sparse_conv_forward(const int32_t* map, int64_t volume, int64_t rows, const void* features,
                          int64_t features_rows, const void* weight, int64_t in_channels,

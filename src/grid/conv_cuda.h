@@ -17,8 +17,8 @@ struct ConvCandidates {
   Tensor xyz;      // int32 [m, 3]
   Tensor offsets;  // int64 [num_grids + 1]
 };
-bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t num_grids,
-                     int64_t n, const Taps& taps, int device, Stream stream, ConvCandidates& out);
+bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t num_grids, int64_t n,
+                     const Taps& taps, int device, Stream stream, ConvCandidates& out);
 
 // map [taps.volume, n_out] (see kernel_map in convolution.h): target voxels target_xyz [n_out,
 // 3] with their grids from target_offsets, looked up in `source`. Entries of `map` outside
@@ -31,18 +31,22 @@ void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_
 // order [n_out]: the rows sorted stably by the bits t < 64 of (map[t][o] >= 0).
 void kernel_map_row_order(const int32_t* map, int64_t volume, int64_t n_out, int32_t* order,
                           int device, Stream stream);
+// out[t][i] = map[t][order[i]], [volume, n_out].
+void kernel_map_in_row_order(const int32_t* map, const int32_t* order, int64_t volume,
+                             int64_t n_out, int32_t* out, int device, Stream stream);
 
 struct GatherGemm {
   const int32_t* map;  // [volume, rows]
   int64_t volume, rows;
   const void* features;  // [feature_rows, in_channels]
   int64_t feature_rows;
-  const void* weight;    // [volume, in, out], or [volume, out, in] with transpose_weight
+  const void* weight;  // [volume, in, out], or [volume, out, in] with transpose_weight
   int64_t in_channels, out_channels;
   bool transpose_weight;
   void* out;  // [rows, out_channels]
   DType dtype;
-  const int32_t* row_order = nullptr;  // [rows], a permutation: the order tiles take rows in
+  const int32_t* row_order = nullptr;         // [rows], a permutation: the order tiles take rows in
+  const int32_t* map_in_row_order = nullptr;  // [volume, rows]: map[t][row_order[i]] at [t][i]
 };
 void sparse_conv_forward(const GatherGemm& problem, int device, Stream stream);
 
@@ -55,7 +59,8 @@ struct WeightGrad {
   int64_t in_channels, out_channels;
   void* grad_weight;  // [volume, in_channels, out_channels]
   DType dtype;
-  const int32_t* row_order = nullptr;  // [rows]: the forward's (GatherGemm::row_order)
+  const int32_t* row_order = nullptr;         // [rows]: the forward's (GatherGemm::row_order)
+  const int32_t* map_in_row_order = nullptr;  // [volume, rows]: as GatherGemm's
 };
 void sparse_conv_backward_weight(const WeightGrad& problem, int device, Stream stream);
 

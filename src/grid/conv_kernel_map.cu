@@ -57,7 +57,8 @@ __global__ void candidate_scatter_kernel(const int32_t* __restrict__ xyz,
   if (blockIdx.x == 0)
     for (int64_t b = threadIdx.x; b <= num_grids; b += blockDim.x) {
       const int64_t first = voxel_offsets[b] * taps.volume;  // candidates before grid b
-      offsets[b] = first < total ? positions[first] : (total ? positions[total - 1] + flags[total - 1] : 0);
+      offsets[b] =
+          first < total ? positions[first] : (total ? positions[total - 1] + flags[total - 1] : 0);
     }
 }
 
@@ -71,8 +72,8 @@ __global__ void kernel_map_kernel(TreeView source, const int32_t* __restrict__ t
     const int64_t t = p / n_out, o = p % n_out;
     const int64_t b = tensor_of_row(target_offsets, num_grids, o);
     Coord in;
-    const bool has = taps.input_of({target_xyz[3 * o], target_xyz[3 * o + 1], target_xyz[3 * o + 2]},
-                                   t, in);
+    const bool has =
+        taps.input_of({target_xyz[3 * o], target_xyz[3 * o + 1], target_xyz[3 * o + 2]}, t, in);
     map[p] = has ? int32_t(source.index_of(b, in)) : -1;
   }
 }
@@ -95,8 +96,8 @@ __global__ void invert_kernel(const int32_t* __restrict__ map, int64_t volume, i
 
 }  // namespace
 
-bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t num_grids,
-                     int64_t n, const Taps& taps, int device, Stream stream, ConvCandidates& out) {
+bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t num_grids, int64_t n,
+                     const Taps& taps, int device, Stream stream, ConvCandidates& out) {
   CudaDeviceGuard guard(device);
   const cudaStream_t s = raw(stream);
   const Device dev = Device::cuda(device);
@@ -120,13 +121,13 @@ bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t n
   int64_t count = 0;
   int32_t overflowed = 0, last_flag = 0;
   if (total > 0) {
-    TG_CUDA_CHECK(cudaMemcpyAsync(&count, pos + total - 1, sizeof(int64_t),
-                                  cudaMemcpyDeviceToHost, s));
-    TG_CUDA_CHECK(cudaMemcpyAsync(&last_flag, f + total - 1, sizeof(int32_t),
-                                  cudaMemcpyDeviceToHost, s));
+    TG_CUDA_CHECK(
+        cudaMemcpyAsync(&count, pos + total - 1, sizeof(int64_t), cudaMemcpyDeviceToHost, s));
+    TG_CUDA_CHECK(
+        cudaMemcpyAsync(&last_flag, f + total - 1, sizeof(int32_t), cudaMemcpyDeviceToHost, s));
   }
-  TG_CUDA_CHECK(cudaMemcpyAsync(&overflowed, overflow.data(), sizeof(int32_t),
-                                cudaMemcpyDeviceToHost, s));
+  TG_CUDA_CHECK(
+      cudaMemcpyAsync(&overflowed, overflow.data(), sizeof(int32_t), cudaMemcpyDeviceToHost, s));
   TG_CUDA_CHECK(cudaStreamSynchronize(s));
   if (overflowed) return false;
   count += last_flag;
@@ -191,11 +192,33 @@ void kernel_map_row_order(const int32_t* map, int64_t volume, int64_t n_out, int
   // LSD radix sort: stable, over the bits the taps use.
   const int end_bit = int(std::min<int64_t>(std::max<int64_t>(volume, 1), 64));
   size_t bytes = 0;
-  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys_in, keys_out, values_in,
-                                                order, n_out, 0, end_bit, s));
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys_in, keys_out, values_in, order,
+                                                n_out, 0, end_bit, s));
   Tensor temp = Tensor::empty({int64_t(std::max<size_t>(bytes, 1))}, DType::UInt8, where, stream);
   TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data(), bytes, keys_in, keys_out, values_in,
                                                 order, n_out, 0, end_bit, s));
+}
+
+// out[t][i] = map[t][order[i]]: a thread an (i, t) with i fastest, so the writes are
+// contiguous and the order is read once a warp and tap.
+__global__ void map_in_row_order_kernel(const int32_t* __restrict__ map,
+                                        const int32_t* __restrict__ order, int64_t volume,
+                                        int64_t n_out, int32_t* __restrict__ out) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < volume * n_out;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = e / n_out, i = e % n_out;
+    const int32_t o = order[i];
+    out[e] = o >= 0 && o < n_out ? map[t * n_out + o] : -1;
+  }
+}
+
+void kernel_map_in_row_order(const int32_t* map, const int32_t* order, int64_t volume,
+                             int64_t n_out, int32_t* out, int device, Stream stream) {
+  if (volume * n_out == 0) return;
+  CudaDeviceGuard guard(device);
+  map_in_row_order_kernel<<<blocks_for(volume * n_out), kThreads, 0, raw(stream)>>>(
+      map, order, volume, n_out, out);
+  TG_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tilegrid::grid::cuda

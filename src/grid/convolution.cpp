@@ -67,9 +67,8 @@ GridBatch output_grid(const char* op, const GridBatch& source, const ConvGeometr
   }
   std::vector<int32_t> out_xyz;
   std::vector<int64_t> out_offsets;
-  TG_CHECK_VALUE(
-      cpu::conv_candidates(xyz, offsets, source.num_grids(), taps, out_xyz, out_offsets), op,
-      kRange);
+  TG_CHECK_VALUE(cpu::conv_candidates(xyz, offsets, source.num_grids(), taps, out_xyz, out_offsets),
+                 op, kRange);
   Tensor data = Tensor::empty({int64_t(out_xyz.size() / 3), 3}, DType::Int32, Device::cpu());
   std::copy(out_xyz.begin(), out_xyz.end(), static_cast<int32_t*>(data.data()));
   Tensor joffsets = Tensor::empty({int64_t(out_offsets.size())}, DType::Int64, Device::cpu());
@@ -109,8 +108,36 @@ bool check_row_order(const char* op, const TensorView& order, int64_t rows, Devi
   return true;
 }
 
-void check_weight(const char* op, const char* name, const TensorView& w, int64_t volume,
-                  int64_t a, int64_t b, DType dtype, Device device) {
+// Whether a map in row order is given, after checking its form (it needs the order it follows).
+bool check_map_in_row_order(const char* op, const TensorView& ordered, bool has_order,
+                            const TensorView& map) {
+  if (ordered.data == nullptr || ordered.numel() == 0) return false;
+  TG_CHECK_VALUE(has_order, op, ": map_in_row_order is given without the row_order it follows");
+  check_dtype(op, "map_in_row_order", ordered, {DType::Int32});
+  check_shape(op, "map_in_row_order", ordered, {map.size(0), map.size(1)});
+  check_contiguous(op, "map_in_row_order", ordered);
+  TG_CHECK_VALUE(ordered.device == map.device, op, ": map_in_row_order is on ", ordered.device,
+                 " but the map is on ", map.device);
+  return true;
+}
+
+// The CPU ignores a map in row order but checks that it is the map's columns in that order.
+void check_is_map_in_row_order(const char* op, const TensorView& ordered, const TensorView& map,
+                               const TensorView& order) {
+  const int64_t volume = map.size(0), rows = map.size(1);
+  const int32_t* m = map.data_ptr<const int32_t>();
+  const int32_t* mo = ordered.data_ptr<const int32_t>();
+  const int32_t* o = order.data_ptr<const int32_t>();
+  for (int64_t t = 0; t < volume; ++t)
+    for (int64_t i = 0; i < rows; ++i)
+      TG_CHECK_VALUE(mo[t * rows + i] == m[t * rows + o[i]], op,
+                     ": map_in_row_order is not the map in row_order: at tap ", t, ", row ", i,
+                     " it holds ", mo[t * rows + i], " where map[", t, "][row_order[", i, "]] is ",
+                     m[t * rows + o[i]]);
+}
+
+void check_weight(const char* op, const char* name, const TensorView& w, int64_t volume, int64_t a,
+                  int64_t b, DType dtype, Device device) {
   check_dtype(op, name, w, {dtype});
   check_shape(op, name, w, {volume, a, b});
   check_contiguous(op, name, w);
@@ -200,9 +227,33 @@ Tensor kernel_map_row_order(const TensorView& map, Stream stream) {
   return order;
 }
 
+Tensor kernel_map_in_row_order(const TensorView& map, const TensorView& row_order, Stream stream) {
+  constexpr const char* kOp = "kernel_map_in_row_order";
+  check_map(kOp, "map", map);
+  const int64_t volume = map.size(0), n_out = map.size(1);
+  TG_CHECK_VALUE(check_row_order(kOp, row_order, n_out, map.device) || n_out == 0, kOp,
+                 ": row_order must be given (int32 [", n_out, "])");
+  Tensor out = Tensor::empty({volume, n_out}, DType::Int32, map.device, stream);
+  if (n_out == 0) return out;
+  if (map.device.is_cuda()) {
+    require_cuda_build(kOp);
+#ifdef TILEGRID_WITH_CUDA
+    cuda::kernel_map_in_row_order(map.data_ptr<const int32_t>(),
+                                  row_order.data_ptr<const int32_t>(), volume, n_out,
+                                  static_cast<int32_t*>(out.data()), map.device.index, stream);
+#endif
+    return out;
+  }
+  check_permutation(kOp, row_order);
+  cpu::kernel_map_in_row_order(map.data_ptr<const int32_t>(), row_order.data_ptr<const int32_t>(),
+                               volume, n_out, static_cast<int32_t*>(out.data()));
+  return out;
+}
+
 void sparse_conv_forward(const TensorView& map, const TensorView& features,
                          const TensorView& weight, const TensorView& out, bool transpose_weight,
-                         Stream stream, const TensorView& row_order) {
+                         Stream stream, const TensorView& row_order,
+                         const TensorView& map_in_row_order) {
   constexpr const char* kOp = "sparse_conv_forward";
   check_map(kOp, "map", map);
   check_float(kOp, "features", features);
@@ -217,19 +268,30 @@ void sparse_conv_forward(const TensorView& map, const TensorView& features,
   else
     check_weight(kOp, "weight", weight, volume, cin, cout, dtype, map.device);
   const bool ordered = check_row_order(kOp, row_order, rows, map.device);
+  const bool ordered_map = check_map_in_row_order(kOp, map_in_row_order, ordered, map);
   if (map.device.is_cuda()) {
     require_cuda_build(kOp);
 #ifdef TILEGRID_WITH_CUDA
-    cuda::GatherGemm problem{map.data_ptr<const int32_t>(), volume, rows, features.data,
-                             features.size(0), weight.data, cin, cout, transpose_weight, out.data,
+    cuda::GatherGemm problem{map.data_ptr<const int32_t>(),
+                             volume,
+                             rows,
+                             features.data,
+                             features.size(0),
+                             weight.data,
+                             cin,
+                             cout,
+                             transpose_weight,
+                             out.data,
                              dtype};
     problem.row_order = ordered ? row_order.data_ptr<const int32_t>() : nullptr;
+    problem.map_in_row_order = ordered_map ? map_in_row_order.data_ptr<const int32_t>() : nullptr;
     cuda::sparse_conv_forward(problem, map.device.index, stream);
 #endif
     return;
   }
   check_map_rows(kOp, map, features.size(0));
   if (ordered) check_permutation(kOp, row_order);
+  if (ordered_map) check_is_map_in_row_order(kOp, map_in_row_order, map, row_order);
   cpu::sparse_conv_forward(map.data_ptr<const int32_t>(), volume, rows, features.data,
                            features.size(0), weight.data, cin, cout, transpose_weight, out.data,
                            dtype);
@@ -237,7 +299,8 @@ void sparse_conv_forward(const TensorView& map, const TensorView& features,
 
 void sparse_conv_backward_weight(const TensorView& map, const TensorView& features,
                                  const TensorView& grad_out, const TensorView& grad_weight,
-                                 Stream stream, const TensorView& row_order) {
+                                 Stream stream, const TensorView& row_order,
+                                 const TensorView& map_in_row_order) {
   constexpr const char* kOp = "sparse_conv_backward_weight";
   check_map(kOp, "map", map);
   check_float(kOp, "features", features);
@@ -249,18 +312,29 @@ void sparse_conv_backward_weight(const TensorView& map, const TensorView& featur
   check_matrix(kOp, "grad_out", grad_out, rows, cout, dtype, map.device);
   check_weight(kOp, "grad_weight", grad_weight, volume, cin, cout, dtype, map.device);
   const bool ordered = check_row_order(kOp, row_order, rows, map.device);
+  const bool ordered_map = check_map_in_row_order(kOp, map_in_row_order, ordered, map);
   if (map.device.is_cuda()) {
     require_cuda_build(kOp);
 #ifdef TILEGRID_WITH_CUDA
-    cuda::WeightGrad problem{map.data_ptr<const int32_t>(), volume, rows, features.data,
-                             features.size(0), grad_out.data, cin, cout, grad_weight.data, dtype};
+    cuda::WeightGrad problem{map.data_ptr<const int32_t>(),
+                             volume,
+                             rows,
+                             features.data,
+                             features.size(0),
+                             grad_out.data,
+                             cin,
+                             cout,
+                             grad_weight.data,
+                             dtype};
     problem.row_order = ordered ? row_order.data_ptr<const int32_t>() : nullptr;
+    problem.map_in_row_order = ordered_map ? map_in_row_order.data_ptr<const int32_t>() : nullptr;
     cuda::sparse_conv_backward_weight(problem, map.device.index, stream);
 #endif
     return;
   }
   check_map_rows(kOp, map, features.size(0));
   if (ordered) check_permutation(kOp, row_order);
+  if (ordered_map) check_is_map_in_row_order(kOp, map_in_row_order, map, row_order);
   cpu::sparse_conv_backward_weight(map.data_ptr<const int32_t>(), volume, rows, features.data,
                                    features.size(0), grad_out.data, cin, cout, grad_weight.data,
                                    dtype);

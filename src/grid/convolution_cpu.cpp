@@ -77,6 +77,12 @@ void kernel_map_row_order(const int32_t* map, int64_t volume, int64_t n_out, int
                    [&](int32_t a, int32_t b) { return keys[size_t(a)] < keys[size_t(b)]; });
 }
 
+void kernel_map_in_row_order(const int32_t* map, const int32_t* order, int64_t volume,
+                             int64_t n_out, int32_t* out) {
+  for (int64_t t = 0; t < volume; ++t)
+    for (int64_t i = 0; i < n_out; ++i) out[t * n_out + i] = map[t * n_out + order[i]];
+}
+
 void sparse_conv_forward(const int32_t* map, int64_t volume, int64_t rows, const void* features,
                          int64_t features_rows, const void* weight, int64_t in_channels,
                          int64_t out_channels, bool transpose_weight, void* out, DType dtype) {

@@ -64,6 +64,13 @@ Tensor invert_kernel_map(const TensorView& map, int64_t source_rows, Stream stre
 // a tile of neighbouring rows nearly all 27). Built once a map, as the map is.
 Tensor kernel_map_row_order(const TensorView& map, Stream stream = {});
 
+// The map's columns in a row order: out[t][i] = map[t][row_order[i]], int32 [kernel_volume,
+// N_out]. With it a GPU tile reads its rows' map entries as one contiguous run a tap instead
+// of one scattered 4-byte read a row and tap (a 32-byte sector each: 8x the map's bytes).
+// Built once a map and order, as they are.
+Tensor kernel_map_in_row_order(const TensorView& map, const TensorView& row_order,
+                               Stream stream = {});
+
 // out[o] = sum over taps t with map[t][o] >= 0 of features[map[t][o]] . weight[t].
 // features [N_in, C_in], weight [kernel_volume, C_in, C_out], out [N_out, C_out] (overwritten),
 // all of one float dtype (float64, float32, float16, bfloat16; sums in float32, float64 for
@@ -73,18 +80,21 @@ Tensor kernel_map_row_order(const TensorView& map, Stream stream = {});
 // row_order (optional; empty = rows in order): kernel_map_row_order(map), the order in which
 // the GPU kernels take the rows. It changes speed, never the result (each row is computed
 // alone); it must be a permutation of [0, N_out) (the CPU checks, a GPU kernel skips entries
-// out of range).
+// out of range). map_in_row_order (optional, only with row_order): kernel_map_in_row_order(map,
+// row_order), read by the Hopper kernels in place of map (the CPU checks that it is).
 void sparse_conv_forward(const TensorView& map, const TensorView& features,
                          const TensorView& weight, const TensorView& out,
                          bool transpose_weight = false, Stream stream = {},
-                         const TensorView& row_order = {});
+                         const TensorView& row_order = {}, const TensorView& map_in_row_order = {});
 
 // grad_weight[t] = sum over outputs o with map[t][o] >= 0 of features[map[t][o]]^T grad_out[o]:
 // [kernel_volume, C_in, C_out] (overwritten) in the features' dtype. The sum runs in a fixed
 // order (float32 partials over fixed chunks of outputs, then added chunk by chunk), so it is
-// the same bits on every run. row_order: the forward's (optional, speed only, as there).
+// the same bits on every run. row_order, map_in_row_order: the forward's (optional, speed
+// only, as there).
 void sparse_conv_backward_weight(const TensorView& map, const TensorView& features,
                                  const TensorView& grad_out, const TensorView& grad_weight,
-                                 Stream stream = {}, const TensorView& row_order = {});
+                                 Stream stream = {}, const TensorView& row_order = {},
+                                 const TensorView& map_in_row_order = {});
 
 }  // namespace tilegrid::grid

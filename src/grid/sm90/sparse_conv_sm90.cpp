@@ -35,9 +35,9 @@ bool is_sm90(int device) {
 
 bool sparse_conv_forward_sm90(const GatherGemm& g, int device, Stream stream) {
   const bool half = g.dtype == DType::Float16, bf16 = g.dtype == DType::BFloat16;
-  if (!(half || bf16) || g.in_channels % 8 || g.out_channels % 8 ||
-      g.volume > sm90::kMaxTaps || g.rows == 0 || !aligned16(g.features) ||
-      !aligned16(g.weight) || !aligned16(g.out) || !is_sm90(device))
+  if (!(half || bf16) || g.in_channels % 8 || g.out_channels % 8 || g.volume > sm90::kMaxTaps ||
+      g.rows == 0 || !aligned16(g.features) || !aligned16(g.weight) || !aligned16(g.out) ||
+      !is_sm90(device))
     return false;
   const auto s = static_cast<cudaStream_t>(stream.handle);
   if (half)
@@ -65,8 +65,8 @@ bool sparse_conv_weight_partials_sm90(const WeightGrad& g, int device, Stream st
   const int64_t by_memory = std::max<int64_t>(1, (int64_t(64) << 20) / bytes_a_chunk);
   const int64_t by_sms = (4 * int64_t(sms) + tiles * g.volume - 1) / (tiles * g.volume);
   chunks = std::clamp<int64_t>(std::min(by_sms, by_memory), 1, 64);
-  const sm90::WgradSteps steps = sm90::wgrad_steps(g.map, g.row_order, g.volume, g.rows,
-                                                   g.feature_rows, device, stream);
+  const sm90::WgradSteps steps = sm90::wgrad_steps(g.map, g.row_order, g.map_in_row_order, g.volume,
+                                                   g.rows, g.feature_rows, device, stream);
   partials = Tensor::empty({chunks * bytes_a_chunk}, DType::UInt8, Device::cuda(device), stream);
   sm90::WgradKernelParams p{};
   p.pairs = static_cast<const int2*>(steps.pairs.data());

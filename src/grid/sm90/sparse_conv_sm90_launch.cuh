@@ -16,6 +16,7 @@ void launch(const cuda::GatherGemm& g, cudaStream_t stream) {
   ConvKernelParams p{};
   p.map = g.map;
   p.row_order = g.row_order;
+  p.map_in_row_order = g.map_in_row_order;
   p.volume = g.volume;
   p.rows = g.rows;
   p.features = g.features;

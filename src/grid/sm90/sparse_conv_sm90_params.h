@@ -9,8 +9,9 @@ namespace tilegrid::grid::sm90 {
 
 // The forward / input-gradient kernel (sparse_conv_sm90_kernel.cuh).
 struct ConvKernelParams {
-  const int32_t* map;        // [volume, rows]
-  const int32_t* row_order;  // [rows] or null
+  const int32_t* map;               // [volume, rows]
+  const int32_t* row_order;         // [rows] or null
+  const int32_t* map_in_row_order;  // [volume, rows]: map[t][row_order[i]] at [t][i], or null
   int64_t volume, rows;
   const void* features;  // [feature_rows, cin]
   int64_t feature_rows;
@@ -22,13 +23,13 @@ struct ConvKernelParams {
 
 // The weight-gradient kernel (sparse_conv_sm90_wgrad_kernel.cuh).
 struct WgradKernelParams {
-  const int2* pairs;          // [steps listed][64]: (input row or -1, output row or -1)
-  const int32_t* tap_begin;   // [volume + 1]: tap t's steps are [tap_begin[t], tap_begin[t+1])
-  const void* features;       // [feature_rows, cin]
-  const void* grad_out;       // [rows, cout]
+  const int2* pairs;         // [steps listed][64]: (input row or -1, output row or -1)
+  const int32_t* tap_begin;  // [volume + 1]: tap t's steps are [tap_begin[t], tap_begin[t+1])
+  const void* features;      // [feature_rows, cin]
+  const void* grad_out;      // [rows, cout]
   int64_t cin, cout, volume;
   int chunks, n_tiles;
-  float* partials;            // [chunks][volume][cin][cout]
+  float* partials;  // [chunks][volume][cin][cout]
 };
 
 }  // namespace tilegrid::grid::sm90

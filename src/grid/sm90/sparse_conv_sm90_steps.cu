@@ -17,38 +17,44 @@ unsigned blocks_for_warps(int64_t warps) {
   return unsigned(std::min<int64_t>((warps + kWarps - 1) / kWarps, 1 << 20));
 }
 
+// Where the steps read the map: the map in row order if there is one, else the map through
+// the order (one scattered read a pair), else the map.
+struct MapRows {
+  const int32_t* map;
+  const int32_t* order;
+  const int32_t* in_order;
+};
+
 // The (input, output) rows of row `i` of the order for tap t; (-1, -1) past the rows.
-__device__ __forceinline__ int2 pair_of(const int32_t* map, const int32_t* order, int64_t t,
-                                        int64_t rows, int64_t feature_rows, int64_t i) {
+__device__ __forceinline__ int2 pair_of(const MapRows& m, int64_t t, int64_t rows,
+                                        int64_t feature_rows, int64_t i) {
   if (i >= rows) return make_int2(-1, -1);
-  int32_t o = order != nullptr ? order[i] : int32_t(i);
+  int32_t o = m.order != nullptr ? m.order[i] : int32_t(i);
   if (o < 0 || o >= rows) return make_int2(-1, -1);
-  int32_t n = map[t * rows + o];
+  int32_t n = m.in_order != nullptr ? m.in_order[t * rows + i] : m.map[t * rows + o];
   if (n >= feature_rows) n = -1;
   return make_int2(n, o);
 }
 
 // flags[t * steps + s] = whether step s of tap t has a pair; a warp a (tap, step).
-__global__ void step_flags_kernel(const int32_t* __restrict__ map, const int32_t* __restrict__ order,
-                                  int64_t volume, int64_t rows, int64_t feature_rows, int64_t steps,
-                                  int32_t* __restrict__ flags) {
+__global__ void step_flags_kernel(MapRows map, int64_t volume, int64_t rows, int64_t feature_rows,
+                                  int64_t steps, int32_t* __restrict__ flags) {
   const int lane = int(threadIdx.x % 32);
   for (int64_t w = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; w < volume * steps;
        w += int64_t(gridDim.x) * blockDim.x / 32) {
     const int64_t t = w / steps, s = w % steps;
     bool any = false;
     for (int h = 0; h < kStepRows / 32; ++h)
-      any |= pair_of(map, order, t, rows, feature_rows, s * kStepRows + lane + 32 * h).x >= 0;
+      any |= pair_of(map, t, rows, feature_rows, s * kStepRows + lane + 32 * h).x >= 0;
     any = __any_sync(0xffffffffu, any);
     if (lane == 0) flags[w] = any;
   }
 }
 
 // The listed steps' pairs, at their scanned places.
-__global__ void step_pairs_kernel(const int32_t* __restrict__ map, const int32_t* __restrict__ order,
-                                  int64_t volume, int64_t rows, int64_t feature_rows, int64_t steps,
-                                  const int32_t* __restrict__ flags, const int32_t* __restrict__ place,
-                                  int2* __restrict__ pairs) {
+__global__ void step_pairs_kernel(MapRows map, int64_t volume, int64_t rows, int64_t feature_rows,
+                                  int64_t steps, const int32_t* __restrict__ flags,
+                                  const int32_t* __restrict__ place, int2* __restrict__ pairs) {
   const int lane = int(threadIdx.x % 32);
   for (int64_t w = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; w < volume * steps;
        w += int64_t(gridDim.x) * blockDim.x / 32) {
@@ -57,7 +63,7 @@ __global__ void step_pairs_kernel(const int32_t* __restrict__ map, const int32_t
     int2* out = pairs + int64_t(place[w]) * kStepRows;
     for (int h = 0; h < kStepRows / 32; ++h) {
       const int r = lane + 32 * h;
-      int2 pr = pair_of(map, order, t, rows, feature_rows, s * kStepRows + r);
+      int2 pr = pair_of(map, t, rows, feature_rows, s * kStepRows + r);
       if (pr.x < 0) pr = make_int2(-1, -1);
       out[r] = pr;
     }
@@ -72,8 +78,10 @@ __global__ void tap_begin_kernel(const int32_t* __restrict__ place, int64_t volu
 
 }  // namespace
 
-WgradSteps wgrad_steps(const int32_t* map, const int32_t* order, int64_t volume, int64_t rows,
-                       int64_t feature_rows, int device, Stream stream) {
+WgradSteps wgrad_steps(const int32_t* map, const int32_t* order, const int32_t* map_in_row_order,
+                       int64_t volume, int64_t rows, int64_t feature_rows, int device,
+                       Stream stream) {
+  const MapRows m{map, order, order != nullptr ? map_in_row_order : nullptr};
   const cudaStream_t s = static_cast<cudaStream_t>(stream.handle);
   const Device where = Device::cuda(device);
   const int64_t steps = (rows + kStepRows - 1) / kStepRows, n = volume * steps;
@@ -88,8 +96,8 @@ WgradSteps wgrad_steps(const int32_t* map, const int32_t* order, int64_t volume,
   auto* pl = static_cast<int32_t*>(place.data());
   TG_CUDA_CHECK(cudaMemsetAsync(f + n, 0, sizeof(int32_t), s));
   if (n > 0) {
-    step_flags_kernel<<<blocks_for_warps(n), kThreads, 0, s>>>(map, order, volume, rows,
-                                                               feature_rows, steps, f);
+    step_flags_kernel<<<blocks_for_warps(n), kThreads, 0, s>>>(m, volume, rows, feature_rows, steps,
+                                                               f);
     TG_CUDA_CHECK_LAUNCH();
   }
   size_t bytes = 0;
@@ -98,7 +106,7 @@ WgradSteps wgrad_steps(const int32_t* map, const int32_t* order, int64_t volume,
   TG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.data(), bytes, f, pl, n + 1, s));
   if (n > 0) {
     step_pairs_kernel<<<blocks_for_warps(n), kThreads, 0, s>>>(
-        map, order, volume, rows, feature_rows, steps, f, pl, static_cast<int2*>(out.pairs.data()));
+        m, volume, rows, feature_rows, steps, f, pl, static_cast<int2*>(out.pairs.data()));
     TG_CUDA_CHECK_LAUNCH();
   }
   tap_begin_kernel<<<unsigned((volume + 1 + 255) / 256), 256, 0, s>>>(

@@ -15,10 +15,12 @@ struct WgradSteps {
   Tensor tap_begin;  // int32 [volume + 1]: tap t's steps are [tap_begin[t], tap_begin[t + 1])
 };
 
-// order: the output rows' order (null: in order). The listed steps are not known on the host
-// (no copy back): `pairs` has room for every step of every tap, volume * ceil(rows / 64) * 64
-// pairs (twice the map's bytes).
-WgradSteps wgrad_steps(const int32_t* map, const int32_t* order, int64_t volume, int64_t rows,
-                       int64_t feature_rows, int device, Stream stream);
+// order: the output rows' order (null: in order); map_in_row_order: the map's columns in that
+// order (null: read through the order). The listed steps are not known on the host (no copy
+// back): `pairs` has room for every step of every tap, volume * ceil(rows / 64) * 64 pairs
+// (twice the map's bytes).
+WgradSteps wgrad_steps(const int32_t* map, const int32_t* order, const int32_t* map_in_row_order,
+                       int64_t volume, int64_t rows, int64_t feature_rows, int device,
+                       Stream stream);
 
 }  // namespace tilegrid::grid::sm90

@@ -217,19 +217,26 @@ def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout,
     want_x = plan.execute(xr, wr)
     want_x.backward(g.double())
     want_w = wr.grad.reshape(cout, cin, -1).permute(2, 1, 0)
-    # The ops directly, into NaN-filled outputs.
+    # The ops directly, into NaN-filled outputs: with the maps in row order (as the plan runs
+    # them) and with the orders alone (the maps read through them).
     taps = w.reshape(cout, cin, -1).permute(2, 1, 0).contiguous()
-    out = torch.full((target.total_voxels, cout), float("nan"), device="cuda", dtype=dtype)
     stream = torch.cuda.current_stream().cuda_stream
-    tg._C.sparse_conv_forward(plan.kernel_map, x, taps, out, False, stream, plan.row_order)
-    grad_x = torch.full_like(x, float("nan"))
-    tg._C.sparse_conv_forward(plan.inverse_map, g, taps, grad_x, True, stream, plan.inverse_row_order)
-    grad_w = torch.full_like(taps, float("nan"))
-    tg._C.sparse_conv_backward_weight(plan.kernel_map, x, g, grad_w, stream, plan.row_order)
     tol = {torch.float16: 1e-2, torch.bfloat16: 4e-2}[dtype]
-    for a, b in ((out, want_x), (grad_x, xr.grad), (grad_w, want_w)):
-        assert not a.isnan().any()
-        assert (a.double() - b).abs().max().item() <= tol * b.abs().max().item()
+    for ordered in (True, False):
+        in_order = plan.map_in_row_order if ordered else None
+        inverse_in_order = plan.inverse_map_in_row_order if ordered else None
+        out = torch.full((target.total_voxels, cout), float("nan"), device="cuda", dtype=dtype)
+        tg._C.sparse_conv_forward(plan.kernel_map, x, taps, out, False, stream, plan.row_order,
+                                  in_order)
+        grad_x = torch.full_like(x, float("nan"))
+        tg._C.sparse_conv_forward(plan.inverse_map, g, taps, grad_x, True, stream,
+                                  plan.inverse_row_order, inverse_in_order)
+        grad_w = torch.full_like(taps, float("nan"))
+        tg._C.sparse_conv_backward_weight(plan.kernel_map, x, g, grad_w, stream, plan.row_order,
+                                          in_order)
+        for a, b in ((out, want_x), (grad_x, xr.grad), (grad_w, want_w)):
+            assert not a.isnan().any()
+            assert (a.double() - b).abs().max().item() <= tol * b.abs().max().item()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -248,6 +255,48 @@ def test_kernel_map_row_order_sorts_rows_by_their_taps(device):
         assert torch.equal(plan.row_order.long().cpu(), order)
     else:
         assert plan.row_order.numel() == 0  # the CPU reference takes rows in order
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_kernel_map_in_row_order_is_the_maps_columns_in_that_order(device, stride):
+    """On the GPU the plan keeps both maps in their row orders (the submanifold one's inverse
+    by reversing the taps); the op itself on both devices."""
+    grid = random_grid(device, sizes=(600, 0, 1, 250), spread=8, far=True)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, stride, grid, grid if stride == 1 else None)
+    for m in (plan.kernel_map, plan.inverse_map):
+        order = torch.from_dlpack(tg._C.kernel_map_row_order(m))
+        got = torch.from_dlpack(tg._C.kernel_map_in_row_order(m, order))
+        assert got.dtype == torch.int32
+        assert torch.equal(got.cpu(), m.cpu()[:, order.long().cpu()])
+    if device == "cuda":
+        assert torch.equal(plan.map_in_row_order, plan.kernel_map[:, plan.row_order.long()])
+        assert torch.equal(plan.inverse_map_in_row_order,
+                           plan.inverse_map[:, plan.inverse_row_order.long()])
+    else:
+        assert plan.map_in_row_order.numel() == plan.inverse_map_in_row_order.numel() == 0
+
+
+def test_a_map_in_row_order_that_is_not_one_is_refused():
+    grid = random_grid("cpu", sizes=(40,), spread=4)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    n = grid.total_voxels
+    x, w, out = torch.randn(n, 4), torch.randn(27, 4, 5), torch.empty(n, 5)
+    order = torch.from_dlpack(tg._C.kernel_map_row_order(plan.kernel_map))
+    good = torch.from_dlpack(tg._C.kernel_map_in_row_order(plan.kernel_map, order))
+    tg._C.sparse_conv_forward(plan.kernel_map, x, w, out, False, 0, order, good)
+    assert torch.equal(out, plan.execute(x, w.permute(2, 1, 0).reshape(5, 4, 3, 3, 3)))
+    with pytest.raises(ValueError, match="without the row_order it follows"):
+        tg._C.sparse_conv_forward(plan.kernel_map, x, w, out, False, 0, None, good)
+    with pytest.raises(ValueError, match=r"map_in_row_order must have shape"):
+        tg._C.sparse_conv_forward(plan.kernel_map, x, w, out, False, 0, order, good[:, 1:])
+    bad = plan.kernel_map.clone()  # the map itself, not in the order (a real order moves rows)
+    assert not torch.equal(bad, good)
+    with pytest.raises(ValueError, match="is not the map in row_order"):
+        tg._C.sparse_conv_backward_weight(plan.kernel_map, x, torch.randn(n, 5), torch.empty(27, 4, 5),
+                                          0, order, bad)
+    with pytest.raises(ValueError, match="row_order must be given"):
+        tg._C.kernel_map_in_row_order(plan.kernel_map, order[:0])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -456,7 +505,7 @@ def test_bad_inputs_are_refused_with_what_was_expected(device):
         with pytest.raises(ValueError, match="names input row"):
             torch.ops.tilegrid.sparse_conv(
                 x, torch.randn(27, 4, 5), bad, plan.inverse_map, plan.row_order,
-                plan.inverse_row_order,
+                plan.inverse_row_order, plan.map_in_row_order, plan.inverse_map_in_row_order,
             )
 
 
