@@ -3,12 +3,10 @@
 A window of kernel_size voxels every stride voxels is a convolution's receptive field: the
 coarse grid is source.conv_grid(kernel_size, stride) (for kernel_size = stride, the
 coarsened grid), and the ConvolutionPlan's map names each window's active inputs; every
-coarse voxel of conv_grid has at least one. Float features on the CPU run the C++ ops of
+coarse voxel of conv_grid has at least one. Float features (CPU or GPU) run the C++ ops of
 tilegrid/grid/pooling.h (custom ops, differentiable: max pooling's gradient goes to the
-window's first maximum); GPU tensors and other dtypes reduce over the map's taps in torch
-(there max pooling's gradient is split between tied maxima, as torch's amax does). The ops'
-CUDA kernels exist and are tested directly (tests/python/grid/test_sparse_conv.py) but are not
-yet taken here: they have not yet run on a GPU.
+window's first maximum); other dtypes reduce over the map's taps in torch (there max
+pooling's gradient is split between tied maxima, as torch's amax does).
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ _FLOATS = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 def _use_pool_ops(features: torch.Tensor) -> bool:
     """Whether the C++ pooling ops take these features (see the module text)."""
-    return features.dtype in _FLOATS and not features.is_cuda
+    return features.dtype in _FLOATS
 
 
 # ---- the custom ops: [N_in, C] features over a map [taps, N_out] and its inverse --------------
