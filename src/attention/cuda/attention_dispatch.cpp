@@ -177,7 +177,8 @@ void backward_cuda(const Problem& p, const Gradients& g, int device, Stream stre
     const Device on = Device::cuda(device);
     Tensor lse_log2 = Tensor::empty({padded}, DType::Float32, on, stream);
     Tensor row_delta = Tensor::empty({padded}, DType::Float32, on, stream);
-    Tensor dq_accum = Tensor::empty({padded * p.head_dim}, DType::Float32, on, stream);
+    Tensor dq_accum = Tensor::empty({padded * sm90::dq_row_floats(int(p.head_dim))},
+                                    DType::Float32, on, stream);
     set_last_cuda_kernel("sm90");
     return sm90::backward(b,
                           {static_cast<float*>(lse_log2.data()),

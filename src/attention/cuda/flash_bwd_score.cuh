@@ -28,6 +28,11 @@ struct ScoreGradFn {
         cap_scale(g.softcap > 0 ? g.scale / g.softcap : 0.f),
         softcap(g.softcap) {}
 
+  // P without softcap (cap_scale == 0), for kernels that form P before dP is in.
+  __device__ __forceinline__ float uncapped_prob(float s, float lse_log2) const {
+    return exp2f(fmaf(s, scale_log2, -lse_log2));
+  }
+
   __device__ __forceinline__ ScoreGrad operator()(float s, float dp, float lse_log2,
                                                   float delta) const {
     if (cap_scale > 0.f) {

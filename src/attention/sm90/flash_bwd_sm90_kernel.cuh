@@ -1,24 +1,29 @@
 #pragma once
 // Hopper flash attention backward (sm_90a), the main kernel: one CTA per (key tile of 128,
 // K/V head, sequence), a producer warpgroup and two consumer warpgroups of 64 keys each.
-//  - The producer lowers its registers to 24 and one thread issues TMA loads: the CTA's K and
+//  - The producer lowers its registers to 24. One thread issues TMA loads: the CTA's K and
 //    V once, then per step the Q and dO tiles of kBlockM queries into a kStages-deep ring
 //    (CUTLASS's PipelineTmaAsync: a "full" barrier counting the bytes, an "empty" one the
 //    consumer warpgroups arrive on), each stage with the log2-unit lse and the row deltas of
 //    its queries (one bulk copy each from the padded rows the preprocess wrote; read from
 //    global memory by the consumers instead, their 2 x kBlockM / 8 float2 a thread made ptxas
-//    spill 1.5 KB at head dim 64).
+//    spill 1.5 KB at head dim 64). Its second warp adds each step's dQ into the float32 sums
+//    from shared memory with bulk (TMA) additions (write_dq_sums).
 //  - A step, per consumer warpgroup and its 64 keys (keys as the rows of every product, so
 //    that P^T and dS^T leave the accumulators as the register A operand of the next one):
-//      S^T = K Q^T, dP^T = V dO^T          wgmma from shared memory, fp32 accumulators
-//      P^T = exp2(S^T scale - lse), dS^T = P^T (dP^T - D)     (masked pairs 0; softcap's
-//                                                             derivative folded into dS)
-//      dV += P^T dO, dK += dS^T Q          wgmma with A from registers (the RS form), Q and dO
-//                                          read MN-major from the tiles TMA wrote
+//      S^T = K Q^T, dP^T = V dO^T          wgmma from shared memory, fp32 accumulators, two
+//                                          commit groups
+//      P^T = exp2(S^T scale - lse)         once S^T is in (dP^T's product still running);
+//                                          masked pairs 0
+//      dV += P^T dO                        wgmma with A from registers (the RS form), dO
+//                                          read MN-major from the tile TMA wrote
+//      dS^T = P^T (dP^T - D)               under dV's product (softcap's derivative folded in)
+//      dK += dS^T Q                        the RS form again
 //      dS^T into shared memory (both warpgroups' 64 keys), then
 //      dQ_step = dS K                      kBlockM x head_dim, split over the two warpgroups
-//                                          (by columns at kBlockM 64, by rows at 128), added
-//                                          into a float32 dQ in global memory (red.v2.f32).
+//                                          (by columns at kBlockM 64, by rows at 128), stored
+//                                          to one of two shared-memory buffers that the
+//                                          writer warp adds into a float32 dQ in global memory.
 //    dK and dV stay in registers across every query tile and every query head of the GQA
 //    group, and leave the chip once (dK scaled by the softmax scale there): no float32 dK/dV
 //    in global memory and no atomics on them. dQ's float32 sums are atomic, so their order
@@ -29,7 +34,8 @@
 // Registers (consumer, 240): dK and dV 64 x head_dim x 2 / 128 a thread (64 at head dim 64,
 // 128 at 128), S^T and dP^T 64 x kBlockM / 128 each, dQ kBlockM x head_dim / 256.
 // Shared memory: K, V (128 x d each), kStages of Q and dO (kBlockM x d each), dS (kBlockM x
-// 128), lse and D: d = 64: 129 KB; d = 128: 145 KB.
+// 128), two float32 dQ buffers (kBlockM x (d + 8)), lse and D: d = 64: 203 KB; d = 128:
+// 215 KB.
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/cutlass.h>
@@ -44,7 +50,9 @@
 #include "attention/cuda/flash_bwd_params.h"
 #include "attention/cuda/flash_bwd_score.cuh"
 #include "attention/cuda/flash_bwd_store.cuh"
+#include "attention/sm90/flash_bwd_sm90.h"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
+#include "hopper/bulk_reduce.cuh"
 #include "hopper/wgmma.cuh"
 
 namespace tilegrid::attention::sm90_bwd {
@@ -119,6 +127,14 @@ struct BwdTraits {
   static constexpr uint32_t kTmaBytesStage =
       2 * kBlockM * kHeadDim * sizeof(Element) + 2 * kBlockM * sizeof(float);
 
+  // Named barriers (ids above CUTLASS's reserved ones): dS written and dS free between the
+  // consumer warpgroups; dQ buffer b full (consumers arrive, the writer waits) and empty (the
+  // writer arrives, the consumers wait), counted over the consumers and the writer warp.
+  static constexpr int kBarrierDsWritten = 1, kBarrierDsFree = 2;
+  static constexpr int kBarrierDqFull = 3, kBarrierDqEmpty = 5;  // + buffer (0, 1)
+  static constexpr int kDqBarrierThreads = kConsumerThreads + 32;
+  static constexpr int kDqRowFloats = sm90::dq_row_floats(kHeadDim);
+
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
 
@@ -128,6 +144,9 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDs>> ds;
+    // The step's dQ, kBlockM rows of kDqRowFloats as the float32 sums lay them out, two
+    // buffers: the consumers fill one while the dQ writer's bulk addition reads the other.
+    alignas(128) float dq[2][kBlockM * kDqRowFloats];
     alignas(16) float lse[kStages][kBlockM];
     alignas(16) float delta[kStages][kBlockM];
     typename Pipeline::SharedStorage pipeline;
@@ -143,7 +162,7 @@ struct BwdKernelParams {
   PaddedRows rows;        // where a sequence's lse, D and dQ rows are (flash_bwd_sm90_rows.h)
   const float* lse_log2;  // [heads_q, rows.total]: lse * log2 e; +inf past a sequence
   const float* delta;     // [heads_q, rows.total]: rowsum(dO * O) - dlse; 0 past a sequence
-  float* dq_accum;        // [heads_q, rows.total, head_dim], zeroed by the preprocess
+  float* dq_accum;        // [heads_q, rows.total, kDqRowFloats], zeroed by the preprocess
   typename Traits::TmaQ tma_q, tma_do;
   typename Traits::TmaKV tma_k, tma_v;
   typename Traits::GmemShape shape_q, shape_k;
@@ -185,6 +204,41 @@ __device__ __forceinline__ KeyTileWork key_tile_work(const FlashFwdParams& p, in
   return w;
 }
 
+// The dQ writer, one warp of the producer warpgroup: per step, once the consumers have filled
+// the step's buffer, one lane adds it into the float32 sums with one bulk addition (the tile's
+// rows are contiguous there, and padded as in shared memory), then the warp hands the
+// buffer back for the step two on. This takes the dQ additions (kBlockM x head_dim floats a
+// step, as many bytes as the step's Q and dO loads) off the consumers, which only store their
+// accumulators to shared memory.
+template <class Traits, class StepHead, class StepTile>
+__device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
+                                              float (&buffers)[2][Traits::kBlockM *
+                                                                  Traits::kDqRowFloats],
+                                              const KeyTileWork& w, const StepHead& step_head,
+                                              const StepTile& step_tile, int64_t seq_row0) {
+  using cutlass::arch::NamedBarrier;
+  constexpr int kBlockM = Traits::kBlockM, kRow = Traits::kDqRowFloats;
+  const bool leader = threadIdx.x % 32 == 0;
+  for (int b = 0; b < 2 && b < w.steps; ++b)
+    NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + b);
+  for (int s = 0; s < w.steps; ++s) {
+    const int buffer = s % 2;
+    NamedBarrier::sync(Traits::kDqBarrierThreads, Traits::kBarrierDqFull + buffer);
+    if (leader) {
+      const int64_t row0 = int64_t(step_head(s)) * kp.rows.total + seq_row0 +
+                           int64_t(step_tile(s)) * kBlockM;
+      hopper::bulk_reduce_add_f32(kp.dq_accum + row0 * kRow, buffers[buffer],
+                                  kBlockM * kRow * 4);
+      tma_store_arrive();
+      tma_store_wait<0>();  // the buffer has been read
+    }
+    __syncwarp();
+    if (s + 2 < w.steps)
+      NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + buffer);
+  }
+  if (leader) hopper::bulk_wait_all();
+}
+
 // Grid (ceil(max_seqlen_k / 128), heads_kv, batch).
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
@@ -197,7 +251,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   using PipelineState = typename Traits::PipelineState;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
-  constexpr int kHeadDim = Traits::kHeadDim;
   const FlashBwdParams& g = kp.g;
   const FlashFwdParams& p = g.fwd;
   const int head_kv = blockIdx.y, b = blockIdx.z;
@@ -244,7 +297,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (producer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (threadIdx.x != 0 || w.steps == 0) return;
+    if (w.steps == 0) return;
+    if (threadIdx.x / 32 == 1) {
+      write_dq_sums<Traits>(kp, smem.dq, w, step_head, step_tile, seq_row0);
+      return;
+    }
+    if (threadIdx.x != 0) return;
     // A variable-length sequence is a window of the one (total tokens) batch.
     const int tb = p.cu_seqlens_q != nullptr ? 0 : b;
     Tensor mK = domain_offset(make_coord(w.k0, _0{}),
@@ -326,21 +384,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const IndexRange first_key_queries = mask.queries_of_key(w.n0);
   const IndexRange last_key_queries = mask.queries_of_key(w.n0 + kBlockN - 1);
   const flash_bwd::ScoreGradFn score_grad(g);
-  const int64_t dq_row_stride = kHeadDim;
   Tensor tDqcDq = thr_dq.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));
 
   if (w.steps > 0) Barrier::wait(&smem.barrier_kv, 0);
   PipelineState read;
   for (int s = 0; s < w.steps; ++s) {
     const int stage = read.index();
-    const int h = step_head(s), m = step_tile(s);
+    const int m = step_tile(s);
     const int64_t row0 = int64_t(m) * kBlockM;
     Tensor acc_s = partition_fragment_C(mma_s, Shape<BlockN, BlockM>{});
     Tensor acc_dp = partition_fragment_C(mma_s, Shape<BlockN, BlockM>{});
     pipeline.consumer_wait(read);
+    // Two commit groups, so that P is formed while dP^T's product still runs.
     wgmma<true>(mma_s, tSrK, tSrQ(_, _, _, stage), acc_s);
     wgmma<true>(mma_s, tSrV, tSrdO(_, _, _, stage), acc_dp);
-    warpgroup_wait<0>();
 
     const bool whole = w.key_rows == kBlockN && row0 + kBlockM <= w.sq &&
                        last_key_queries.first <= row0 &&
@@ -351,28 +408,55 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // order through the mbarrier to the asynchronous copy and reports these reads as hazards.
     const float* lse = smem.lse[stage];
     const float* delta = smem.delta[stage];
-    // P^T and dS^T in the input type, as A operands of dV and dK.
-    Tensor rP = make_tensor<Element>(acc_s.layout());
-    Tensor rdS = make_tensor<Element>(acc_s.layout());
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc_s); ++i) {
-      const int query = get<1>(tScS(i));
-      flash_bwd::ScoreGrad sg{0.f, 0.f};
-      if (whole || thread_queries[(i / 2) % 2].contains(row0 + query))
-        sg = score_grad(acc_s(i), acc_dp(i), lse[query], delta[query]);
-      rP(i) = Element(sg.p);
-      rdS(i) = Element(sg.dx);
+    Tensor rP = make_tensor<Element>(acc_s.layout());   // P^T, the A operand of dV
+    Tensor rdS = make_tensor<Element>(acc_s.layout());  // dS^T, the A operand of dK
+    // Whether this thread's pair i is visible; every pair is when the step is whole.
+    auto visible = [&](int i) {
+      return whole || thread_queries[(i / 2) % 2].contains(row0 + get<1>(tScS(i)));
+    };
+    if (score_grad.cap_scale > 0.f) {
+      // softcap: P and its derivative both come from tanh of S, in one pass once dP^T is in.
+      warpgroup_wait<0>();
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) {
+        const int query = get<1>(tScS(i));
+        flash_bwd::ScoreGrad sg{0.f, 0.f};
+        if (visible(i)) sg = score_grad(acc_s(i), acc_dp(i), lse[query], delta[query]);
+        rP(i) = Element(sg.p);
+        rdS(i) = Element(sg.dx);
+      }
+    } else {
+      // P^T in float32, in S^T's registers, while dP^T's product still runs; the loops have
+      // no branches (a masked pair's exp2 is formed and then replaced by 0).
+      warpgroup_wait<1>();
+      if (whole) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_s); ++i)
+          acc_s(i) = score_grad.uncapped_prob(acc_s(i), lse[get<1>(tScS(i))]);
+      } else {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_s); ++i) {
+          const float p = score_grad.uncapped_prob(acc_s(i), lse[get<1>(tScS(i))]);
+          acc_s(i) = visible(i) ? p : 0.f;
+        }
+      }
+      warpgroup_wait<0>();
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) {
+        rP(i) = Element(acc_s(i));
+        rdS(i) = Element(acc_s(i) * (acc_dp(i) - delta[get<1>(tScS(i))]));
+      }
     }
     Tensor tKVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
-    Tensor tKVrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
     warpgroup_fence_operand(rP);
-    warpgroup_fence_operand(rdS);
     wgmma<false>(mma_kv, tKVrP, tKVrdOt(_, _, _, stage), acc_dv);
+    Tensor tKVrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
+    warpgroup_fence_operand(rdS);
     wgmma<false>(mma_kv, tKVrdS, tKVrQt(_, _, _, stage), acc_dk);
 
-    // dS^T into shared memory once both warpgroups' previous dQ products have read it (the
-    // barrier at the end of the last step), then made visible to the tensor cores (the async
-    // proxy) and to the other warpgroup.
+    // dS^T into shared memory once both warpgroups' previous dQ products have read it, then
+    // made visible to the tensor cores (the async proxy) and to the other warpgroup.
+    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, Traits::kBarrierDsFree);
     CUTE_UNROLL
     for (int i = 0; i < size(rdS); i += 2) {
       cutlass::AlignedArray<Element, 2> pair;
@@ -381,28 +465,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(&tdSsdS(i)) = pair;
     }
     cutlass::arch::fence_view_async_shared();
-    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 1);
+    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, Traits::kBarrierDsWritten);
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
     wgmma<true>(mma_dq, tDqrdS, tDqrKt, acc_dq);
-    warpgroup_wait<0>();  // dV, dK and dQ: the stage, P^T, dS^T and sdS are free
+    warpgroup_wait<0>();  // dV, dK and dQ: the stage, P^T, dS^T and this warpgroup's sdS reads
     warpgroup_fence_operand(rP);
     warpgroup_fence_operand(rdS);
     warpgroup_fence_operand(acc_dk);
     warpgroup_fence_operand(acc_dv);
     if (signals) pipeline.consumer_release(read);
     ++read;
-    // sdS is written again only after both warpgroups' dQ products have completed.
-    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, 2);
 
-    // The step's dQ (before the softmax scale) into the float32 sums: rows past the sequence
-    // land in its padding rows, which nothing reads.
-    float* dq = kp.dq_accum + (int64_t(h) * kp.rows.total + seq_row0 + row0) * dq_row_stride;
+    // The step's dQ (before the softmax scale) into its shared-memory buffer once the writer
+    // warp has read the buffer's previous step out; the writer adds it into the float32 sums
+    // (rows past the sequence land in its padding rows, which nothing reads).
+    const int buffer = s % 2;
+    cutlass::arch::NamedBarrier::sync(Traits::kDqBarrierThreads,
+                                      Traits::kBarrierDqEmpty + buffer);
+    float* sdq = smem.dq[buffer];
     CUTE_UNROLL
     for (int i = 0; i < size(acc_dq); i += 2) {
       const int row = get<0>(tDqcDq(i)), col = get<1>(tDqcDq(i));
-      atomicAdd(reinterpret_cast<float2*>(dq + int64_t(row) * dq_row_stride + col),
-                make_float2(acc_dq(i), acc_dq(i + 1)));
+      *reinterpret_cast<float2*>(sdq + row * Traits::kDqRowFloats + col) =
+          make_float2(acc_dq(i), acc_dq(i + 1));
     }
+    cutlass::arch::fence_view_async_shared();
+    cutlass::arch::NamedBarrier::arrive(Traits::kDqBarrierThreads,
+                                        Traits::kBarrierDqFull + buffer);
   }
 
   // dK (scaled) and dV of the tile's keys in the sequence.

@@ -12,11 +12,13 @@
 #include <cstdint>
 
 #include "attention/cuda/flash_bwd_delta.cuh"
+#include "attention/sm90/flash_bwd_sm90.h"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 
 namespace tilegrid::attention::sm90_bwd {
 
 constexpr int kRowsPerBlock = 8;  // one warp a row, 256 threads
+using sm90::dq_row_floats;
 
 // Grid (ceil(round_up(max_seqlen_q, block_m) / 8), heads_q, batch).
 template <class Element, int kHeadDim>
@@ -30,8 +32,8 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   const int64_t padded_len = (seq.sq + rows.block_m - 1) / rows.block_m * rows.block_m;
   if (i >= padded_len) return;
   const int64_t at = int64_t(h) * rows.total + rows.first_row(p, b) + i;
-  float* dq = dq_accum + at * kHeadDim;
-  for (int c = lane; c < kHeadDim; c += 32) dq[c] = 0.f;
+  float* dq = dq_accum + at * dq_row_floats(kHeadDim);
+  for (int c = lane; c < dq_row_floats(kHeadDim); c += 32) dq[c] = 0.f;
   if (i >= seq.sq) {
     if (lane == 0) {
       lse_log2[at] = INFINITY;
@@ -58,7 +60,8 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   const flash_bwd::Sequence seq = flash_bwd::sequence(p, b);
   const int64_t i = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (i >= seq.sq) return;
-  const float* dq = dq_accum + (int64_t(h) * rows.total + rows.first_row(p, b) + i) * kHeadDim;
+  const float* dq = dq_accum + (int64_t(h) * rows.total + rows.first_row(p, b) + i) *
+                                  dq_row_floats(kHeadDim);
   auto* out = static_cast<Element*>(g.dq) + b * g.dq_batch_stride +
               (seq.q0 + i) * g.dq_row_stride + h * g.dq_head_stride;
   for (int c = 2 * lane; c < kHeadDim; c += 64) {
