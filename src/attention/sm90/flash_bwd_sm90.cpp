@@ -22,6 +22,10 @@ int64_t backward_rows(const FlashFwdParams& p, int head_dim) {
   return sm90_bwd::PaddedRows::of(p, sm90_bwd::block_m(head_dim)).total;
 }
 
+int dq_row_floats(int head_dim) {
+  return sm90_bwd::DqTileLayout{sm90_bwd::block_m(head_dim), head_dim}.row_floats();
+}
+
 void backward(const FlashBwdParams& g, const BackwardWorkspace& ws, DType dtype, int head_dim,
               int max_seqlen_k, Stream stream) {
   if (head_dim == 64) return backward_hdim64(g, ws, dtype, max_seqlen_k, stream);

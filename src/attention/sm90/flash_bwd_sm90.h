@@ -16,14 +16,10 @@ namespace tilegrid::attention::sm90 {
 bool backward_supported(const FlashBwdParams& g, DType dtype, int head_dim);
 
 // The float32 buffers the kernels share, [heads_q, backward_rows(...)] each (dq_accum with
-// dq_row_floats(head_dim) floats a row); the caller allocates them on the call's device and
-// stream.
+// dq_row_floats(head_dim) floats a row: flash_bwd_sm90_rows.h, DqTileLayout); the caller
+// allocates them on the call's device and stream.
 int64_t backward_rows(const FlashFwdParams& p, int head_dim);
-// A float32 dQ row: head_dim floats and 8 that nothing reads. The main kernel stages a step's
-// dQ tile in shared memory with the same rows, so that each half-warp's float2 accumulator
-// stores (4 rows x 4 threads) fall on 32 distinct banks, and adds the whole tile, padding
-// included, with one bulk addition.
-constexpr int dq_row_floats(int head_dim) { return head_dim + 8; }
+int dq_row_floats(int head_dim);
 struct BackwardWorkspace {
   float* lse_log2 = nullptr;
   float* delta = nullptr;

@@ -13,29 +13,30 @@
 //    that P^T and dS^T leave the accumulators as the register A operand of the next one):
 //      S^T = K Q^T, dP^T = V dO^T          wgmma from shared memory, fp32 accumulators, two
 //                                          commit groups
-//      P^T = exp2(S^T scale - lse)         once S^T is in (dP^T's product still running);
-//                                          masked pairs 0
+//      P^T = exp2(S^T scale - lse)         once S^T is in, under dP^T's product; masked
+//                                          pairs 0
+//      dS^T = P^T (dP^T - D)               (softcap's derivative folded in), into one of two
+//                                          shared-memory buffers (by step parity)
 //      dV += P^T dO                        wgmma with A from registers (the RS form), dO
 //                                          read MN-major from the tile TMA wrote
-//      dS^T = P^T (dP^T - D)               under dV's product (softcap's derivative folded in)
-//      dK += dS^T Q                        the RS form again
-//      dS^T into shared memory (both warpgroups' 64 keys), then
+//      barrier: both warpgroups' dS^T written (the one barrier a step)
 //      dQ_step = dS K                      kBlockM x head_dim, split over the two warpgroups
-//                                          (by columns at kBlockM 64, by rows at 128), stored
-//                                          to one of two shared-memory buffers that the
-//                                          writer warp adds into a float32 dQ in global memory.
+//                                          (by columns at kBlockM 64, by rows at 128)
+//      dK += dS^T Q                        the RS form, issued once dV is done
+//      dQ_step into the warpgroup's part of a float32 tile in shared memory, under dK's
+//      product; the writer warp adds the part into the float32 dQ sums in global memory.
 //    dK and dV stay in registers across every query tile and every query head of the GQA
 //    group, and leave the chip once (dK scaled by the softmax scale there): no float32 dK/dV
-//    in global memory and no atomics on them. dQ's float32 sums are atomic, so their order
+//    in global memory and no atomics on them. dQ's float32 additions are atomic, so their order
 //    (and dQ's last bits) may differ between runs; deterministic=True runs the portable
 //    kernels instead.
 //  - Query tiles run in the order of the mask's query range of the key tile; launch order
 //    puts the key tiles with the most queries (causal: the first) first.
 // Registers (consumer, 240): dK and dV 64 x head_dim x 2 / 128 a thread (64 at head dim 64,
 // 128 at 128), S^T and dP^T 64 x kBlockM / 128 each, dQ kBlockM x head_dim / 256.
-// Shared memory: K, V (128 x d each), kStages of Q and dO (kBlockM x d each), dS (kBlockM x
-// 128), two float32 dQ buffers (kBlockM x (d + 8)), lse and D: d = 64: 203 KB; d = 128:
-// 215 KB.
+// Shared memory: K, V (128 x d each), kStages of Q and dO (kBlockM x d each), two dS buffers
+// (kBlockM x 128), the float32 dQ tile (kBlockM x d and 8 floats a 64-row part's row), lse and
+// D: d = 64: 199 KB; d = 128: 198 KB.
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/cutlass.h>
@@ -50,7 +51,6 @@
 #include "attention/cuda/flash_bwd_params.h"
 #include "attention/cuda/flash_bwd_score.cuh"
 #include "attention/cuda/flash_bwd_store.cuh"
-#include "attention/sm90/flash_bwd_sm90.h"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 #include "hopper/bulk_reduce.cuh"
 #include "hopper/wgmma.cuh"
@@ -109,10 +109,12 @@ struct BwdTraits {
   // dS as dQ's A operand, (queries, keys) with the queries contiguous, so that the two
   // neighbouring queries an S^T accumulator pair holds are one 32-bit store; and its
   // (keys, queries) view for those stores.
-  using SmemLayoutDs =
-      decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{}, Shape<BlockM, BlockN>{}));
+  // Two buffers, by step parity: a warpgroup writes a step's dS^T while the other may still
+  // read the previous step's in its dQ product.
+  using SmemLayoutDs = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
+                                              Shape<BlockM, BlockN, _2>{}));
   using SmemLayoutDsT = decltype(composition(
-      SmemLayoutDs{}, make_ordered_layout(Shape<BlockN, BlockM>{}, Step<_2, _1>{})));
+      SmemLayoutDs{}, make_ordered_layout(Shape<BlockN, BlockM, _2>{}, Step<_2, _1, _3>{})));
 
   using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;  // (tokens, d, heads, batch)
   using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
@@ -127,13 +129,21 @@ struct BwdTraits {
   static constexpr uint32_t kTmaBytesStage =
       2 * kBlockM * kHeadDim * sizeof(Element) + 2 * kBlockM * sizeof(float);
 
-  // Named barriers (ids above CUTLASS's reserved ones): dS written and dS free between the
-  // consumer warpgroups; dQ buffer b full (consumers arrive, the writer waits) and empty (the
-  // writer arrives, the consumers wait), counted over the consumers and the writer warp.
-  static constexpr int kBarrierDsWritten = 1, kBarrierDsFree = 2;
-  static constexpr int kBarrierDqFull = 3, kBarrierDqEmpty = 5;  // + buffer (0, 1)
-  static constexpr int kDqBarrierThreads = kConsumerThreads + 32;
-  static constexpr int kDqRowFloats = sm90::dq_row_floats(kHeadDim);
+  // dQ's float32 tile in shared memory and in the sums (flash_bwd_sm90_rows.h): consumer
+  // warpgroup w computes and stores part w, ((64 rows, kDqWarpgroupsM), (part_cols,
+  // kDqWarpgroupsN)).
+  static constexpr DqTileLayout kDq{kBlockM, kHeadDim};
+  static_assert(kDq.parts_n() == kDqWarpgroupsN);
+  using SmemLayoutDq = Layout<
+      Shape<Shape<_64, Int<kDqWarpgroupsM>>, Shape<Int<kDq.part_cols()>, Int<kDqWarpgroupsN>>>,
+      Stride<Stride<Int<kDq.part_row()>, Int<kDqWarpgroupsN * kDq.part_floats()>>,
+             Stride<_1, Int<kDq.part_floats()>>>>;
+  // Named barriers (ids above CUTLASS's reserved ones): dS written, between the consumer
+  // warpgroups; warpgroup w's dQ part full (it arrives, the writer waits) and empty (the
+  // writer arrives, it waits), counted over the warpgroup and the writer warp.
+  static constexpr int kBarrierDsWritten = 1;
+  static constexpr int kBarrierDqFull = 2, kBarrierDqEmpty = 4;  // + consumer warpgroup
+  static constexpr int kDqBarrierThreads = 128 + 32;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
@@ -144,9 +154,8 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDs>> ds;
-    // The step's dQ, kBlockM rows of kDqRowFloats as the float32 sums lay them out, two
-    // buffers: the consumers fill one while the dQ writer's bulk addition reads the other.
-    alignas(128) float dq[2][kBlockM * kDqRowFloats];
+    // The step's dQ (SmemLayoutDq), a part a consumer warpgroup.
+    alignas(128) float dq[2 * kDq.part_floats()];
     alignas(16) float lse[kStages][kBlockM];
     alignas(16) float delta[kStages][kBlockM];
     typename Pipeline::SharedStorage pipeline;
@@ -162,7 +171,8 @@ struct BwdKernelParams {
   PaddedRows rows;        // where a sequence's lse, D and dQ rows are (flash_bwd_sm90_rows.h)
   const float* lse_log2;  // [heads_q, rows.total]: lse * log2 e; +inf past a sequence
   const float* delta;     // [heads_q, rows.total]: rowsum(dO * O) - dlse; 0 past a sequence
-  float* dq_accum;        // [heads_q, rows.total, kDqRowFloats], zeroed by the preprocess
+  float* dq_accum;        // [heads_q, rows.total x kDq.row_floats()], by tiles (DqTileLayout),
+                          // zeroed by the preprocess
   typename Traits::TmaQ tma_q, tma_do;
   typename Traits::TmaKV tma_k, tma_v;
   typename Traits::GmemShape shape_q, shape_k;
@@ -204,37 +214,43 @@ __device__ __forceinline__ KeyTileWork key_tile_work(const FlashFwdParams& p, in
   return w;
 }
 
-// The dQ writer, one warp of the producer warpgroup: per step, once the consumers have filled
-// the step's buffer, one lane adds it into the float32 sums with one bulk addition (the tile's
-// rows are contiguous there, and padded as in shared memory), then the warp hands the
-// buffer back for the step two on. This takes the dQ additions (kBlockM x head_dim floats a
-// step, as many bytes as the step's Q and dO loads) off the consumers, which only store their
-// accumulators to shared memory.
+// The dQ writer, one warp of the producer warpgroup: per step and consumer warpgroup, once the
+// warpgroup has stored its part of the step's dQ, one lane adds the part into the float32 sums
+// with one bulk addition (a part is contiguous in both, DqTileLayout), and the warp hands the
+// part's buffer back once it has been read. This takes the dQ additions (kBlockM x head_dim
+// floats a step, as many bytes as the step's Q and dO loads) off the consumers, which only
+// store their accumulators to shared memory.
 template <class Traits, class StepHead, class StepTile>
 __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
-                                              float (&buffers)[2][Traits::kBlockM *
-                                                                  Traits::kDqRowFloats],
-                                              const KeyTileWork& w, const StepHead& step_head,
+                                              const float* parts, const KeyTileWork& w,
+                                              const StepHead& step_head,
                                               const StepTile& step_tile, int64_t seq_row0) {
   using cutlass::arch::NamedBarrier;
-  constexpr int kBlockM = Traits::kBlockM, kRow = Traits::kDqRowFloats;
+  constexpr DqTileLayout kDq = Traits::kDq;
   const bool leader = threadIdx.x % 32 == 0;
-  for (int b = 0; b < 2 && b < w.steps; ++b)
-    NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + b);
+  CUTE_UNROLL
+  for (int wg = 0; wg < 2; ++wg)
+    NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + wg);
   for (int s = 0; s < w.steps; ++s) {
-    const int buffer = s % 2;
-    NamedBarrier::sync(Traits::kDqBarrierThreads, Traits::kBarrierDqFull + buffer);
-    if (leader) {
-      const int64_t row0 = int64_t(step_head(s)) * kp.rows.total + seq_row0 +
-                           int64_t(step_tile(s)) * kBlockM;
-      hopper::bulk_reduce_add_f32(kp.dq_accum + row0 * kRow, buffers[buffer],
-                                  kBlockM * kRow * 4);
-      tma_store_arrive();
-      tma_store_wait<0>();  // the buffer has been read
+    const int64_t tile_row = int64_t(step_head(s)) * kp.rows.total + seq_row0 +
+                             int64_t(step_tile(s)) * kDq.block_m;
+    float* tile = kp.dq_accum + tile_row * kDq.row_floats();
+    CUTE_UNROLL
+    for (int wg = 0; wg < 2; ++wg) {
+      NamedBarrier::sync(Traits::kDqBarrierThreads, Traits::kBarrierDqFull + wg);
+      if (leader) {
+        hopper::bulk_reduce_add_f32(tile + wg * kDq.part_floats(), parts + wg * kDq.part_floats(),
+                                    kDq.part_floats() * 4);
+        tma_store_arrive();
+      }
     }
+    if (leader) tma_store_wait<1>();  // the first part has been read
     __syncwarp();
-    if (s + 2 < w.steps)
-      NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + buffer);
+    if (s + 1 < w.steps) NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty);
+    if (leader) tma_store_wait<0>();
+    __syncwarp();
+    if (s + 1 < w.steps)
+      NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + 1);
   }
   if (leader) hopper::bulk_wait_all();
 }
@@ -361,13 +377,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tSrdO = thr_s.partition_fragment_B(sdO);
   Tensor tKVrQt = thr_kv.partition_fragment_B(sQt);   // (MMA, 1, M/16, stages)
   Tensor tKVrdOt = thr_kv.partition_fragment_B(sdOt);
-  Tensor tDqrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, 1, N/16)
+  Tensor tDqrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, 1, N/16, 2)
   Tensor tDqrKt = thr_dq.partition_fragment_B(sKt);   // (MMA, 1, N/16)
   Tensor acc_dk = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
   Tensor acc_dv = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
   clear(acc_dk);
   clear(acc_dv);
-  Tensor tdSsdS = thr_s.partition_C(sdSt);  // where this thread's dS^T elements go
+  Tensor tdSsdS = thr_s.partition_C(sdSt);  // where this thread's dS^T elements go, a buffer
 
   // (key, query) coordinates of this thread's S^T elements: value i is on row half (i / 2) % 2
   // and holds queries 2c, 2c + 1 of a column pair (value i even).
@@ -384,7 +400,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const IndexRange first_key_queries = mask.queries_of_key(w.n0);
   const IndexRange last_key_queries = mask.queries_of_key(w.n0 + kBlockN - 1);
   const flash_bwd::ScoreGradFn score_grad(g);
-  Tensor tDqcDq = thr_dq.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));
+  // Where this thread's dQ elements go: into its warpgroup's part (SmemLayoutDq).
+  Tensor tDqsDq = thr_dq.partition_C(
+      make_tensor(make_smem_ptr(smem.dq), typename Traits::SmemLayoutDq{}));
+  const int consumer = tid / 128;
 
   if (w.steps > 0) Barrier::wait(&smem.barrier_kv, 0);
   PipelineState read;
@@ -447,53 +466,52 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         rdS(i) = Element(acc_s(i) * (acc_dp(i) - delta[get<1>(tScS(i))]));
       }
     }
-    Tensor tKVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
-    warpgroup_fence_operand(rP);
-    wgmma<false>(mma_kv, tKVrP, tKVrdOt(_, _, _, stage), acc_dv);
-    Tensor tKVrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
-    warpgroup_fence_operand(rdS);
-    wgmma<false>(mma_kv, tKVrdS, tKVrQt(_, _, _, stage), acc_dk);
-
-    // dS^T into shared memory once both warpgroups' previous dQ products have read it, then
-    // made visible to the tensor cores (the async proxy) and to the other warpgroup.
-    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, Traits::kBarrierDsFree);
+    // dS^T into this step's buffer (the other warpgroup last read it in its dQ product two
+    // steps back, which it completed before the last step's barrier), made visible to the
+    // tensor cores (the async proxy) and, at the barrier, to the other warpgroup; dV's product
+    // runs meanwhile.
+    const int ds_buffer = s % 2;
+    Tensor tdSsdS_step = tdSsdS(_, _, _, ds_buffer);
     CUTE_UNROLL
     for (int i = 0; i < size(rdS); i += 2) {
       cutlass::AlignedArray<Element, 2> pair;
       pair[0] = rdS(i);
       pair[1] = rdS(i + 1);
-      *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(&tdSsdS(i)) = pair;
+      *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(&tdSsdS_step(i)) = pair;
     }
     cutlass::arch::fence_view_async_shared();
+    Tensor tKVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+    warpgroup_fence_operand(rP);
+    wgmma<false>(mma_kv, tKVrP, tKVrdOt(_, _, _, stage), acc_dv);
     cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, Traits::kBarrierDsWritten);
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
-    wgmma<true>(mma_dq, tDqrdS, tDqrKt, acc_dq);
-    warpgroup_wait<0>();  // dV, dK and dQ: the stage, P^T, dS^T and this warpgroup's sdS reads
+    wgmma<true>(mma_dq, tDqrdS(_, _, _, ds_buffer), tDqrKt, acc_dq);
+    warpgroup_wait<1>();  // dV
+    Tensor tKVrdS = make_tensor(rdS.data(), acc_as_a_operand(rdS.layout()));
+    warpgroup_fence_operand(rdS);
+    wgmma<false>(mma_kv, tKVrdS, tKVrQt(_, _, _, stage), acc_dk);
+    warpgroup_wait<1>();  // dQ
+
+    // The step's dQ (before the softmax scale) into this warpgroup's part once the writer warp
+    // has read the last step's out, under dK's product; the writer adds it into the float32
+    // sums (rows past the sequence land in its padding rows, which nothing reads).
+    cutlass::arch::NamedBarrier::sync(Traits::kDqBarrierThreads,
+                                      Traits::kBarrierDqEmpty + consumer);
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_dq); i += 2)
+      *reinterpret_cast<float2*>(&tDqsDq(i)) = make_float2(acc_dq(i), acc_dq(i + 1));
+    cutlass::arch::fence_view_async_shared();
+    cutlass::arch::NamedBarrier::arrive(Traits::kDqBarrierThreads,
+                                        Traits::kBarrierDqFull + consumer);
+
+    warpgroup_wait<0>();  // dK: the stage, P^T and dS^T are free
     warpgroup_fence_operand(rP);
     warpgroup_fence_operand(rdS);
     warpgroup_fence_operand(acc_dk);
     warpgroup_fence_operand(acc_dv);
     if (signals) pipeline.consumer_release(read);
     ++read;
-
-    // The step's dQ (before the softmax scale) into its shared-memory buffer once the writer
-    // warp has read the buffer's previous step out; the writer adds it into the float32 sums
-    // (rows past the sequence land in its padding rows, which nothing reads).
-    const int buffer = s % 2;
-    cutlass::arch::NamedBarrier::sync(Traits::kDqBarrierThreads,
-                                      Traits::kBarrierDqEmpty + buffer);
-    float* sdq = smem.dq[buffer];
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc_dq); i += 2) {
-      const int row = get<0>(tDqcDq(i)), col = get<1>(tDqcDq(i));
-      *reinterpret_cast<float2*>(sdq + row * Traits::kDqRowFloats + col) =
-          make_float2(acc_dq(i), acc_dq(i + 1));
-    }
-    cutlass::arch::fence_view_async_shared();
-    cutlass::arch::NamedBarrier::arrive(Traits::kDqBarrierThreads,
-                                        Traits::kBarrierDqFull + buffer);
   }
-
   // dK (scaled) and dV of the tile's keys in the sequence.
   Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
   flash_bwd::store_dk_dv<Element>(g, b, w.k0 + w.n0, head_kv, w.key_rows, acc_dk, acc_dv, tKVc);

@@ -19,6 +19,30 @@ namespace tilegrid::attention::sm90_bwd {
 // registers).
 constexpr int block_m(int head_dim) { return head_dim <= 64 ? 128 : 64; }
 
+// How the float32 dQ sums of one query tile (block_m rows, head_dim columns) are laid out:
+// as the main kernel's two consumer warpgroups compute the tile, in two parts of 64 rows x
+// head_dim / n columns (n = 128 / block_m: the tile splits by columns at block_m 64, by rows
+// at 128), one part after the other, each part's rows padded by 8 floats. A part is then one
+// contiguous run, added by one bulk copy from a shared-memory tile of the same layout, into
+// which a warpgroup's float2 accumulator stores (a half-warp: 4 rows x 8 columns, rows 8 banks
+// apart) fall on 32 distinct banks. Tiles follow each other in a sequence's padded rows, so
+// that a tile occupies block_m x row_floats() floats; the padding floats are never read.
+struct DqTileLayout {
+  int block_m, head_dim;
+  constexpr int parts_n() const { return 128 / block_m; }  // parts along the columns
+  constexpr int part_cols() const { return head_dim / parts_n(); }
+  constexpr int part_row() const { return part_cols() + 8; }
+  constexpr int part_floats() const { return 64 * part_row(); }
+  constexpr int row_floats() const { return 2 * part_floats() / block_m; }
+  // Where element (r, c) of the tile is, in floats from the tile's start.
+  constexpr int offset(int r, int c) const {
+    return ((r / 64) * parts_n() + c / part_cols()) * part_floats() + (r % 64) * part_row() +
+           c % part_cols();
+  }
+};
+static_assert(DqTileLayout{64, 128}.row_floats() == 144 && DqTileLayout{128, 64}.row_floats() == 72);
+static_assert(DqTileLayout{64, 128}.offset(1, 64) == 64 * 72 + 72);
+
 struct PaddedRows {
   int64_t total = 0;  // rows a head, a multiple of 4
   int block_m = 0;

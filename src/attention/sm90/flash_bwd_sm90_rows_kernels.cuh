@@ -4,7 +4,8 @@
 //     (flash_bwd_sm90_rows.h); rows past a sequence's end, up to its last query tile's end,
 //     get lse = +inf (P = 0) and D = 0; every row's float32 dQ sums are zeroed. A row that
 //     sees no key has lse = -inf; it is given +inf too, so that no product can make a NaN.
-//   postprocess: dQ = scale * the float32 sums, in the input type.
+//   postprocess: dQ = scale * the float32 sums (laid out by tiles: DqTileLayout), in the input
+//     type.
 #include <cuda_runtime.h>
 #include <cutlass/array.h>
 
@@ -12,13 +13,11 @@
 #include <cstdint>
 
 #include "attention/cuda/flash_bwd_delta.cuh"
-#include "attention/sm90/flash_bwd_sm90.h"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 
 namespace tilegrid::attention::sm90_bwd {
 
 constexpr int kRowsPerBlock = 8;  // one warp a row, 256 threads
-using sm90::dq_row_floats;
 
 // Grid (ceil(round_up(max_seqlen_q, block_m) / 8), heads_q, batch).
 template <class Element, int kHeadDim>
@@ -32,8 +31,10 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   const int64_t padded_len = (seq.sq + rows.block_m - 1) / rows.block_m * rows.block_m;
   if (i >= padded_len) return;
   const int64_t at = int64_t(h) * rows.total + rows.first_row(p, b) + i;
-  float* dq = dq_accum + at * dq_row_floats(kHeadDim);
-  for (int c = lane; c < dq_row_floats(kHeadDim); c += 32) dq[c] = 0.f;
+  // The rows' float slices together are the whole of every tile (DqTileLayout), padding too.
+  constexpr int kRowFloats = DqTileLayout{block_m(kHeadDim), kHeadDim}.row_floats();
+  float* dq = dq_accum + at * kRowFloats;
+  for (int c = lane; c < kRowFloats; c += 32) dq[c] = 0.f;
   if (i >= seq.sq) {
     if (lane == 0) {
       lse_log2[at] = INFINITY;
@@ -60,12 +61,15 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   const flash_bwd::Sequence seq = flash_bwd::sequence(p, b);
   const int64_t i = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (i >= seq.sq) return;
-  const float* dq = dq_accum + (int64_t(h) * rows.total + rows.first_row(p, b) + i) *
-                                  dq_row_floats(kHeadDim);
+  constexpr DqTileLayout kTile{block_m(kHeadDim), kHeadDim};
+  const int64_t tile_row =
+      int64_t(h) * rows.total + rows.first_row(p, b) + i / kTile.block_m * kTile.block_m;
+  const float* dq = dq_accum + tile_row * kTile.row_floats();
+  const int r = int(i % kTile.block_m);
   auto* out = static_cast<Element*>(g.dq) + b * g.dq_batch_stride +
               (seq.q0 + i) * g.dq_row_stride + h * g.dq_head_stride;
   for (int c = 2 * lane; c < kHeadDim; c += 64) {
-    const float2 v = *reinterpret_cast<const float2*>(dq + c);
+    const float2 v = *reinterpret_cast<const float2*>(dq + kTile.offset(r, c));
     cutlass::AlignedArray<Element, 2> pair;
     pair[0] = Element(v.x * g.scale);
     pair[1] = Element(v.y * g.scale);
