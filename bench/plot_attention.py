@@ -1,11 +1,15 @@
-"""Plots bench_attention.py results: forward TFLOP/s against sequence length, one panel per
+"""Plots bench_attention.py or bench_attention_backward.py results: TFLOP/s of the pass the
+rows measured (their "op") against sequence length, one panel per
 (head dim, causal), one line per system. Several runs can be merged (e.g. a sweep split over
 calls); a later run's row replaces an earlier run's row of the same problem and system. A
 run's rows can be renamed with `#OLD=NEW[,OLD=NEW]` after its path, the renamed row replacing
 the run's own row of that name (e.g. a variant that has since become the default).
 
     python bench/plot_attention.py docs/<name>.png RUN.json [RUN.json#sm90 plain=tilegrid ...]
-        [--systems tilegrid "torch SDPA cuDNN"]
+        [--systems tilegrid "torch SDPA cuDNN"] [--revision REV]
+
+--revision names the git revision in the title where the runs' own field is not the tree that
+was measured (a run of uncommitted changes records the parent).
 
 Needs matplotlib (not a dependency of tilegrid: `pip install matplotlib`).
 """
@@ -48,6 +52,7 @@ def main() -> None:
     parser.add_argument("png")
     parser.add_argument("runs", nargs="+", help="RUN.json, optionally #OLD=NEW,... renames")
     parser.add_argument("--systems", nargs="*", help="only these systems (default: all)")
+    parser.add_argument("--revision", help="git revision for the title (default: the runs')")
     args = parser.parse_args()
     try:
         import matplotlib
@@ -66,6 +71,7 @@ def main() -> None:
             if not args.systems or r["system"] in args.systems:
                 rows[(r["op"], r["problem"], r["system"])] = r
     data = series(rows.values())
+    op = "/".join(sorted({r["op"] for r in rows.values()}))
     panels = sorted(data)
     head_dims = sorted({d for d, _ in panels})
     fig, axes = plt.subplots(2, len(head_dims), figsize=(4.2 * len(head_dims), 7), squeeze=False)
@@ -78,11 +84,11 @@ def main() -> None:
             ax.set_xscale("log", base=2)
             ax.set_title(f"head dim {head_dim}, {'causal' if causal else 'non-causal'}")
             ax.set_xlabel("sequence length (16k tokens a batch)")
-            ax.set_ylabel("forward TFLOP/s")
+            ax.set_ylabel(f"{op} TFLOP/s")
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
-    revisions = ", ".join(sorted({e["git_revision"][:7] for e in envs}))
-    fig.suptitle(f"flash attention forward, bf16, {envs[0]['gpu']}, torch {envs[0]['torch']}, "
+    revisions = args.revision or ", ".join(sorted({e["git_revision"][:7] for e in envs}))
+    fig.suptitle(f"flash attention {op}, bf16, {envs[0]['gpu']}, torch {envs[0]['torch']}, "
                  f"git {revisions}")
     fig.tight_layout()
     fig.savefig(args.png, dpi=110)
