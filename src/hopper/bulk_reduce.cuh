@@ -33,4 +33,12 @@ __device__ __forceinline__ void bulk_wait_all() {
 #endif
 }
 
+// Orders this thread's completed bulk (async proxy) writes to global memory before its later
+// generic-proxy operations (a release that hands the data to another CTA).
+__device__ __forceinline__ void fence_async_proxy() {
+#if defined(CUTE_ARCH_TMA_SM90_ENABLED)
+  asm volatile("fence.proxy.async;" : : : "memory");
+#endif
+}
+
 }  // namespace tilegrid::hopper

@@ -103,17 +103,22 @@ int sm90_switches(const Problem& p, const FlashFwdParams& k, int device) {
 }
 
 // Whether the Hopper backward runs this call: as the forward (the kernel choice, the device,
-// what the kernel supports), and not for deterministic=True (its dQ sums are atomic) nor when
-// TILEGRID_ATTENTION_BACKWARD (read once) names one of the portable kernels ("portable",
-// "simt").
+// what the kernel supports), unless TILEGRID_ATTENTION_BACKWARD (read once) names one of the
+// portable kernels ("portable", "simt"). deterministic=True runs the portable kernels too,
+// unless TILEGRID_ATTENTION_BACKWARD=sm90_deterministic: the Hopper kernel with its dQ
+// additions taken in key-tile order (flash_bwd_sm90_kernel.cuh), opt-in until its GPU tests
+// and its speed have been seen on an H200.
 bool sm90_backward(const Problem& p, const Gradients& grads, const FlashBwdParams& b,
                    int device) {
-  static const bool portable_forced = [] {
-    const char* v = std::getenv("TILEGRID_ATTENTION_BACKWARD");
-    return v != nullptr && (std::strcmp(v, "portable") == 0 || std::strcmp(v, "simt") == 0);
-  }();
+  static const char* const backward = std::getenv("TILEGRID_ATTENTION_BACKWARD");
+  static const bool portable_forced =
+      backward != nullptr &&
+      (std::strcmp(backward, "portable") == 0 || std::strcmp(backward, "simt") == 0);
+  static const bool sm90_deterministic =
+      backward != nullptr && std::strcmp(backward, "sm90_deterministic") == 0;
   const KernelChoice choice = kernel_choice();
-  if (portable_forced || grads.deterministic || choice.kernel == int(CudaKernel::Portable))
+  if (portable_forced || (grads.deterministic && !sm90_deterministic) ||
+      choice.kernel == int(CudaKernel::Portable))
     return false;
   if (choice.kernel == int(CudaKernel::Auto) && !kSm90ValidatedOnHardware) return false;
   return sm90::backward_supported(b, p.dtype, int(p.head_dim)) && is_sm90_device(device);
@@ -179,11 +184,16 @@ void backward_cuda(const Problem& p, const Gradients& g, int device, Stream stre
     Tensor row_delta = Tensor::empty({padded}, DType::Float32, on, stream);
     Tensor dq_accum = Tensor::empty({padded * sm90::dq_row_floats(int(p.head_dim))},
                                     DType::Float32, on, stream);
-    set_last_cuda_kernel("sm90");
+    Tensor dq_order;  // counters that order the dQ additions (deterministic=True)
+    if (g.deterministic)
+      dq_order = Tensor::empty({sm90::backward_dq_order_counters(b.fwd, int(p.head_dim))},
+                               DType::Int32, on, stream);
+    set_last_cuda_kernel(g.deterministic ? "sm90 deterministic" : "sm90");
     return sm90::backward(b,
                           {static_cast<float*>(lse_log2.data()),
                            static_cast<float*>(row_delta.data()),
-                           static_cast<float*>(dq_accum.data())},
+                           static_cast<float*>(dq_accum.data()),
+                           g.deterministic ? static_cast<int*>(dq_order.data()) : nullptr},
                           p.dtype, int(p.head_dim), as_int(max_seqlen_k), stream);
   }
 #endif

@@ -22,6 +22,11 @@ int64_t backward_rows(const FlashFwdParams& p, int head_dim) {
   return sm90_bwd::PaddedRows::of(p, sm90_bwd::block_m(head_dim)).total;
 }
 
+int64_t backward_dq_order_counters(const FlashFwdParams& p, int head_dim) {
+  const int block_m = sm90_bwd::block_m(head_dim);
+  return int64_t(p.heads_q) * sm90_bwd::PaddedRows::of(p, block_m).total / block_m + 1;
+}
+
 int dq_row_floats(int head_dim) {
   return sm90_bwd::DqTileLayout{sm90_bwd::block_m(head_dim), head_dim}.row_floats();
 }

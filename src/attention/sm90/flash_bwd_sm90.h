@@ -1,7 +1,7 @@
 #pragma once
 // The Hopper flash attention backward (internal, sm_90a only; see flash_bwd_sm90_kernel.cuh).
 // The dispatcher asks `backward_supported` first and runs the portable backward for
-// everything else (other head dims, deterministic=True, strides TMA cannot take).
+// everything else (other head dims, strides TMA cannot take).
 #include <cstdint>
 
 #include "attention/cuda/flash_bwd_params.h"
@@ -20,10 +20,13 @@ bool backward_supported(const FlashBwdParams& g, DType dtype, int head_dim);
 // allocates them on the call's device and stream.
 int64_t backward_rows(const FlashFwdParams& p, int head_dim);
 int dq_row_floats(int head_dim);
+// deterministic=True: int32 counters that order the additions into dQ, one a query tile.
+int64_t backward_dq_order_counters(const FlashFwdParams& p, int head_dim);
 struct BackwardWorkspace {
   float* lse_log2 = nullptr;
   float* delta = nullptr;
   float* dq_accum = nullptr;
+  int* dq_order = nullptr;  // deterministic=True only; nullptr adds in any order
 };
 
 // Preprocess, main kernel, postprocess on one stream; max_seqlen_k sizes the grid.

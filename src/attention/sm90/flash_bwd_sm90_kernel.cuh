@@ -28,8 +28,10 @@
 //    dK and dV stay in registers across every query tile and every query head of the GQA
 //    group, and leave the chip once (dK scaled by the softmax scale there): no float32 dK/dV
 //    in global memory and no atomics on them. dQ's float32 additions are atomic, so their order
-//    (and dQ's last bits) may differ between runs; deterministic=True runs the portable
-//    kernels instead.
+//    (and dQ's last bits) may differ between runs. With kp.dq_order (deterministic=True) the
+//    key tiles take turns at each query tile, in key order (write_dq_sums); the dispatcher
+//    runs that only when TILEGRID_ATTENTION_BACKWARD=sm90_deterministic, and the portable
+//    kernels otherwise.
 //  - Query tiles run in the order of the mask's query range of the key tile; launch order
 //    puts the key tiles with the most queries (causal: the first) first.
 // Registers (consumer, 240): dK and dV 64 x head_dim x 2 / 128 a thread (64 at head dim 64,
@@ -52,6 +54,7 @@
 #include "attention/cuda/flash_bwd_score.cuh"
 #include "attention/cuda/flash_bwd_store.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
+#include "core/cuda_ordered_counter.cuh"
 #include "hopper/bulk_reduce.cuh"
 #include "hopper/wgmma.cuh"
 
@@ -173,6 +176,10 @@ struct BwdKernelParams {
   const float* delta;     // [heads_q, rows.total]: rowsum(dO * O) - dlse; 0 past a sequence
   float* dq_accum;        // [heads_q, rows.total x kDq.row_floats()], by tiles (DqTileLayout),
                           // zeroed by the preprocess
+  // deterministic=True: a counter a query tile, [heads_q x rows.total / block_m] (index: the
+  // tile's first padded row / block_m), zeroed by the preprocess, that orders the key tiles'
+  // additions into the tile; nullptr otherwise.
+  int* dq_order;
   typename Traits::TmaQ tma_q, tma_do;
   typename Traits::TmaKV tma_k, tma_v;
   typename Traits::GmemShape shape_q, shape_k;
@@ -214,12 +221,33 @@ __device__ __forceinline__ KeyTileWork key_tile_work(const FlashFwdParams& p, in
   return w;
 }
 
+// deterministic=True: the turn of key tile n_block at query tile m's counter, the number of key
+// tiles before it (same K/V head, same sequence) whose query tiles reach m. The key tiles that
+// add into m are consecutive and their query ranges grow with them (common/mask.h), so the
+// first of them is found by bisection over [0, n_block].
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ int dq_turn(const FlashFwdParams& p, int n_block, int b, int m) {
+  int lo = 0, hi = n_block;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    const KeyTileWork t = key_tile_work<kBlockM, kBlockN>(p, mid, b);
+    if (t.m_count > 0 && t.m_first + t.m_count - 1 >= m)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return n_block - lo;
+}
+
 // The dQ writer, one warp of the producer warpgroup: per step and consumer warpgroup, once the
 // warpgroup has stored its part of the step's dQ, one lane adds the part into the float32 sums
 // with one bulk addition (a part is contiguous in both, DqTileLayout), and the warp hands the
 // part's buffer back once it has been read. This takes the dQ additions (kBlockM x head_dim
 // floats a step, as many bytes as the step's Q and dO loads) off the consumers, which only
-// store their accumulators to shared memory.
+// store their accumulators to shared memory. With deterministic=True the key tiles take turns
+// at each query tile (kp.dq_order), in key order, so that every run adds in the same order:
+// a key tile waits only for the ones before it, which launched earlier (grid x is the key
+// tile), so the waits cannot deadlock.
 template <class Traits, class StepHead, class StepTile>
 __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
                                               const float* parts, const KeyTileWork& w,
@@ -235,6 +263,13 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
     const int64_t tile_row = int64_t(step_head(s)) * kp.rows.total + seq_row0 +
                              int64_t(step_tile(s)) * kDq.block_m;
     float* tile = kp.dq_accum + tile_row * kDq.row_floats();
+    int* order = kp.dq_order != nullptr ? kp.dq_order + tile_row / kDq.block_m : nullptr;
+    if (order != nullptr && leader) {
+      const int turn = dq_turn<kDq.block_m, Traits::kBlockN>(kp.g.fwd, blockIdx.x, blockIdx.z,
+                                                              step_tile(s));
+      cuda::wait_for_turn(order, turn);
+      hopper::fence_async_proxy();  // the bulk additions below come after the wait
+    }
     CUTE_UNROLL
     for (int wg = 0; wg < 2; ++wg) {
       NamedBarrier::sync(Traits::kDqBarrierThreads, Traits::kBarrierDqFull + wg);
@@ -251,6 +286,11 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
     __syncwarp();
     if (s + 1 < w.steps)
       NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + 1);
+    if (order != nullptr && leader) {
+      hopper::bulk_wait_all();  // the additions are in global memory
+      hopper::fence_async_proxy();
+      cuda::pass_turn(order);
+    }
   }
   if (leader) hopper::bulk_wait_all();
 }

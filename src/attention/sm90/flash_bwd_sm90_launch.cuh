@@ -27,7 +27,7 @@ void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_
                            Traits::kBlockM;
   preprocess_kernel<Element, kHeadDim>
       <<<dim3(tiles(padded_q, kRowsPerBlock), p.heads_q, p.batch), 32 * kRowsPerBlock, 0,
-         stream>>>(g, rows, ws.lse_log2, ws.delta, ws.dq_accum);
+         stream>>>(g, rows, ws.lse_log2, ws.delta, ws.dq_accum, ws.dq_order);
   TG_CUDA_CHECK_LAUNCH();
 
   if (max_seqlen_k > 0) {
@@ -65,6 +65,7 @@ void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_
         ws.lse_log2,
         ws.delta,
         ws.dq_accum,
+        ws.dq_order,
         tma_q(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
         tma_q(g.dout, g.dout_row_stride, g.dout_head_stride, g.dout_batch_stride),
         tma_k(p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride),

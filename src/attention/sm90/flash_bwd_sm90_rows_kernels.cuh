@@ -2,8 +2,9 @@
 // The Hopper backward's first and last kernels (internal): one warp a row.
 //   preprocess: D = rowsum(dO * O) - dlse and lse in log2 units into the padded rows
 //     (flash_bwd_sm90_rows.h); rows past a sequence's end, up to its last query tile's end,
-//     get lse = +inf (P = 0) and D = 0; every row's float32 dQ sums are zeroed. A row that
-//     sees no key has lse = -inf; it is given +inf too, so that no product can make a NaN.
+//     get lse = +inf (P = 0) and D = 0; every row's float32 dQ sums (and, deterministic, every
+//     query tile's order counter) are zeroed. A row that sees no key has lse = -inf; it is
+//     given +inf too, so that no product can make a NaN.
 //   postprocess: dQ = scale * the float32 sums (laid out by tiles: DqTileLayout), in the input
 //     type.
 #include <cuda_runtime.h>
@@ -23,7 +24,7 @@ constexpr int kRowsPerBlock = 8;  // one warp a row, 256 threads
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     preprocess_kernel(const FlashBwdParams g, const PaddedRows rows, float* lse_log2,
-                      float* delta, float* dq_accum) {
+                      float* delta, float* dq_accum, int* dq_order) {
   const FlashFwdParams& p = g.fwd;
   const int b = blockIdx.z, h = blockIdx.y, lane = threadIdx.x % 32;
   const flash_bwd::Sequence seq = flash_bwd::sequence(p, b);
@@ -35,6 +36,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   constexpr int kRowFloats = DqTileLayout{block_m(kHeadDim), kHeadDim}.row_floats();
   float* dq = dq_accum + at * kRowFloats;
   for (int c = lane; c < kRowFloats; c += 32) dq[c] = 0.f;
+  if (dq_order != nullptr && lane == 0 && i % rows.block_m == 0) dq_order[at / rows.block_m] = 0;
   if (i >= seq.sq) {
     if (lane == 0) {
       lse_log2[at] = INFINITY;

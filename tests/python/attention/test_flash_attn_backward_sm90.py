@@ -106,3 +106,62 @@ def test_sm90_deterministic_request_runs_the_portable_kernels_bit_for_bit():
         assert _C._attention_last_kernel() == "portable"
     for a, b in zip(*runs):
         assert torch.equal(a, b)
+
+
+DETERMINISTIC_SCRIPT = """
+import sys, torch, tilegrid as tg
+from tilegrid import _C
+sys.path.insert(0, sys.argv[2])
+from test_flash_attn_backward import poisoned_backward
+torch.manual_seed(0)
+results = []
+for batch, sq, sk, hq, hk, d, causal, window in CASES:
+    q = torch.randn(batch, sq, hq, d).bfloat16()
+    k, v = (torch.randn(batch, sk, hk, d).bfloat16() for _ in range(2))
+    dout = torch.randn(batch, sq, hq, d).bfloat16()
+    cuda = [t.cuda() for t in (q, k, v, dout)]
+    out, lse = tg.flash_attn_func(*cuda[:3], causal=causal, window_size=window, return_lse=True)
+    runs = []
+    for _ in range(2):
+        runs.append(poisoned_backward(cuda[3], *cuda[:3], out, lse, causal, window,
+                                      deterministic=True))
+        torch.cuda.synchronize()
+        assert _C._attention_last_kernel() == "sm90 deterministic", _C._attention_last_kernel()
+    same = all(torch.equal(a, b) for a, b in zip(*runs))
+    results.append(((q, k, v, dout), [g.cpu() for g in runs[0]], same))
+torch.save(results, sys.argv[1])
+"""
+
+DETERMINISTIC_CASES = [
+    # batch, sq, sk, hq, hk, d, causal, window: several key tiles adding into each query tile
+    (2, 700, 700, 8, 2, 128, True, (-1, -1)),
+    (1, 1000, 600, 4, 4, 64, False, (-1, -1)),
+    (2, 513, 900, 4, 1, 64, False, (200, 64)),
+]
+
+
+@requires_hopper
+@gpu_test
+def test_sm90_deterministic_backward_is_bit_for_bit_and_correct():
+    """TILEGRID_ATTENTION_BACKWARD=sm90_deterministic (in a fresh process, the variable is read
+    once): deterministic=True runs the Hopper kernel with its dQ additions in key-tile order;
+    two runs give the same bits, and the gradients meet FlashAttention's criterion. A timeout
+    catches a wait that never ends."""
+    import os
+    import subprocess
+    import sys
+    path = f"/tmp/tilegrid_sm90_deterministic_{os.getpid()}.pt"
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = f"CASES = {DETERMINISTIC_CASES!r}\n" + DETERMINISTIC_SCRIPT
+    env = dict(os.environ, TILEGRID_ATTENTION_BACKWARD="sm90_deterministic")
+    subprocess.run([sys.executable, "-c", script, path, here], env=env, check=True, timeout=300)
+    results = torch.load(path)
+    os.remove(path)
+    for case, ((q, k, v, dout), got, same) in zip(DETERMINISTIC_CASES, results):
+        assert same, f"{case}: two runs differ"
+        causal, window = case[6], case[7]
+        exact = reference_grads(q, k, v, dout, causal=causal, window=window)
+        plain = reference_grads(*(t.cuda() for t in (q, k, v, dout)), dtype=torch.bfloat16,
+                                causal=causal, window=window)
+        for i, name in enumerate(("dq", "dk", "dv")):
+            assert_fa_criterion(got[i], plain[i + 1].cpu(), exact[i + 1], f"{case} {name}")
