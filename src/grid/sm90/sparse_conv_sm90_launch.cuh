@@ -63,8 +63,8 @@ void launch_wgrad_with(WgradKernelParams p, int64_t volume, cudaStream_t stream)
   TG_CUDA_CHECK_LAUNCH();
 }
 
-// Weight-gradient tiles: 128 x 128 with two multiplying warpgroups (6 stages of 32 KB), or
-// 64 x 64 with one (8 stages of 16 KB); see wgrad_tile_rows.
+// Weight-gradient tiles: 128 x 128 (6 stages of 32 KB) or 64 x 64 (8 stages of 16 KB), both
+// warpgroups multiplying; see wgrad_tile_rows.
 template <class Element>
 void launch_sparse_conv_sm90_wgrad(const WgradKernelParams& p, int tile, cudaStream_t stream) {
   if (tile == 128)

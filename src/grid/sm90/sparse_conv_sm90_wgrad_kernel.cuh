@@ -15,14 +15,18 @@
 //    absent pairs, into a kStages ring; kStages - 2 steps loaded ahead, as in the forward
 //    (sparse_conv_sm90_kernel.cuh). Each thread's (input, output) rows of the next step are
 //    read one step early into registers, so the copies wait on no index load.
-//  - Tiles: 128 x 128 (two warpgroups along C_in) where C_in is a multiple of 128; else 64 x 64
-//    with one warpgroup multiplying (the other only loads).
+//  - Tiles: 128 x 128 (the two warpgroups split C_in) where C_in is a multiple of 128; else
+//    64 x 64, the two warpgroups splitting C_out into halves of 32 (B in 64-byte swizzled
+//    rows, so that a half is whole swizzle atoms). Both warpgroups multiply in either case:
+//    with one multiplying behind a branch, ptxas could not keep a product in flight across
+//    the branch and waited for every product (its C7517 notice).
 #include <cutlass/arch/barrier.h>
 #include <cutlass/cutlass.h>
 #include <cutlass/numeric_types.h>
 #include <cute/tensor.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "grid/sm90/sparse_conv_sm90_copy.cuh"
 #include "grid/sm90/sparse_conv_sm90_params.h"
@@ -31,11 +35,13 @@ namespace tilegrid::grid::sm90 {
 
 using namespace cute;
 
-template <class Element_, int kMmaWarpgroups_, int kStages_>
+// kTile64s: the tile is 64 kTile64s x 64 kTile64s (1 or 2).
+template <class Element_, int kTile64s_, int kStages_>
 struct WgradTraits {
   using Element = Element_;
-  static constexpr int kMmaWarpgroups = kMmaWarpgroups_;
-  static constexpr int kBlockM = 64 * kMmaWarpgroups, kBlockN = 64 * kMmaWarpgroups;
+  static constexpr int kTile64s = kTile64s_;
+  static_assert(kTile64s == 1 || kTile64s == 2);
+  static constexpr int kBlockM = 64 * kTile64s, kBlockN = 64 * kTile64s;
   static constexpr int kBlockK = 64;  // output rows a step
   static constexpr int kStages = kStages_, kAhead = kStages - 2;
   static constexpr int kThreads = 256;
@@ -44,15 +50,20 @@ struct WgradTraits {
   using BlockN = Int<kBlockN>;
   using BlockK = Int<kBlockK>;
   using Stages = Int<kStages>;
+  // The two warpgroups along C_in (128 x 128) or along C_out (64 x 64).
+  static constexpr int kWarpgroupsM = kTile64s, kWarpgroupsN = 2 / kTile64s;
   using TiledMma = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, cute::Shape<_64, BlockN, BlockK>,
+      GMMA::ss_op_selector<Element, Element, float,
+                           cute::Shape<_64, Int<kBlockN / kWarpgroupsN>, BlockK>,
                            GMMA::Major::MN, GMMA::Major::MN>(),
-      cute::Layout<cute::Shape<Int<kMmaWarpgroups>, _1, _1>>{}));
+      cute::Layout<cute::Shape<Int<kWarpgroupsM>, Int<kWarpgroupsN>, _1>>{}));
+  using AtomB = std::conditional_t<kWarpgroupsN == 2, GMMA::Layout_MN_SW64_Atom<Element>,
+                                   GMMA::Layout_MN_SW128_Atom<Element>>;
   // (input channels, rows, stage) and (output channels, rows, stage), channels contiguous.
   using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
                                              cute::Shape<BlockM, BlockK, Stages>{}));
-  using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
-                                             cute::Shape<BlockN, BlockK, Stages>{}));
+  using SmemLayoutB =
+      decltype(tile_to_shape(AtomB{}, cute::Shape<BlockN, BlockK, Stages>{}));
   // A thread's rows of a step: chunk tid % (kBlockM / 8) of rows tid / (kBlockM / 8) + j *
   // kRowStride (the same rows for A and B, since kBlockM = kBlockN).
   static constexpr int kChunksPerRow = kBlockM / 8, kRowStride = kThreads / kChunksPerRow;
@@ -121,11 +132,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   };
 
   typename Traits::TiledMma mma;
-  // Every thread with two multiplying warpgroups (known at compile time: ptxas serializes
-  // the wgmmas of a branch it cannot prove warpgroup-uniform, its C7518 notice); with one,
-  // the first warpgroup, its index read through a shuffle so that the compiler sees it uniform.
-  const bool multiplies = Traits::kMmaWarpgroups == 2 || __shfl_sync(0xffffffffu, tid / 128, 0) == 0;
-  auto thr = mma.get_thread_slice(multiplies ? tid : 0);
+  auto thr = mma.get_thread_slice(tid);
   auto tCrA = thr.partition_fragment_A(sA);  // (MMA, 1, K/16, stages)
   auto tCrB = thr.partition_fragment_B(sB);
   auto acc = partition_fragment_C(mma, cute::Shape<BlockM, BlockN>{});
@@ -150,19 +157,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       read_pairs(it + kAhead + 1);
     }
     cp_async_fence();
-    if (multiplies) {
-      const int stage = it % kStages;
-      warpgroup_fence_operand(acc);
-      warpgroup_arrive();
-      CUTE_UNROLL
-      for (int k = 0; k < size<2>(tCrA); ++k)
-        cute::gemm(mma, tCrA(_, _, k, stage), tCrB(_, _, k, stage), acc);
-      warpgroup_commit_batch();
-      warpgroup_wait<1>();  // step it - 1's product has completed
-      warpgroup_fence_operand(acc);
-    }
+    const int stage = it % kStages;
+    warpgroup_fence_operand(acc);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tCrA); ++k)
+      cute::gemm(mma, tCrA(_, _, k, stage), tCrB(_, _, k, stage), acc);
+    warpgroup_commit_batch();
+    warpgroup_wait<1>();  // step it - 1's product has completed
+    warpgroup_fence_operand(acc);
   }
-  if (!multiplies) return;
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc);
 
