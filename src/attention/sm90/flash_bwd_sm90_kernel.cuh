@@ -270,6 +270,9 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
       cuda::wait_for_turn(order, turn);
       hopper::fence_async_proxy();  // the bulk additions below come after the wait
     }
+    // The named barriers are aligned (the whole warp executes each together): reconverge
+    // after every leader-only block.
+    __syncwarp();
     CUTE_UNROLL
     for (int wg = 0; wg < 2; ++wg) {
       NamedBarrier::sync(Traits::kDqBarrierThreads, Traits::kBarrierDqFull + wg);
@@ -278,6 +281,7 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
                                     kDq.part_floats() * 4);
         tma_store_arrive();
       }
+      __syncwarp();
     }
     if (leader) tma_store_wait<1>();  // the first part has been read
     __syncwarp();
@@ -291,6 +295,7 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
       hopper::fence_async_proxy();
       cuda::pass_turn(order);
     }
+    __syncwarp();
   }
   if (leader) hopper::bulk_wait_all();
 }
