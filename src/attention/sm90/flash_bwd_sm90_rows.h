@@ -40,7 +40,8 @@ struct DqTileLayout {
            c % part_cols();
   }
 };
-static_assert(DqTileLayout{64, 128}.row_floats() == 144 && DqTileLayout{128, 64}.row_floats() == 72);
+static_assert(DqTileLayout{64, 128}.row_floats() == 144 &&
+              DqTileLayout{128, 64}.row_floats() == 72);
 static_assert(DqTileLayout{64, 128}.offset(1, 64) == 64 * 72 + 72);
 
 struct PaddedRows {

@@ -36,7 +36,8 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   constexpr int kRowFloats = DqTileLayout{block_m(kHeadDim), kHeadDim}.row_floats();
   float* dq = dq_accum + at * kRowFloats;
   for (int c = lane; c < kRowFloats; c += 32) dq[c] = 0.f;
-  if (dq_order != nullptr && lane == 0 && i % rows.block_m == 0) dq_order[at / rows.block_m] = 0;
+  if (dq_order != nullptr && lane == 0 && i % rows.block_m == 0)
+    dq_order[at / rows.block_m] = 0;  // the counter of the query tile that starts at row i
   if (i >= seq.sq) {
     if (lane == 0) {
       lse_log2[at] = INFINITY;
