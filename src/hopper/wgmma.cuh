@@ -28,7 +28,7 @@ __device__ __forceinline__ void wgmma(TiledMma& mma, const TA& a, const TB& b, T
 template <class Layout>
 __device__ __forceinline__ auto acc_as_a_operand(Layout acc) {
   using namespace cute;
-  auto v = logical_divide(get<0>(acc), Shape<Underscore, Underscore, _2>{});  // (2,2,(2,N/16))
+  auto v = logical_divide(get<0>(acc), cute::Shape<Underscore, Underscore, _2>{});  // (2,2,(2,N/16))
   return make_layout(make_layout(get<0>(v), get<1>(v), get<2, 0>(v)), get<1>(acc), get<2, 1>(v));
 }
 

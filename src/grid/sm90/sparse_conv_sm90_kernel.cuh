@@ -30,6 +30,7 @@
 #include "grid/sm90/sparse_conv_sm90.h"
 #include "grid/sm90/sparse_conv_sm90_copy.cuh"
 #include "grid/sm90/sparse_conv_sm90_params.h"
+#include "hopper/wgmma.cuh"
 
 namespace tilegrid::grid::sm90 {
 
@@ -235,12 +236,7 @@ __global__ void __launch_bounds__(Traits::kThreads, kMinBlocks)
     if (it + kAhead < steps) load_next();  // step it + kAhead, into step it - 2's stage
     cp_async_fence();
     const int stage = it % kStages;
-    warpgroup_fence_operand(acc);
-    warpgroup_arrive();
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(tCrA); ++k)
-      cute::gemm(mma, tCrA(_, _, k, stage), tCrB(_, _, k, stage), acc);
-    warpgroup_commit_batch();
+    hopper::wgmma<false>(mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), acc);
     warpgroup_wait<1>();  // step it - 1's product has completed
     warpgroup_fence_operand(acc);
   }
