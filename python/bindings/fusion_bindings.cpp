@@ -2,6 +2,7 @@
 #include <nanobind/stl/optional.h>
 
 #include "convert.h"
+#include "tilegrid/fusion/cross_entropy.h"
 #include "tilegrid/fusion/rms_norm.h"
 
 namespace tilegrid::python {
@@ -26,6 +27,16 @@ void bind_fusion(nb::module_& m) {
       },
       nb::arg("dy"), nb::arg("x"), nb::arg("weight").none(), nb::arg("rstd"), nb::arg("dx"),
       nb::arg("dweight").none(), nb::arg("stream") = 0);
+
+  m.def(
+      "cross_entropy_loss_and_grad",
+      [](nb::ndarray<> logits, nb::ndarray<> target, int64_t ignore_index, nb::ndarray<> loss,
+         std::optional<nb::ndarray<>> grad_scale, uintptr_t stream) {
+        cross_entropy_loss_and_grad(as_view(logits), as_view(target), ignore_index, as_view(loss),
+                                    as_view(grad_scale), as_stream(stream));
+      },
+      nb::arg("logits"), nb::arg("target"), nb::arg("ignore_index"), nb::arg("loss"),
+      nb::arg("grad_scale").none(), nb::arg("stream") = 0);
 }
 
 }  // namespace tilegrid::python

@@ -4,21 +4,26 @@
     loss_fn = tg.nn.LinearCrossEntropyLoss(ignore_index=-100)           # Liger's argument order:
     loss = loss_fn(lm_head.weight, hidden, labels)                      # (weight, input, target)
 
-The tokens are taken in chunks (`chunk_size` rows, default so that a chunk's logits take about
-256 MiB). For each chunk, the LM-head product's epilogue stores the chunk's logits and writes
-their per-tile log-sum-exp partials (`store > row_partials(logsumexp)`), finished into the
-rows' log-sum-exp. Then, while the chunk is still in memory, the loss and the chunk's
-gradients are formed: d logits = softmax - one-hot (in torch, elementwise), d input = d logits
-W, and d W += d logits^T input (on CUDA by torch.addmm into float32 d W, cuBLAS's product:
-tg.matmul has no accumulating form yet). The backward only scales them by the incoming gradient, as
-Liger's fused linear cross-entropy does. Extra memory is one chunk of logits plus float32
-d W, not T x V logits. What is not yet fused: the softmax gradient is a torch elementwise pass
-over the chunk, not part of an epilogue.
+The tokens are taken in chunks of `chunk_size` rows (default: as many as make a chunk's logits
+512 MiB, 2088 rows at Llama-3's vocabulary of 128256 in bfloat16). For each chunk:
+  1. logits = x W^T, tg.matmul into one reused buffer in the input's dtype;
+  2. tilegrid's cross-entropy row kernel (tilegrid/fusion/cross_entropy.h) reads each row twice
+     and writes it once: the rows' losses, and (softmax - one-hot) * scale over the logits, the
+     scale being 1 / (rows not ignored) for the mean;
+  3. d x = d logits W (tg.matmul), and d W += d logits^T x: on CUDA cuBLAS's product
+     accumulating into d W in W's dtype (torch's addmm_: tg.matmul has no accumulating form
+     yet), on the CPU tg.matmul and an add.
+Both gradients are formed in the forward, while the chunk is in memory, as Liger's fused linear
+cross-entropy does; the backward scales them by the incoming gradient, in place (so a graph
+through this op can be run backward once; a second time raises). d W is summed over the chunks
+in W's dtype (as Liger by default): one rounding a chunk, 4 chunks at 8192 tokens by default.
+Extra memory: one chunk of logits, d x and d W.
 
-ignore_index rows add nothing and count for nothing in the mean (all ignored: NaN, as
-torch); the gradients that autograd will not ask for are not formed; reduction "mean" or "sum";
-label_smoothing must be 0. bfloat16 or float16 input and weight (tg.matmul's types); on
-CUDA the fused program runs on Hopper (sm_90a, bfloat16), on the CPU its reference.
+ignore_index rows add nothing and count for nothing in the mean (all ignored: NaN, as torch);
+the gradients that autograd will not ask for are not formed; reduction "mean" or "sum";
+label_smoothing must be 0. float16 or bfloat16 input and weight of one dtype (tg.matmul's
+types), on the CPU (tilegrid's reference kernels) or any CUDA GPU (Hopper's GEMM kernels on an
+H100/H200, the portable ones elsewhere).
 """
 
 from __future__ import annotations
@@ -27,95 +32,100 @@ from typing import Optional
 
 import torch
 
-from . import epilogue
-from .gemm import matmul
+from . import _C
+from ._torch import current_stream
 
-_TILE_N = 256  # the log-sum-exp partials' tile width (the compiled Hopper program's)
+_LOGITS_BYTES = 512 << 20  # one chunk's logits, the default chunk size
 
 
-def _chunk_rows(vocab: int, chunk_size: Optional[int]) -> int:
+def _chunk_rows(rows: int, vocab: int, itemsize: int, chunk_size: Optional[int]) -> int:
     if chunk_size is not None:
         if chunk_size < 1:
             raise ValueError(f"linear_cross_entropy: chunk_size must be >= 1, got {chunk_size}")
         return chunk_size
-    return max(8, min(8192, (256 << 20) // (2 * vocab)) // 8 * 8)
+    return max(8, min(max(rows, 8), _LOGITS_BYTES // (itemsize * vocab)) // 8 * 8)
 
 
-@torch.library.custom_op("tilegrid::accumulate_weight_grad", mutates_args=("dw",))
-def _accumulate_weight_grad(dw: torch.Tensor, dlogits: torch.Tensor, x: torch.Tensor) -> None:
-    """dw += dlogits^T x in float32. On CUDA through torch.addmm's float32 output from bf16/fp16
-    inputs (cuBLAS, accumulating into dw: one read and one write of dw a chunk, where a
-    product into a temporary and an add took three and a write; tg.matmul cannot accumulate
-    into its output yet); elsewhere tg.matmul and an add. A custom op that mutates dw, so that
-    torch.compile runs this same call: torch 2.11's fake kernel of addmm with out_dtype fails
-    ("unsupported operand type(s) for *: 'torch.dtype' and 'FakeTensor'")."""
+def _accumulate_weight_grad(dw: torch.Tensor, dlogits: torch.Tensor, x: torch.Tensor, first: bool,
+                            stream: int) -> None:
+    """dw (+)= dlogits^T x in dw's dtype."""
     if dw.is_cuda:
-        torch.addmm(dw, dlogits.t(), x, out_dtype=torch.float32, out=dw)
+        if first:
+            torch.mm(dlogits.t(), x, out=dw)
+        else:
+            dw.addmm_(dlogits.t(), x)
+    elif first:
+        _C.matmul(dlogits.t(), x, dw, stream)
     else:
-        dw += matmul(dlogits.t(), x, out_dtype=torch.float32)
+        part = torch.empty_like(dw)
+        _C.matmul(dlogits.t(), x, part, stream)
+        dw += part
 
 
-@_accumulate_weight_grad.register_fake
-def _(dw, dlogits, x):
-    return None
+@torch.library.custom_op("tilegrid::linear_cross_entropy", mutates_args=())
+def _linear_cross_entropy_op(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+                             ignore_index: int, mean: bool, chunk_rows: int, want_dx: bool,
+                             want_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The loss (reduced), d loss / d x and d loss / d weight (empty when not wanted). One custom
+    op for the whole chunk loop: torch.compile sees one node, and the mean's divisor stays a
+    device tensor (nothing is read back to the host)."""
+    T, V = x.shape[0], weight.shape[0]
+    stream = current_stream(x)
+    count = (target != ignore_index).sum()
+    scale = (1.0 / count.clamp_min(1).float() if mean else torch.ones((), device=x.device)).reshape(1)
+    want_grad = want_dx or want_dw
+    row_loss = torch.empty(T, dtype=torch.float32, device=x.device)
+    dx = torch.empty_like(x) if want_dx else x.new_empty(0)
+    dw = (torch.empty_like(weight) if T else torch.zeros_like(weight)) if want_dw else weight.new_empty(0)
+    buffer = torch.empty(min(chunk_rows, T), V, dtype=x.dtype, device=x.device)
+    for i, start in enumerate(range(0, T, chunk_rows)):
+        xc = x[start:start + chunk_rows]
+        n = xc.shape[0]
+        logits = buffer[:n]
+        _C.matmul(xc, weight.t(), logits, stream)
+        _C.cross_entropy_loss_and_grad(logits, target[start:start + n], ignore_index,
+                                       row_loss[start:start + n], scale if want_grad else None, stream)
+        if want_dx:
+            _C.matmul(logits, weight, dx[start:start + n], stream)
+        if want_dw:
+            _accumulate_weight_grad(dw, logits, xc, i == 0, stream)
+    loss = row_loss.sum() * scale[0]
+    if mean:  # as F.cross_entropy: the mean of nothing is NaN
+        loss = torch.where(count == 0, torch.full_like(loss, float("nan")), loss)
+    return loss, dx, dw
+
+
+@_linear_cross_entropy_op.register_fake
+def _(x, weight, target, ignore_index, mean, chunk_rows, want_dx, want_dw):
+    return (x.new_empty((), dtype=torch.float32),
+            torch.empty_like(x) if want_dx else x.new_empty(0),
+            torch.empty_like(weight) if want_dw else weight.new_empty(0))
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, target, ignore_index, reduction, chunk_size):
-        T, V = x.shape[0], weight.shape[0]
-        valid = target != ignore_index
-        # The mean's divisor as a tensor: no read back to the host (torch.compile traces it).
-        count = valid.sum()
-        scale = 1.0 / count.clamp_min(1).float() if reduction == "mean" else torch.ones((), device=x.device)
+    def forward(ctx, x, weight, target, ignore_index, reduction, chunk_rows):
         want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        loss = torch.zeros((), dtype=torch.float32, device=x.device)
-        dx = torch.empty_like(x) if want_dx else None
-        dw = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if want_dw else None
-        rows = _chunk_rows(V, chunk_size)
-        tiles = (V + _TILE_N - 1) // _TILE_N
-        for start in range(0, T, rows):
-            xc = x[start:start + rows]
-            tc, vc = target[start:start + rows], valid[start:start + rows]
-            real = xc.shape[0]
-            if real % 8:  # the weight-gradient product reduces over the rows: a multiple of 8
-                pad = 8 - real % 8
-                xc = torch.cat([xc, xc.new_zeros(pad, xc.shape[1])])
-                tc = torch.cat([tc, tc.new_zeros(pad)])
-                vc = torch.cat([vc, vc.new_zeros(pad)])
-            logits = torch.empty(xc.shape[0], V, dtype=x.dtype, device=x.device)
-            partials = torch.empty(xc.shape[0], tiles, dtype=torch.float32, device=x.device)
-            epilogue.matmul(xc, weight.t(), epilogue.Program().store(logits)
-                            .row_partials("logsumexp", partials, tile_n=_TILE_N))
-            lse = epilogue.finish_row_partials("logsumexp", partials)
-            safe = torch.where(vc, tc, torch.zeros_like(tc))  # ignored rows may hold any id
-            picked = logits.gather(1, safe[:, None])[:, 0].float()
-            loss += ((lse - picked) * vc).sum()
-            if not (want_dx or want_dw):
-                continue
-            # d logits = (softmax - one-hot) * scale on valid rows, written over the logits: the
-            # row's scale folded into the exponent (exp(l - lse + log s); log 0 = -inf zeroes the
-            # ignored rows), one float32 pass; the target column's p - 1 formed in float32.
-            row_scale = vc.float() * scale
-            rows_ = torch.arange(logits.shape[0], device=x.device)
-            logits.copy_(torch.exp(logits.float() - (lse - torch.log(row_scale))[:, None]))
-            logits[rows_, safe] = ((torch.exp(picked - lse) - 1.0) * row_scale).to(logits.dtype)
-            if want_dx:
-                dx[start:start + real] = matmul(logits, weight)[:real]
-            if want_dw:
-                _accumulate_weight_grad(dw, logits, xc)
+        loss, dx, dw = _linear_cross_entropy_op(x, weight, target, ignore_index, reduction == "mean",
+                                                chunk_rows, want_dx, want_dw)
         ctx.save_for_backward(dx, dw)
-        ctx.weight_dtype = weight.dtype
-        if reduction == "mean":  # as F.cross_entropy: the mean of nothing is NaN
-            return torch.where(count == 0, torch.full_like(loss, float("nan")), loss * scale)
-        return loss * scale
+        ctx.wants = (want_dx, want_dw)
+        ctx.scaled = False
+        return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
+        """Scales the gradients formed in the forward in place: no second d W in memory."""
+        if ctx.scaled:
+            raise RuntimeError("linear_cross_entropy: backward ran twice through the same graph; its "
+                               "gradients are formed in the forward and scaled in place once")
+        if not torch.compiler.is_compiling():
+            ctx.scaled = True
         dx, dw = ctx.saved_tensors
+        want_dx, want_dw = ctx.wants
         g = grad_loss.float()
-        gx = (dx.float() * g).to(dx.dtype) if dx is not None else None
-        gw = (dw * g).to(ctx.weight_dtype) if dw is not None else None
+        gx = dx.mul_(g) if want_dx else None
+        gw = dw.mul_(g) if want_dw else None
         return gx, gw, None, None, None, None
 
 
@@ -131,8 +141,14 @@ def linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target: torc
     if weight.dim() != 2 or input.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear_cross_entropy: input [..., d] and weight [V, d] expected, got "
                          f"{list(input.shape)} and {list(weight.shape)}")
+    if input.dtype not in (torch.float16, torch.bfloat16) or weight.dtype != input.dtype:
+        raise TypeError(f"linear_cross_entropy: input and weight must both be float16 or bfloat16, got "
+                        f"{input.dtype} and {weight.dtype}")
+    if input.device != weight.device or target.device != input.device:
+        raise ValueError(f"linear_cross_entropy: input, weight and target must be on one device, got "
+                         f"{input.device}, {weight.device} and {target.device}")
     x = input.reshape(-1, input.shape[-1]).contiguous()
-    t = target.reshape(-1)
+    t = target.reshape(-1).contiguous()
     if t.shape[0] != x.shape[0] or t.dtype != torch.int64:
         raise ValueError(f"linear_cross_entropy: target must be int64 with one entry a row of input "
                          f"({x.shape[0]}), got {t.dtype} of shape {list(target.shape)}")
@@ -140,13 +156,14 @@ def linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target: torc
         raise ValueError(f"linear_cross_entropy: vocabulary and hidden sizes must be multiples of 8 "
                          f"(tg.matmul), got weight {list(weight.shape)}")
     # The targets' range is checked in eager mode (a read back to the host); under
-    # torch.compile it is not: an out-of-range id there indexes out of bounds (on CUDA a
-    # device-side assert), as it does in F.cross_entropy.
+    # torch.compile it is not: there an out-of-range id gives a NaN loss (the row kernel
+    # never reads outside the row).
     valid = t[t != ignore_index] if not torch.compiler.is_compiling() else t[:0]
     if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= weight.shape[0]):
         raise ValueError(f"linear_cross_entropy: targets must be in [0, {weight.shape[0]}) or "
                          f"ignore_index ({ignore_index}), got {int(valid.min())} .. {int(valid.max())}")
-    return _LinearCrossEntropy.apply(x, weight, t, ignore_index, reduction, chunk_size)
+    rows = _chunk_rows(x.shape[0], weight.shape[0], x.element_size(), chunk_size)
+    return _LinearCrossEntropy.apply(x, weight.contiguous(), t, ignore_index, reduction, rows)
 
 
 class LinearCrossEntropyLoss(torch.nn.Module):

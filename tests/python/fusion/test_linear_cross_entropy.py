@@ -1,17 +1,14 @@
 """tg.linear_cross_entropy / tg.nn.LinearCrossEntropyLoss against F.cross_entropy(F.linear(...))
 in float32 from the same bfloat16 operands: the loss and both gradients, with ignored rows,
-both reductions, chunks with remainders; bad inputs. CPU always; Hopper where there is one."""
+both reductions, chunks with remainders, both dtypes; bad inputs. CPU always; CUDA where there
+is a GPU."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import tilegrid as tg
-from conftest import HAS_CUDA
-
-HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
-    not HOPPER, reason="the fused program needs a compute capability 9.0 GPU")])]
+from conftest import DEVICES
 
 
 def rel(a, b):
@@ -19,11 +16,12 @@ def rel(a, b):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("reduction,chunk", [("mean", None), ("sum", 24), ("mean", 13)])
-def test_matches_torch(device, reduction, chunk):
+@pytest.mark.parametrize("reduction,chunk,dtype", [("mean", None, torch.bfloat16), ("sum", 24, torch.bfloat16),
+                                                   ("mean", 13, torch.bfloat16), ("mean", 16, torch.float16)])
+def test_matches_torch(device, reduction, chunk, dtype):
     T, d, V = 70, 64, 520
-    x = torch.randn(T, d, dtype=torch.bfloat16, device=device)
-    w = (torch.randn(V, d) / 8).to(torch.bfloat16).to(device)
+    x = torch.randn(T, d, dtype=dtype, device=device)
+    w = (torch.randn(V, d) / 8).to(dtype).to(device)
     t = torch.randint(0, V, (T,), device=device)
     t[::7] = -100
     xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
@@ -59,6 +57,19 @@ def test_bad_inputs():
         tg.linear_cross_entropy(x, w[:47], t.clamp(max=40))
     with pytest.raises(ValueError, match="one entry a row"):
         tg.linear_cross_entropy(x, w, t[:5])
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        tg.linear_cross_entropy(x.float(), w, t)
+
+
+def test_a_second_backward_through_the_same_graph_raises():
+    """The gradients are formed in the forward and scaled in place by the backward: running it
+    twice would scale them twice, so it refuses."""
+    x = torch.randn(16, 32, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(48, 32, dtype=torch.bfloat16, requires_grad=True)
+    loss = tg.linear_cross_entropy(x, w, torch.randint(0, 48, (16,)))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backward ran twice"):
+        loss.backward()
 
 
 def test_ignored_rows_may_hold_any_id_and_all_ignored_gives_nan():
