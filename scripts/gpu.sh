@@ -111,7 +111,11 @@ for bench in $benches; do
   step $PY "$bench" --out "$OUT/$name.json" "${bench_args[@]}" >>"$OUT/bench.log" 2>&1
   note "$name: rc=$?"
 done
-step $PY examples/demo.py >>"$OUT/bench.log" 2>&1
+# TILEGRID_DEMO=0 skips the demo (runs that only test or only benchmark).
+if [ "${TILEGRID_DEMO:-1}" != 0 ]; then
+  step $PY examples/demo.py >>"$OUT/bench.log" 2>&1
+  note "demo: rc=$?"
+fi
 
 echo
 cat "$summary"
