@@ -35,7 +35,10 @@ def peers(report):
     found = []
     liger, error = harness.optional_import("liger_kernel.ops.fused_linear_cross_entropy")
     if liger is not None:
-        found.append(("Liger-Kernel", lambda x, w, t: liger.LigerFusedLinearCrossEntropyFunction.apply(x, w, t)))
+        def run_liger(x, w, t):  # 0.8.5 returns (loss, z_loss, token accuracy, ...)
+            out = liger.LigerFusedLinearCrossEntropyFunction.apply(x, w, t)
+            return out[0] if isinstance(out, tuple) else out
+        found.append(("Liger-Kernel", run_liger))
     else:
         report.checks["Liger-Kernel"] = f"not measured: {error}"
     quack, error = harness.optional_import("quack.linear_cross_entropy")
