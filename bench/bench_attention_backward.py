@@ -54,7 +54,8 @@ def first_output(fn):
 
 SYSTEMS = [
     ("tilegrid", lambda q, k, v, causal: tg.flash_attn_func(q, k, v, causal=causal)),
-    # deterministic=True runs the portable tensor-core kernels (no atomics) on every GPU.
+    # deterministic=True: on Hopper the same kernel with its dQ additions in a fixed order;
+    # elsewhere the portable tensor-core kernels (no atomics).
     ("tilegrid deterministic", lambda q, k, v, causal: tg.flash_attn_func(
         q, k, v, causal=causal, deterministic=True)),
     ("torch SDPA cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),

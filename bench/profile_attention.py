@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--backward", action="store_true",
                         help="run the backward (every kernel of it) instead of the forward")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="the backward with deterministic=True (tilegrid only)")
     args = parser.parse_args()
 
     batch, heads = 16384 // args.seqlen, 2048 // args.head_dim
@@ -42,7 +44,8 @@ def main() -> None:
 
         _C._attention_set_kernel("sm90" if args.sm90_switches >= 0 else "auto",
                                  args.sm90_switches)
-        run = lambda: tg.flash_attn_func(q, k, v, causal=args.causal)  # noqa: E731
+        run = lambda: tg.flash_attn_func(q, k, v, causal=args.causal,  # noqa: E731
+                                         deterministic=args.deterministic)
     else:
         import flash_attn_interface
 

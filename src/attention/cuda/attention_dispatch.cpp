@@ -104,21 +104,15 @@ int sm90_switches(const Problem& p, const FlashFwdParams& k, int device) {
 
 // Whether the Hopper backward runs this call: as the forward (the kernel choice, the device,
 // what the kernel supports), unless TILEGRID_ATTENTION_BACKWARD (read once) names one of the
-// portable kernels ("portable", "simt"). deterministic=True runs the portable kernels too,
-// unless TILEGRID_ATTENTION_BACKWARD=sm90_deterministic: the Hopper kernel with its dQ
-// additions taken in key-tile order (flash_bwd_sm90_kernel.cuh), opt-in until its GPU tests
-// and its speed have been seen on an H200.
-bool sm90_backward(const Problem& p, const Gradients& grads, const FlashBwdParams& b,
-                   int device) {
+// portable kernels ("portable", "simt"). deterministic=True runs it too, with its dQ additions
+// taken in a fixed order (flash_bwd_sm90_kernel.cuh).
+bool sm90_backward(const Problem& p, const FlashBwdParams& b, int device) {
   static const char* const backward = std::getenv("TILEGRID_ATTENTION_BACKWARD");
   static const bool portable_forced =
       backward != nullptr &&
       (std::strcmp(backward, "portable") == 0 || std::strcmp(backward, "simt") == 0);
-  static const bool sm90_deterministic =
-      backward != nullptr && std::strcmp(backward, "sm90_deterministic") == 0;
   const KernelChoice choice = kernel_choice();
-  if (portable_forced || (grads.deterministic && !sm90_deterministic) ||
-      choice.kernel == int(CudaKernel::Portable))
+  if (portable_forced || choice.kernel == int(CudaKernel::Portable))
     return false;
   if (choice.kernel == int(CudaKernel::Auto) && !kSm90ValidatedOnHardware) return false;
   return sm90::backward_supported(b, p.dtype, int(p.head_dim)) && is_sm90_device(device);
@@ -177,7 +171,7 @@ void backward_cuda(const Problem& p, const Gradients& g, int device, Stream stre
   const int64_t rows = p.lse_batch_stride > 0 ? p.lse_batch_stride * p.batch
                                               : p.lse_head_stride * p.heads_q;
 #if defined(TILEGRID_WITH_SM90_ATTENTION)
-  if (sm90_backward(p, g, b, device)) {
+  if (sm90_backward(p, b, device)) {
     const int64_t padded = sm90::backward_rows(b.fwd, int(p.head_dim)) * p.heads_q;
     const Device on = Device::cuda(device);
     Tensor lse_log2 = Tensor::empty({padded}, DType::Float32, on, stream);

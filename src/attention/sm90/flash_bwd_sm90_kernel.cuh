@@ -29,11 +29,10 @@
 //    group, and leave the chip once (dK scaled by the softmax scale there): no float32 dK/dV
 //    in global memory and no atomics on them. dQ's float32 additions are atomic, so their order
 //    (and dQ's last bits) may differ between runs. With kp.dq_order (deterministic=True) the
-//    key tiles take turns at each query tile, in key order (write_dq_sums); the dispatcher
-//    runs that only when TILEGRID_ATTENTION_BACKWARD=sm90_deterministic, and the portable
-//    kernels otherwise.
+//    key tiles take turns at each query tile, last key tile first (write_dq_sums, dq_turn).
 //  - Query tiles run in the order of the mask's query range of the key tile; launch order
-//    puts the key tiles with the most queries (causal: the first) first.
+//    puts the key tiles with the most queries (causal: the first) first, or, under
+//    deterministic=True, the last key tile first (key_tile_of_cta).
 // Registers (consumer, 240): dK and dV 64 x head_dim x 2 / 128 a thread (64 at head dim 64,
 // 128 at 128), S^T and dP^T 64 x kBlockM / 128 each, dQ kBlockM x head_dim / 256.
 // Shared memory: K, V (128 x d each), kStages of Q and dO (kBlockM x d each), two dS buffers
@@ -221,22 +220,35 @@ __device__ __forceinline__ KeyTileWork key_tile_work(const FlashFwdParams& p, in
   return w;
 }
 
-// deterministic=True: the turn of key tile n_block at query tile m's counter, the number of key
-// tiles before it (same K/V head, same sequence) whose query tiles reach m. The key tiles that
-// add into m are consecutive and their query ranges grow with them (common/mask.h), so the
-// first of them is found by bisection over [0, n_block].
+// deterministic=True: the turn of key tile n_block at query tile m's counter. The key tiles
+// add into a query tile last key tile first, and run last first (key_tile_of_cta), so a key
+// tile waits only for ones that launched before it, and under a causal or windowed mask (query
+// ranges that start later for later keys) the key tile ahead of it began at the same query tile
+// one step earlier: the waits cost about a step per key tile, not a step per query tile passed
+// (in key order, key tile n would wait at its first query tile for key tile 0 to get there).
+// The turn is the number of key tiles after n_block (same K/V head, same sequence) that add
+// into m: they are consecutive and their query ranges grow with them (common/mask.h), so the
+// last of them is found by bisection over [n_block, num_key_tiles).
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ int dq_turn(const FlashFwdParams& p, int n_block, int b, int m) {
-  int lo = 0, hi = n_block;
+__device__ __forceinline__ int dq_turn(const FlashFwdParams& p, int n_block, int num_key_tiles,
+                                       int b, int m) {
+  int lo = n_block, hi = num_key_tiles - 1;  // n_block adds into m
   while (lo < hi) {
-    const int mid = (lo + hi) / 2;
+    const int mid = (lo + hi + 1) / 2;
     const KeyTileWork t = key_tile_work<kBlockM, kBlockN>(p, mid, b);
-    if (t.m_count > 0 && t.m_first + t.m_count - 1 >= m)
-      hi = mid;
+    if (t.m_count > 0 && t.m_first <= m)
+      lo = mid;
     else
-      lo = mid + 1;
+      hi = mid - 1;
   }
-  return n_block - lo;
+  return lo - n_block;
+}
+
+// The key tile of this CTA: grid x, or grid x reversed under deterministic=True (dq_turn).
+// Otherwise the key tiles with the most queries (causal: the first) launch first.
+template <class Traits>
+__device__ __forceinline__ int key_tile_of_cta(const BwdKernelParams<Traits>& kp) {
+  return kp.dq_order != nullptr ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
 }
 
 // The dQ writer, one warp of the producer warpgroup: per step and consumer warpgroup, once the
@@ -245,9 +257,9 @@ __device__ __forceinline__ int dq_turn(const FlashFwdParams& p, int n_block, int
 // part's buffer back once it has been read. This takes the dQ additions (kBlockM x head_dim
 // floats a step, as many bytes as the step's Q and dO loads) off the consumers, which only
 // store their accumulators to shared memory. With deterministic=True the key tiles take turns
-// at each query tile (kp.dq_order), in key order, so that every run adds in the same order:
-// a key tile waits only for the ones before it, which launched earlier (grid x is the key
-// tile), so the waits cannot deadlock.
+// at each query tile (kp.dq_order), last key tile first, so that every run adds in the same
+// order: a key tile waits only for later key tiles, which launched earlier (key_tile_of_cta),
+// so the waits cannot deadlock.
 template <class Traits, class StepHead, class StepTile>
 __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
                                               const float* parts, const KeyTileWork& w,
@@ -265,7 +277,8 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
     float* tile = kp.dq_accum + tile_row * kDq.row_floats();
     int* order = kp.dq_order != nullptr ? kp.dq_order + tile_row / kDq.block_m : nullptr;
     if (order != nullptr && leader) {
-      const int turn = dq_turn<kDq.block_m, Traits::kBlockN>(kp.g.fwd, blockIdx.x, blockIdx.z,
+      const int turn = dq_turn<kDq.block_m, Traits::kBlockN>(kp.g.fwd, key_tile_of_cta(kp),
+                                                              int(gridDim.x), blockIdx.z,
                                                               step_tile(s));
       cuda::wait_for_turn(order, turn);
       hopper::fence_async_proxy();  // the bulk additions below come after the wait
@@ -315,7 +328,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const FlashBwdParams& g = kp.g;
   const FlashFwdParams& p = g.fwd;
   const int head_kv = blockIdx.y, b = blockIdx.z;
-  const KeyTileWork w = key_tile_work<kBlockM, kBlockN>(p, blockIdx.x, b);
+  const int n_block = key_tile_of_cta(kp);
+  const KeyTileWork w = key_tile_work<kBlockM, kBlockN>(p, n_block, b);
   // A key tile past its sequence's end has no rows to write; one that no query sees (an empty
   // query sequence included) writes zeros (below).
   if (!w.valid) return;
@@ -370,8 +384,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                               kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, head_kv, tb));
     Tensor mV = domain_offset(make_coord(w.k0, _0{}),
                               kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, head_kv, tb));
-    Tensor gK = local_tile(mK, Shape<BlockN, HeadDim>{}, make_coord(blockIdx.x, _0{}));
-    Tensor gV = local_tile(mV, Shape<BlockN, HeadDim>{}, make_coord(blockIdx.x, _0{}));
+    Tensor gK = local_tile(mK, Shape<BlockN, HeadDim>{}, make_coord(n_block, _0{}));
+    Tensor gV = local_tile(mV, Shape<BlockN, HeadDim>{}, make_coord(n_block, _0{}));
     auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                       group_modes<0, 2>(gK));
     auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),

@@ -2,8 +2,7 @@
 against the float64 reference by FlashAttention's criterion, gradients poisoned first: head
 dims 64 and 128, both dtypes, tiles cut by the sequence ends, causal masks with seqlen_q !=
 seqlen_k, windows, softcap, GQA and MQA, variable lengths with empty sequences. Runs only on a
-GPU of compute capability 9.0, where `auto` picks the kernel; deterministic=True runs the
-portable kernels there."""
+GPU of compute capability 9.0, where `auto` picks the kernel, deterministic=True included."""
 import pytest
 import torch
 
@@ -94,24 +93,10 @@ def test_sm90_backward_varlen_with_empty_sequences(d):
             assert_fa_criterion(got[None], plain[i].cpu(), exact[i], f"{name} of sequence {b}")
 
 
-@requires_hopper
-@gpu_test
-def test_sm90_deterministic_request_runs_the_portable_kernels_bit_for_bit():
-    q, k, v = (torch.randn(1, 500, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    dout = torch.randn(1, 500, 4, 128, device="cuda", dtype=torch.bfloat16)
-    out, lse = tg.flash_attn_func(q, k, v, causal=True, return_lse=True)
-    runs = []
-    for _ in range(2):
-        runs.append(poisoned_backward(dout, q, k, v, out, lse, causal=True, deterministic=True))
-        assert _C._attention_last_kernel() == "portable"
-    for a, b in zip(*runs):
-        assert torch.equal(a, b)
-
-
 DETERMINISTIC_SCRIPT = """
-import sys, torch, tilegrid as tg
+import os, sys, torch, tilegrid as tg
 from tilegrid import _C
-sys.path.insert(0, sys.argv[2])
+sys.path[:0] = [sys.argv[2], os.path.dirname(sys.argv[2])]  # this folder and conftest.py
 from test_flash_attn_backward import poisoned_backward
 torch.manual_seed(0)
 results = []
@@ -126,7 +111,7 @@ for batch, sq, sk, hq, hk, d, causal, window in CASES:
         runs.append(poisoned_backward(cuda[3], *cuda[:3], out, lse, causal, window,
                                       deterministic=True))
         torch.cuda.synchronize()
-        assert _C._attention_last_kernel() == "sm90 deterministic", _C._attention_last_kernel()
+        assert _C._attention_last_kernel() == KERNEL, _C._attention_last_kernel()
     same = all(torch.equal(a, b) for a, b in zip(*runs))
     results.append(((q, k, v, dout), [g.cpu() for g in runs[0]], same))
 torch.save(results, sys.argv[1])
@@ -137,27 +122,36 @@ DETERMINISTIC_CASES = [
     (2, 700, 700, 8, 2, 128, True, (-1, -1)),
     (1, 1000, 600, 4, 4, 64, False, (-1, -1)),
     (2, 513, 900, 4, 1, 64, False, (200, 64)),
+    (1, 300, 1100, 4, 2, 128, True, (-1, -1)),   # bottom-right causal, keys before every query
+    (1, 1100, 300, 2, 1, 64, True, (-1, -1)),    # bottom-right causal, fully masked rows
 ]
 
 
 @requires_hopper
 @gpu_test
-def test_sm90_deterministic_backward_is_bit_for_bit_and_correct():
-    """TILEGRID_ATTENTION_BACKWARD=sm90_deterministic (in a fresh process, the variable is read
-    once): deterministic=True runs the Hopper kernel with its dQ additions in key-tile order;
-    two runs give the same bits, and the gradients meet FlashAttention's criterion. A timeout
-    catches a wait that never ends."""
+@pytest.mark.parametrize("requested, kernel, cases", [
+    (None, "sm90 deterministic", DETERMINISTIC_CASES),
+    ("portable", "portable", DETERMINISTIC_CASES[:1]),
+])
+def test_deterministic_backward_is_bit_for_bit_and_correct(requested, kernel, cases):
+    """deterministic=True on Hopper runs the Hopper kernel with its dQ additions in a fixed order
+    (or, with TILEGRID_ATTENTION_BACKWARD=portable, the portable kernels): two runs give the
+    same bits, and the gradients meet FlashAttention's criterion. It runs in a fresh process
+    (the variable is read once), whose timeout catches a wait that never ends."""
     import os
     import subprocess
     import sys
-    path = f"/tmp/tilegrid_sm90_deterministic_{os.getpid()}.pt"
+    path = f"/tmp/tilegrid_deterministic_{os.getpid()}.pt"
     here = os.path.dirname(os.path.abspath(__file__))
-    script = f"CASES = {DETERMINISTIC_CASES!r}\n" + DETERMINISTIC_SCRIPT
-    env = dict(os.environ, TILEGRID_ATTENTION_BACKWARD="sm90_deterministic")
+    script = f"CASES = {cases!r}\nKERNEL = {kernel!r}\n" + DETERMINISTIC_SCRIPT
+    env = dict(os.environ)
+    env.pop("TILEGRID_ATTENTION_BACKWARD", None)
+    if requested is not None:
+        env["TILEGRID_ATTENTION_BACKWARD"] = requested
     subprocess.run([sys.executable, "-c", script, path, here], env=env, check=True, timeout=300)
     results = torch.load(path)
     os.remove(path)
-    for case, ((q, k, v, dout), got, same) in zip(DETERMINISTIC_CASES, results):
+    for case, ((q, k, v, dout), got, same) in zip(cases, results):
         assert same, f"{case}: two runs differ"
         causal, window = case[6], case[7]
         exact = reference_grads(q, k, v, dout, causal=causal, window=window)
