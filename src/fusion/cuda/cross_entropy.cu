@@ -78,11 +78,18 @@ __device__ __forceinline__ MaxSum block_max_sum(MaxSum ms, MaxSum* scratch) {
   return total;
 }
 
+// x * log2(e), rounded on its own (__fmul_rn: never fused into a later add), so that the
+// target's scaled logit in the loss equals the one inside the row's maximum bit for bit: a
+// row whose target is far above the rest gets a loss of exactly 0.
+__device__ __forceinline__ float base2(float x) {
+  return __fmul_rn(x, kLog2e);
+}
+
 template <class T, int VEC>
 __device__ __forceinline__ void load_base2(const T* p, float (&x2)[VEC]) {
   const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(p);
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) x2[k] = to_float(v.v[k]) * kLog2e;
+  for (int k = 0; k < VEC; ++k) x2[k] = base2(to_float(v.v[k]));
 }
 
 // VEC elements a vector when the row and its length allow 16-byte accesses, else 1.
@@ -125,7 +132,7 @@ __global__ void __launch_bounds__(kMaxThreads) loss_and_grad_kernel(Params p) {
   const float lse2 = total.max + log2f(total.sum);  // log2 of the row's sum of exp
   const bool in_range = t >= 0 && t < p.vocab;
   if (threadIdx.x == 0)
-    p.loss[r] = in_range ? (lse2 - to_float(row[t]) * kLog2e) * kLn2 : NAN;
+    p.loss[r] = in_range ? (lse2 - base2(to_float(row[t]))) * kLn2 : NAN;
   if (p.grad_scale == nullptr) return;
   // Every thread has read its own elements and row[t] is read above by thread 0 before the
   // barrier below, which orders it before pass 2 overwrites it.
