@@ -24,8 +24,9 @@ void cross_entropy_loss_and_grad(const TensorView& logits, const TensorView& tar
   const int64_t rows = logits.size(0), vocab = logits.size(1);
   TG_CHECK_VALUE(vocab >= 1 || rows == 0, kOp, ": logits must have at least one column, got shape ",
                  logits.shape);
-  TG_CHECK_VALUE(rows <= 1 || logits.strides[0] >= vocab, kOp, ": rows of logits overlap (row stride ",
-                 logits.strides[0], " < ", vocab, " columns)");
+  TG_CHECK_VALUE(rows <= 1 || logits.strides[0] >= vocab, kOp,
+                 ": rows of logits overlap (row stride ", logits.strides[0], " < ", vocab,
+                 " columns)");
   check_same_device(kOp, "target", target, "logits", logits);
   check_dtype(kOp, "target", target, {DType::Int64});
   check_shape(kOp, "target", target, {rows});
@@ -39,8 +40,8 @@ void cross_entropy_loss_and_grad(const TensorView& logits, const TensorView& tar
   if (grad_scale) {
     check_same_device(kOp, "grad_scale", *grad_scale, "logits", logits);
     check_dtype(kOp, "grad_scale", *grad_scale, {DType::Float32});
-    TG_CHECK_VALUE(grad_scale->numel() == 1, kOp,
-                   ": grad_scale must hold one element, got shape ", grad_scale->shape);
+    TG_CHECK_VALUE(grad_scale->numel() == 1, kOp, ": grad_scale must hold one element, got shape ",
+                   grad_scale->shape);
     TG_CHECK_VALUE(grad_scale->data != nullptr, kOp, ": grad_scale has no data");
   }
 
@@ -61,8 +62,8 @@ void cross_entropy_loss_and_grad(const TensorView& logits, const TensorView& tar
   cross_entropy::loss_and_grad_cuda(p, logits.device.index, stream);
 #else
   (void)stream;
-  throw Error(detail::concat(kOp, ": tilegrid was built without CUDA; logits are on ",
-                             logits.device));
+  throw Error(
+      detail::concat(kOp, ": tilegrid was built without CUDA; logits are on ", logits.device));
 #endif
 }
 

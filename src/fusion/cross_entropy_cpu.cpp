@@ -22,9 +22,11 @@ void loss_and_grad_cpu(const Params& p) {
       return;
     }
     double max = -std::numeric_limits<double>::infinity();
-    for (int64_t c = 0; c < p.vocab; ++c) max = std::fmax(max, load_element(p.dtype, p.logits, base + c));
+    for (int64_t c = 0; c < p.vocab; ++c)
+      max = std::fmax(max, load_element(p.dtype, p.logits, base + c));
     double sum = 0;
-    for (int64_t c = 0; c < p.vocab; ++c) sum += std::exp(load_element(p.dtype, p.logits, base + c) - max);
+    for (int64_t c = 0; c < p.vocab; ++c)
+      sum += std::exp(load_element(p.dtype, p.logits, base + c) - max);
     const double lse = max + std::log(sum);
     const bool in_range = t >= 0 && t < p.vocab;
     p.loss[r] = in_range ? float(lse - load_element(p.dtype, p.logits, base + t))

@@ -25,7 +25,6 @@ namespace tilegrid {
 
 void cross_entropy_loss_and_grad(const TensorView& logits, const TensorView& target,
                                  int64_t ignore_index, const TensorView& loss,
-                                 const std::optional<TensorView>& grad_scale,
-                                 Stream stream = {});
+                                 const std::optional<TensorView>& grad_scale, Stream stream = {});
 
 }  // namespace tilegrid

@@ -1,11 +1,12 @@
 // Cross-entropy rows on CUDA: one block a row, two passes over it. Memory-bound: at a Llama-3
-// LM head (V = 128256, bfloat16) a row is 250 KB, too long to keep on chip, so the row is read
-// twice and written once (the second read partly hits L2), 6 bytes an element:
+// LM head (V = 128256, bfloat16) a row is 250 KB, more than a block's shared memory, so the row
+// is read twice and written once, 6 bytes an element (the second read may partly hit L2; not
+// measured apart from the linear cross-entropy it serves):
 //  - pass 1 keeps a running maximum and sum of exponentials per thread (in base 2: one
 //    multiply and one ex2 an element, one rescale a vector), combined over the block;
 //  - pass 2 writes (exp(x - lse) - [column == target]) * scale over the row.
-// Each thread reads 16-byte vectors, kUnroll of them in flight, so that a block keeps enough
-// loads outstanding to stream at copy bandwidth.
+// Each thread reads 16-byte vectors, kUnroll of them in flight, so that a block keeps several
+// loads outstanding (the loop-carried maximum would otherwise serialize them).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -131,8 +132,7 @@ __global__ void __launch_bounds__(kMaxThreads) loss_and_grad_kernel(Params p) {
   const MaxSum total = block_max_sum(ms, scratch);
   const float lse2 = total.max + log2f(total.sum);  // log2 of the row's sum of exp
   const bool in_range = t >= 0 && t < p.vocab;
-  if (threadIdx.x == 0)
-    p.loss[r] = in_range ? (lse2 - base2(to_float(row[t]))) * kLn2 : NAN;
+  if (threadIdx.x == 0) p.loss[r] = in_range ? (lse2 - base2(to_float(row[t]))) * kLn2 : NAN;
   if (p.grad_scale == nullptr) return;
   // Every thread has read its own elements and row[t] is read above by thread 0 before the
   // barrier below, which orders it before pass 2 overwrites it.
@@ -160,7 +160,8 @@ void launch(const Params& p, Stream stream) {
   const int64_t vectors = vectorized ? p.vocab / kVec : p.vocab;
   // Enough threads for kUnroll vectors each, a multiple of 32, at most kMaxThreads.
   const int64_t wanted = (vectors + kUnroll - 1) / kUnroll;
-  const int threads = int(std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, (wanted + 31) / 32 * 32)));
+  const int threads =
+      int(std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, (wanted + 31) / 32 * 32)));
   auto s = static_cast<cudaStream_t>(stream.handle);
   if (vectorized)
     loss_and_grad_kernel<T, kVec><<<dim3(unsigned(p.rows)), threads, 0, s>>>(p);

@@ -92,17 +92,15 @@ TEST(CrossEntropy, BadArgumentsGetClearErrors) {
   Tensor loss3 = Tensor::empty({3}, DType::Float32, Device::cpu());
   Tensor target32 = Tensor::empty({4}, DType::Int32, Device::cpu());
   Tensor scale2 = Tensor::empty({2}, DType::Float32, Device::cpu());
-  EXPECT_EQ(testing::error_message([&] {
-              cross_entropy_loss_and_grad(logits, target, kIgnore, loss3, std::nullopt);
-            }),
+  EXPECT_EQ(testing::error_message(
+                [&] { cross_entropy_loss_and_grad(logits, target, kIgnore, loss3, std::nullopt); }),
             "cross_entropy_loss_and_grad: loss must have shape [4], got [3]");
   EXPECT_EQ(testing::error_message([&] {
               cross_entropy_loss_and_grad(logits, target32, kIgnore, loss, std::nullopt);
             }),
             "cross_entropy_loss_and_grad: target must be int64, got int32");
-  EXPECT_EQ(testing::error_message([&] {
-              cross_entropy_loss_and_grad(logits, target, kIgnore, loss, scale2.view());
-            }),
+  EXPECT_EQ(testing::error_message(
+                [&] { cross_entropy_loss_and_grad(logits, target, kIgnore, loss, scale2.view()); }),
             "cross_entropy_loss_and_grad: grad_scale must hold one element, got shape [2]");
 }
 
