@@ -15,7 +15,7 @@ take at most 1 GiB, 4096 rows at Llama-3's vocabulary of 128256 in bfloat16). Fo
      yet), on the CPU tg.matmul and an add.
 Both gradients are formed in the forward, while the chunk is in memory, as Liger's fused linear
 cross-entropy does; the backward scales them by the incoming gradient, in place (so a graph
-through this op can be run backward once; a second time raises). d W is summed over the chunks
+through this op can be run backward once; in eager mode a second time raises). d W is summed over the chunks
 in W's dtype (as Liger by default): one rounding a chunk, 2 chunks at 8192 tokens by default.
 Extra memory: one chunk of logits, d x and d W.
 
@@ -164,9 +164,9 @@ def linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target: torc
     if t.shape[0] != x.shape[0] or t.dtype != torch.int64:
         raise ValueError(f"linear_cross_entropy: target must be int64 with one entry a row of input "
                          f"({x.shape[0]}), got {t.dtype} of shape {list(target.shape)}")
-    if weight.shape[0] % 8 or weight.shape[1] % 8:
+    if weight.shape[0] == 0 or weight.shape[0] % 8 or weight.shape[1] % 8:
         raise ValueError(f"linear_cross_entropy: vocabulary and hidden sizes must be multiples of 8 "
-                         f"(tg.matmul), got weight {list(weight.shape)}")
+                         f"(tg.matmul), the vocabulary not empty, got weight {list(weight.shape)}")
     # The targets' range is checked in eager mode (a read back to the host); under
     # torch.compile it is not: there an out-of-range id gives a NaN loss (the row kernel
     # never reads outside the row).
