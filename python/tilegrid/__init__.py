@@ -10,6 +10,7 @@ import torch  # noqa: F401  (tensors cross into the C++ module through DLPack)
 
 from . import _C, distributed, epilogue, nn
 from ._torch import install_torch_allocator, uninstall_torch_allocator
+from .cross_entropy import cross_entropy
 from .flash_attn import flash_attn_func, flash_attn_varlen_func
 from .gemm import describe_matmul, linear, matmul
 from .grid_batch import GridBatch, jcat
@@ -33,6 +34,7 @@ __all__ = [
     "ConvolutionPlan",
     "GridBatch",
     "JaggedTensor",
+    "cross_entropy",
     "describe_matmul",
     "epilogue",
     "flash_attn_func",

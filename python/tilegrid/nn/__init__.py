@@ -1,5 +1,6 @@
 """Drop-in torch.nn modules backed by tilegrid kernels."""
 
+from ..cross_entropy import CrossEntropyLoss
 from ..linear_cross_entropy import LinearCrossEntropyLoss
 from .llama import LlamaAttention, LlamaDecoderLayer, LlamaMLP
 from .rms_norm import RMSNorm
@@ -24,6 +25,7 @@ __all__ = [
     "AvgPool",
     "AvgPool3d",
     "BatchNorm",
+    "CrossEntropyLoss",
     "GroupNorm",
     "LayerNorm",
     "LeakyReLU",

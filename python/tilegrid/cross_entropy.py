@@ -1,0 +1,129 @@
+"""Cross-entropy over logits with the gradient formed in the forward, as F.cross_entropy:
+
+    loss = tg.cross_entropy(logits, labels)                 # logits [N, C], labels [N] int64
+    loss = tg.nn.CrossEntropyLoss(ignore_index=-100)(logits, labels)
+
+One pass of tilegrid's cross-entropy row kernel (tilegrid/fusion/cross_entropy.h) gives each
+row's loss and, when autograd will ask for it, the logits' gradient (softmax - one-hot) *
+scale in the logits' dtype, written into one copy of the logits: no float32 softmax or
+log-softmax is kept for the backward, which only scales that gradient by the incoming one, in
+place (so a graph through this op runs backward once; in eager mode a second time raises). The
+math is float32 (the CPU reference sums in float64); the loss is returned in the logits'
+dtype, as torch returns it.
+
+As F.cross_entropy: ignore_index rows add nothing and count for nothing in the mean (all
+ignored: NaN); reduction "mean", "sum" or "none". Not supported (they raise): class weights,
+label_smoothing != 0, class-probability targets, logits of more than 2 dimensions. float32,
+float16 or bfloat16 logits on the CPU or a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _C
+from ._torch import current_stream
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+@torch.library.custom_op("tilegrid::cross_entropy", mutates_args=())
+def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str,
+                      want_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss (reduced as asked, float32) and the gradient of the mean or sum (of every row's
+    loss for "none"), or an empty tensor when not wanted."""
+    stream = current_stream(logits)
+    count = (target != ignore_index).sum()
+    scale = (1.0 / count.clamp_min(1).float() if reduction == "mean"
+             else torch.ones((), device=logits.device)).reshape(1)
+    rows = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+    grad = logits.clone(memory_format=torch.contiguous_format) if want_grad else logits.new_empty(0)
+    _C.cross_entropy_loss_and_grad(grad if want_grad else logits, target, ignore_index, rows,
+                                   scale if want_grad else None, stream)
+    if reduction == "none":
+        return rows, grad
+    loss = rows.sum() * scale[0]
+    if reduction == "mean":  # as F.cross_entropy: the mean of nothing is NaN
+        loss = torch.where(count == 0, torch.full_like(loss, float("nan")), loss)
+    return loss, grad
+
+
+@_cross_entropy_op.register_fake
+def _(logits, target, ignore_index, reduction, want_grad):
+    loss_shape = (logits.shape[0],) if reduction == "none" else ()
+    return (logits.new_empty(loss_shape, dtype=torch.float32),
+            torch.empty_like(logits, memory_format=torch.contiguous_format) if want_grad
+            else logits.new_empty(0))
+
+
+class _CrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index, reduction):
+        loss, grad = _cross_entropy_op(logits, target, ignore_index, reduction,
+                                       ctx.needs_input_grad[0])
+        ctx.save_for_backward(grad)
+        ctx.reduction, ctx.scaled = reduction, False
+        return loss.to(logits.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        if ctx.scaled:
+            raise RuntimeError("cross_entropy: backward ran twice through the same graph; its gradient "
+                               "is formed in the forward and scaled in place once")
+        if not torch.compiler.is_compiling():
+            ctx.scaled = True
+        (grad,) = ctx.saved_tensors
+        g = grad_loss.float()
+        return grad.mul_(g[:, None] if ctx.reduction == "none" else g), None, None, None
+
+
+def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight=None, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
+    """F.cross_entropy(input, target, ...) for logits input [N, C] and int64 class indices
+    target [N], from tilegrid's row kernel (see the module's text). weight (class weights)
+    must be None."""
+    if weight is not None:
+        raise NotImplementedError("cross_entropy: class weights are not supported (weight must be None)")
+    if label_smoothing != 0.0:
+        raise NotImplementedError("cross_entropy: label_smoothing must be 0.0 (not implemented)")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    if input.dim() != 2:
+        raise ValueError(f"cross_entropy: input must be logits [N, C], got shape {list(input.shape)}")
+    if input.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"cross_entropy: input must be float32, float16 or bfloat16, got {input.dtype}")
+    if target.dtype != torch.int64 or target.shape != input.shape[:1]:
+        raise ValueError(f"cross_entropy: target must be int64 class indices of shape [{input.shape[0]}], "
+                         f"got {target.dtype} of shape {list(target.shape)} (class probabilities are "
+                         f"not supported)")
+    if target.device != input.device:
+        raise ValueError(f"cross_entropy: input and target must be on one device, got {input.device} and "
+                         f"{target.device}")
+    if input.shape[1] == 0:
+        raise ValueError("cross_entropy: input must have at least one class")
+    # The targets' range is checked in eager mode (a read back to the host); under
+    # torch.compile an out-of-range id gives a NaN loss (the row kernel never reads outside
+    # the row).
+    valid = target[target != ignore_index] if not torch.compiler.is_compiling() else target[:0]
+    if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= input.shape[1]):
+        raise ValueError(f"cross_entropy: targets must be in [0, {input.shape[1]}) or ignore_index "
+                         f"({ignore_index}), got {int(valid.min())} .. {int(valid.max())}")
+    logits = input if input.stride(-1) == 1 else input.contiguous()
+    return _CrossEntropy.apply(logits, target.contiguous(), ignore_index, reduction)
+
+
+class CrossEntropyLoss(torch.nn.Module):
+    """torch.nn.CrossEntropyLoss's interface (ignore_index, reduction, label_smoothing; no class
+    weights) over tg.cross_entropy: forward(input [N, C], target [N]) -> loss."""
+
+    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0):
+        super().__init__()
+        if weight is not None:
+            raise NotImplementedError("CrossEntropyLoss: class weights are not supported (weight must be None)")
+        self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
+
+    def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return cross_entropy(input, target, None, self.ignore_index, self.reduction, self.label_smoothing)

@@ -1,0 +1,92 @@
+"""tg.cross_entropy / tg.nn.CrossEntropyLoss against F.cross_entropy in float64 from the same
+logits: the loss and the logits' gradient for every reduction and dtype, ignored rows, widths
+with and without 16-byte vectors, strided logits; the loss alone leaves the logits as they
+were; torch.compile(fullgraph=True); bad inputs. CPU always, CUDA where there is a GPU."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilegrid as tg
+from conftest import DEVICES
+
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+
+
+def reference(logits, target, reduction, grad_out):
+    x = logits.detach().double().requires_grad_()
+    loss = F.cross_entropy(x, target, reduction=reduction)
+    loss.backward(grad_out.double())
+    return loss.detach(), x.grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("vocab", [7, 1000, 4096])
+def test_loss_and_gradient_match_torch(device, dtype, reduction, vocab):
+    N = 37
+    logits = (torch.randn(N, vocab, device=device) * 3).to(dtype).requires_grad_()
+    target = torch.randint(0, vocab, (N,), device=device)
+    target[::5] = -100
+    grad_out = torch.rand(N if reduction == "none" else (), device=device) + 0.5
+    loss = tg.cross_entropy(logits, target, reduction=reduction)
+    assert loss.dtype == dtype and loss.shape == grad_out.shape
+    loss.backward(grad_out.to(dtype))
+    want, want_grad = reference(logits, target, reduction, grad_out.to(dtype).float())
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(loss.double(), want, rtol=tol, atol=tol)
+    scale = want_grad.abs().max().item()
+    torch.testing.assert_close(logits.grad.double(), want_grad, rtol=tol, atol=tol * scale)
+    assert (logits.grad[::5] == 0).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_strided_logits_no_grad_and_the_module(device):
+    wide = torch.randn(9, 80, device=device)
+    logits = wide[:, :64]  # a row stride of 80
+    target = torch.randint(0, 64, (9,), device=device)
+    before = logits.clone()
+    loss = tg.nn.CrossEntropyLoss(reduction="sum")(logits, target)
+    assert torch.equal(logits, before)  # the loss alone writes nothing
+    torch.testing.assert_close(loss, F.cross_entropy(logits, target, reduction="sum"), rtol=1e-5, atol=1e-5)
+    assert torch.isnan(tg.cross_entropy(logits, torch.full_like(target, -100)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_traces_forward_and_backward(device):
+    logits = torch.randn(16, 128, device=device, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, 128, (16,), device=device)
+    target[2] = -100
+    compiled = torch.compile(lambda x: tg.cross_entropy(x, target), backend="aot_eager", fullgraph=True)
+    loss = compiled(logits)
+    loss.backward()
+    got = logits.grad.clone()
+    logits.grad = None
+    want = tg.cross_entropy(logits, target)
+    want.backward()
+    torch.testing.assert_close(loss, want, atol=0, rtol=0)
+    torch.testing.assert_close(got, logits.grad, atol=0, rtol=0)
+
+
+def test_bad_inputs_and_a_second_backward():
+    x, t = torch.randn(4, 8), torch.randint(0, 8, (4,))
+    with pytest.raises(NotImplementedError, match="class weights"):
+        tg.cross_entropy(x, t, weight=torch.ones(8))
+    with pytest.raises(NotImplementedError, match="label_smoothing"):
+        tg.cross_entropy(x, t, label_smoothing=0.1)
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        tg.cross_entropy(x, t, reduction="batchmean")
+    with pytest.raises(ValueError, match=r"logits \[N, C\]"):
+        tg.cross_entropy(x[None], t[None])
+    with pytest.raises(ValueError, match="class probabilities"):
+        tg.cross_entropy(x, torch.softmax(x, 1))
+    with pytest.raises(ValueError, match="targets must be in"):
+        tg.cross_entropy(x, torch.full((4,), 8))
+    with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
+        tg.cross_entropy(x.double(), t)
+    xg = x.clone().requires_grad_()
+    loss = tg.cross_entropy(xg, t)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backward ran twice"):
+        loss.backward()
