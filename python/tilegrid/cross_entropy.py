@@ -5,10 +5,11 @@
 
 One pass of tilegrid's cross-entropy row kernel (tilegrid/fusion/cross_entropy.h) gives each
 row's loss and, when autograd will ask for it, the logits' gradient (softmax - one-hot) *
-scale in the logits' dtype, written into one copy of the logits: no float32 softmax or
-log-softmax is kept for the backward, which only scales that gradient by the incoming one, in
-place (so a graph through this op runs backward once; in eager mode a second time raises). The
-math is float32 (the CPU reference sums in float64); the loss is returned in the logits'
+scale in the logits' dtype (float32 for float16 logits, whose range would lose small
+probabilities), written into one copy of the logits: no float32 softmax or log-softmax is kept
+for the backward, which only scales that gradient by the incoming one, in place (so a graph
+through this op runs backward once; in eager mode a second time raises; no double backward).
+The math is float32 (the CPU reference sums in float64); the loss is returned in the logits'
 dtype, as torch returns it.
 
 As F.cross_entropy: ignore_index rows add nothing and count for nothing in the mean (all
@@ -27,6 +28,13 @@ from ._torch import current_stream
 _REDUCTIONS = ("mean", "sum", "none")
 
 
+def _grad_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The gradient buffer's dtype: the logits' own, except float32 for float16, where a
+    probability divided by the row count (1e-5 / 8192) would fall below float16's smallest
+    subnormal (6e-8) and vanish before the backward's scale (a GradScaler's) is applied."""
+    return torch.float32 if dtype == torch.float16 else dtype
+
+
 @torch.library.custom_op("tilegrid::cross_entropy", mutates_args=())
 def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str,
                       want_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,9 +43,10 @@ def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: 
     stream = current_stream(logits)
     count = (target != ignore_index).sum()
     scale = (1.0 / count.clamp_min(1).float() if reduction == "mean"
-             else torch.ones((), device=logits.device)).reshape(1)
+             else torch.ones((), dtype=torch.float32, device=logits.device)).reshape(1)
     rows = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
-    grad = logits.clone(memory_format=torch.contiguous_format) if want_grad else logits.new_empty(0)
+    grad = (logits.to(_grad_dtype(logits.dtype), memory_format=torch.contiguous_format, copy=True)
+            if want_grad else logits.new_empty(0))
     _C.cross_entropy_loss_and_grad(grad if want_grad else logits, target, ignore_index, rows,
                                    scale if want_grad else None, stream)
     if reduction == "none":
@@ -52,8 +61,8 @@ def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: 
 def _(logits, target, ignore_index, reduction, want_grad):
     loss_shape = (logits.shape[0],) if reduction == "none" else ()
     return (logits.new_empty(loss_shape, dtype=torch.float32),
-            torch.empty_like(logits, memory_format=torch.contiguous_format) if want_grad
-            else logits.new_empty(0))
+            torch.empty_like(logits, dtype=_grad_dtype(logits.dtype), memory_format=torch.contiguous_format)
+            if want_grad else logits.new_empty(0))
 
 
 class _CrossEntropy(torch.autograd.Function):
@@ -62,10 +71,11 @@ class _CrossEntropy(torch.autograd.Function):
         loss, grad = _cross_entropy_op(logits, target, ignore_index, reduction,
                                        ctx.needs_input_grad[0])
         ctx.save_for_backward(grad)
-        ctx.reduction, ctx.scaled = reduction, False
+        ctx.reduction, ctx.dtype, ctx.scaled = reduction, logits.dtype, False
         return loss.to(logits.dtype)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
@@ -76,7 +86,8 @@ class _CrossEntropy(torch.autograd.Function):
             ctx.scaled = True
         (grad,) = ctx.saved_tensors
         g = grad_loss.float()
-        return grad.mul_(g[:, None] if ctx.reduction == "none" else g), None, None, None
+        grad.mul_(g[:, None] if ctx.reduction == "none" else g)
+        return grad.to(ctx.dtype), None, None, None
 
 
 def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight=None, ignore_index: int = -100,
@@ -110,7 +121,8 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight=None, ignore
     if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= input.shape[1]):
         raise ValueError(f"cross_entropy: targets must be in [0, {input.shape[1]}) or ignore_index "
                          f"({ignore_index}), got {int(valid.min())} .. {int(valid.max())}")
-    logits = input if input.stride(-1) == 1 else input.contiguous()
+    strided_rows = input.stride(-1) == 1 and (input.shape[0] <= 1 or input.stride(0) >= input.shape[1])
+    logits = input if strided_rows else input.contiguous()  # e.g. an expanded row: a copy
     return _CrossEntropy.apply(logits, target.contiguous(), ignore_index, reduction)
 
 

@@ -34,13 +34,18 @@ struct alignas(sizeof(T) * VEC) Vec {
   T v[VEC];
 };
 
-// A running (maximum, sum of exp2(x - maximum)) pair, in base 2.
+// A running (maximum, sum of exp2(x - maximum)) pair, in base 2. A NaN logit makes the sum
+// NaN, and the row's loss and gradient with it, as on the CPU and in torch: fmaxf skips NaN,
+// so the maximum stays finite (or -inf) and the NaN is carried by the sum.
 struct MaxSum {
   float max = -INFINITY, sum = 0.f;
 
   __device__ __forceinline__ void add(const MaxSum& o) {
     const float m = fmaxf(max, o.max);
-    if (m == -INFINITY) return;  // both empty (or every logit -inf so far)
+    if (m == -INFINITY) {  // both empty so far: their sums are 0, or NaN after a NaN logit
+      sum += o.sum;
+      return;
+    }
     sum = sum * exp2f(max - m) + o.sum * exp2f(o.max - m);
     max = m;
   }
@@ -53,7 +58,12 @@ __device__ __forceinline__ void add_vector(MaxSum& ms, const float (&x2)[VEC]) {
 #pragma unroll
   for (int k = 1; k < VEC; ++k) vmax = fmaxf(vmax, x2[k]);
   const float m = fmaxf(ms.max, vmax);
-  if (m == -INFINITY) return;
+  if (m == -INFINITY) {  // -inf and NaN logits only so far: keep a NaN in the sum
+#pragma unroll
+    for (int k = 0; k < VEC; ++k)
+      if (isnan(x2[k])) ms.sum = NAN;
+    return;
+  }
   float s = 0.f;
 #pragma unroll
   for (int k = 0; k < VEC; ++k) s += exp2f(x2[k] - m);

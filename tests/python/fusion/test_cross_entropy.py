@@ -90,3 +90,19 @@ def test_bad_inputs_and_a_second_backward():
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward ran twice"):
         loss.backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float16_keeps_small_probabilities_in_the_gradient(device):
+    """A probability over the row count is below float16's range at 2048 rows x 8192 classes:
+    the gradient is formed in float32 and returned in float16 after the incoming scale (a
+    GradScaler's 2^15 here) is applied."""
+    N, C = 2048, 8192
+    logits = (torch.randn(N, C, device=device) * 2).half().requires_grad_()
+    target = torch.randint(0, C // 2, (N,), device=device)
+    tg.cross_entropy(logits, target).backward(torch.tensor(32768.0, device=device, dtype=torch.float16))
+    want = logits.detach().double().requires_grad_()
+    F.cross_entropy(want, target).backward(torch.tensor(32768.0, device=device, dtype=torch.float64))
+    assert logits.grad.dtype == torch.float16
+    upper = (logits.grad[:, C // 2:].double() - want.grad[:, C // 2:]).norm() / want.grad[:, C // 2:].norm()
+    assert upper.item() < 5e-3

@@ -89,3 +89,18 @@ def test_bad_arguments_are_refused_before_any_kernel():
     with pytest.raises(ValueError, match="contiguous"):
         _C.cross_entropy_loss_and_grad(logits.t(), target[:1].expand(16).contiguous(), -100,
                                        torch.empty(16), None, 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("vocab", [37, 64])
+def test_a_nan_logit_makes_its_row_nan(device, vocab):
+    """Wherever the NaN sits (a thread's first element, among -inf ones, or among finite ones),
+    its row's loss is NaN, as in torch, and the other rows are untouched by it."""
+    logits = torch.randn(4, vocab, device=device)
+    logits[0, 0] = float("nan")
+    logits[1, :] = float("-inf")
+    logits[1, 5] = float("nan")
+    logits[2, vocab - 1] = float("nan")
+    target = torch.tensor([1, 2, 3, 4], device=device)
+    loss = run(logits.clone(), target, -100, 1.0)
+    assert torch.isnan(loss[:3]).all() and torch.isfinite(loss[3])

@@ -106,3 +106,21 @@ def test_torch_compile_traces_it_without_reading_back(device):
     all_ignored = torch.full_like(t, -100)
     assert torch.isnan(torch.compile(lambda x, w: tg.linear_cross_entropy(x, w, all_ignored),
                                      backend="aot_eager", fullgraph=True)(x, w))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float16_keeps_the_gradient_of_words_no_token_targets(device):
+    """p / T for a small probability is below float16's range: the gradient rows of words that
+    no token targets consist of such terms alone. They must survive (float16 forms the gradient
+    scaled by 2^15 and sums the products in float32)."""
+    T, d, V = 2048, 64, 8192
+    x = torch.randn(T, d, device=device).half()
+    w = (torch.randn(V, d, device=device) / 8).half()
+    t = torch.randint(0, V // 2, (T,), device=device)  # the upper half is never a target
+    xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
+    tg.linear_cross_entropy(xa, wa, t).backward(torch.tensor(3.0, device=device))
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    F.cross_entropy(F.linear(xr, wr), t).backward(torch.tensor(3.0, device=device, dtype=torch.float64))
+    assert xa.grad.dtype == wa.grad.dtype == torch.float16
+    assert rel(wa.grad[V // 2:], wr.grad[V // 2:]) < 5e-3
+    assert rel(xa.grad, xr.grad) < 5e-3
