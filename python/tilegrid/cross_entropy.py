@@ -28,6 +28,18 @@ from ._torch import current_stream
 _REDUCTIONS = ("mean", "sum", "none")
 
 
+def check_target_range(op: str, target: torch.Tensor, ignore_index: int, classes: int) -> None:
+    """Raises unless every target is ignore_index or in [0, classes). In eager mode only: it
+    reads the targets back to the host, which torch.compile does not trace; there an
+    out-of-range id gives its row a NaN loss (the row kernel never reads outside the row)."""
+    if torch.compiler.is_compiling():
+        return
+    valid = target[target != ignore_index]
+    if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= classes):
+        raise ValueError(f"{op}: targets must be in [0, {classes}) or ignore_index ({ignore_index}), "
+                         f"got {int(valid.min())} .. {int(valid.max())}")
+
+
 def _grad_dtype(dtype: torch.dtype) -> torch.dtype:
     """The gradient buffer's dtype: the logits' own, except float32 for float16, where a
     probability divided by the row count (1e-5 / 8192) would fall below float16's smallest
@@ -114,13 +126,7 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight=None, ignore
                          f"{target.device}")
     if input.shape[1] == 0:
         raise ValueError("cross_entropy: input must have at least one class")
-    # The targets' range is checked in eager mode (a read back to the host); under
-    # torch.compile an out-of-range id gives a NaN loss (the row kernel never reads outside
-    # the row).
-    valid = target[target != ignore_index] if not torch.compiler.is_compiling() else target[:0]
-    if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= input.shape[1]):
-        raise ValueError(f"cross_entropy: targets must be in [0, {input.shape[1]}) or ignore_index "
-                         f"({ignore_index}), got {int(valid.min())} .. {int(valid.max())}")
+    check_target_range("cross_entropy", target, ignore_index, input.shape[1])
     strided_rows = input.stride(-1) == 1 and (input.shape[0] <= 1 or input.stride(0) >= input.shape[1])
     logits = input if strided_rows else input.contiguous()  # e.g. an expanded row: a copy
     return _CrossEntropy.apply(logits, target.contiguous(), ignore_index, reduction)

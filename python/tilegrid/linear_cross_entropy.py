@@ -44,6 +44,7 @@ import torch
 
 from . import _C
 from ._torch import current_stream
+from .cross_entropy import check_target_range
 
 # The default chunk: as many rows, a multiple of the products' 128-row tile, as make one chunk's
 # logits at most 1 GiB (4096 rows at Llama-3's LM head in bfloat16). Measured on an H200 at T =
@@ -201,13 +202,7 @@ def linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target: torc
     if weight.shape[0] == 0 or weight.shape[0] % 8 or weight.shape[1] % 8:
         raise ValueError(f"linear_cross_entropy: vocabulary and hidden sizes must be multiples of 8 "
                          f"(tg.matmul), the vocabulary not empty, got weight {list(weight.shape)}")
-    # The targets' range is checked in eager mode (a read back to the host); under
-    # torch.compile it is not: there an out-of-range id gives a NaN loss (the row kernel
-    # never reads outside the row).
-    valid = t[t != ignore_index] if not torch.compiler.is_compiling() else t[:0]
-    if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= weight.shape[0]):
-        raise ValueError(f"linear_cross_entropy: targets must be in [0, {weight.shape[0]}) or "
-                         f"ignore_index ({ignore_index}), got {int(valid.min())} .. {int(valid.max())}")
+    check_target_range("linear_cross_entropy", t, ignore_index, weight.shape[0])
     rows = _chunk_rows(x.shape[0], weight.shape[0], x.element_size(), chunk_size)
     return _LinearCrossEntropy.apply(x, weight.contiguous(), t, ignore_index, reduction, rows)
 
