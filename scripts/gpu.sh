@@ -41,6 +41,25 @@ fi
 
 { nvidia-smi; nvcc --version; $PY -c 'import torch; print("torch", torch.__version__)'; } >"$OUT/env.txt" 2>&1
 
+# TILEGRID_PREBUILT_LIBRARY=FILE[.xz]: link a libtilegrid.a built elsewhere from these sources
+# (scripts/prebuild_library.sh) instead of compiling src/; refused unless FILE.sources holds
+# this checkout's source hash (scripts/source_hash.sh).
+prebuilt=()
+if [ -n "${TILEGRID_PREBUILT_LIBRARY:-}" ]; then
+  want=$(cat "$TILEGRID_PREBUILT_LIBRARY.sources" 2>/dev/null || echo none)
+  have=$(scripts/source_hash.sh)
+  if [ "$want" != "$have" ]; then
+    note "prebuilt library: its sources ($want) are not this checkout's ($have): refused"
+    cat "$summary"; exit 1
+  fi
+  lib=$TILEGRID_PREBUILT_LIBRARY
+  if [[ $lib == *.xz ]]; then
+    xz -dc "$lib" >/tmp/tilegrid-prebuilt.a && lib=/tmp/tilegrid-prebuilt.a
+  fi
+  prebuilt=(-C "cmake.define.TILEGRID_PREBUILT_LIBRARY=$(realpath "$lib")")
+  note "prebuilt library: $TILEGRID_PREBUILT_LIBRARY (sources $have)"
+fi
+
 BUILD=${TILEGRID_BUILD_DIR:-/tmp/tilegrid-gpu-build}
 start=$(date +%s)
 $PY -m pip install --no-build-isolation --no-deps -v \
@@ -49,7 +68,7 @@ $PY -m pip install --no-build-isolation --no-deps -v \
   -C "cmake.define.TILEGRID_CUDA_ARCHS=${TILEGRID_CUDA_ARCHS:-}" \
   ${TILEGRID_SM90_COMPILE_JOBS:+-C cmake.define.TILEGRID_SM90_COMPILE_JOBS=$TILEGRID_SM90_COMPILE_JOBS} \
   ${TILEGRID_CUTLASS_INCLUDE_DIR:+-C cmake.define.TILEGRID_CUTLASS_INCLUDE_DIR=$TILEGRID_CUTLASS_INCLUDE_DIR} \
-  . >"$OUT/build.log" 2>&1
+  "${prebuilt[@]}" . >"$OUT/build.log" 2>&1
 build_rc=$?
 note "build: rc=$build_rc in $(( $(date +%s) - start )) s ($BUILD)"
 if [ $build_rc -ne 0 ]; then tail -40 "$OUT/build.log"; cat "$summary"; exit 1; fi
