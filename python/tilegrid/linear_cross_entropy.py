@@ -74,8 +74,8 @@ _FLOAT16_GRAD_SCALE = 2.0**15
 def _accumulate_weight_grad(dw: torch.Tensor, dlogits: torch.Tensor, x: torch.Tensor, first: bool,
                             stream: int) -> None:
     """dw (+)= dlogits^T x in dw's dtype (the operands' dtype or float32)."""
-    if dw.is_cuda and dw.dtype == torch.float32:  # float16 operands (cuBLAS, float32 out)
-        torch.addmm(dw, dlogits.t(), x, beta=0.0 if first else 1.0, out_dtype=torch.float32, out=dw)
+    if dw.is_cuda and dw.dtype == torch.float32:  # float16 operands: dw starts at zero
+        torch.addmm(dw, dlogits.t(), x, out_dtype=torch.float32, out=dw)
     elif dw.is_cuda:
         if first:
             torch.mm(dlogits.t(), x, out=dw)
@@ -111,7 +111,9 @@ def _linear_cross_entropy_op(x: torch.Tensor, weight: torch.Tensor, target: torc
     want_grad = want_dx or want_dw
     row_loss = torch.empty(T, dtype=torch.float32, device=x.device)
     dx = torch.empty_like(x, dtype=grad_dtype) if want_dx else x.new_empty(0)
-    dw = ((torch.empty_like(weight, dtype=grad_dtype) if T else torch.zeros_like(weight, dtype=grad_dtype))
+    # d W is written by the first chunk's product; the float16 path accumulates from zero (its
+    # float32 addmm, the form measured before on an H200), as does an empty batch.
+    dw = ((torch.empty_like(weight) if T and not half else torch.zeros_like(weight, dtype=grad_dtype))
           if want_dw else weight.new_empty(0))
     buffer = torch.empty(min(chunk_rows, T), V, dtype=x.dtype, device=x.device)
     for i, start in enumerate(range(0, T, chunk_rows)):
