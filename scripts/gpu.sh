@@ -43,8 +43,9 @@ fi
 
 # TILEGRID_PREBUILT_LIBRARY=FILE[.xz]: link a libtilegrid.a built elsewhere from these sources
 # (scripts/prebuild_library.sh) instead of compiling src/; refused unless FILE.sources holds
-# this checkout's source hash (scripts/source_hash.sh).
-prebuilt=()
+# this checkout's source hash (scripts/source_hash.sh). Without it the define is passed empty,
+# so that a build folder configured with a library earlier compiles src/ again.
+prebuilt=(-C "cmake.define.TILEGRID_PREBUILT_LIBRARY=")
 if [ -n "${TILEGRID_PREBUILT_LIBRARY:-}" ]; then
   want=$(cat "$TILEGRID_PREBUILT_LIBRARY.sources" 2>/dev/null || echo none)
   have=$(scripts/source_hash.sh)
