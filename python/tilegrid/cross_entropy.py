@@ -40,6 +40,31 @@ def check_target_range(op: str, target: torch.Tensor, ignore_index: int, classes
                          f"got {int(valid.min())} .. {int(valid.max())}")
 
 
+def loss_scale(target: torch.Tensor, ignore_index: int, mean: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the number of rows not ignored, the [1] float32 factor of each row's loss: 1 / that
+    number for the mean, else 1). Device tensors: nothing is read back to the host."""
+    count = (target != ignore_index).sum()
+    ones = torch.ones(1, dtype=torch.float32, device=target.device)
+    return count, (1.0 / count.clamp_min(1).float()).reshape(1) if mean else ones
+
+
+def reduce_rows(rows: torch.Tensor, count: torch.Tensor, scale: torch.Tensor, mean: bool) -> torch.Tensor:
+    """The rows' losses summed and scaled; as F.cross_entropy, the mean of no rows is NaN."""
+    loss = rows.sum() * scale[0]
+    return torch.where(count == 0, torch.full_like(loss, float("nan")), loss) if mean else loss
+
+
+def claim_the_backward(ctx, op: str) -> None:
+    """Gradients formed in the forward are scaled in place by the backward, so it may run once
+    per forward: a second run (retain_graph) raises instead of scaling them twice. Eager mode
+    only: torch.compile traces the backward once and keeps no such flag."""
+    if getattr(ctx, "backward_ran", False):
+        raise RuntimeError(f"{op}: backward ran twice through the same graph; its gradients are "
+                           f"formed in the forward and scaled in place once")
+    if not torch.compiler.is_compiling():
+        ctx.backward_ran = True
+
+
 def _grad_dtype(dtype: torch.dtype) -> torch.dtype:
     """The gradient buffer's dtype: the logits' own, except float32 for float16, where a
     probability divided by the row count (1e-5 / 8192) would fall below float16's smallest
@@ -53,9 +78,7 @@ def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: 
     """The loss (reduced as asked, float32) and the gradient of the mean or sum (of every row's
     loss for "none"), or an empty tensor when not wanted."""
     stream = current_stream(logits)
-    count = (target != ignore_index).sum()
-    scale = (1.0 / count.clamp_min(1).float() if reduction == "mean"
-             else torch.ones((), dtype=torch.float32, device=logits.device)).reshape(1)
+    count, scale = loss_scale(target, ignore_index, reduction == "mean")
     rows = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
     grad = (logits.to(_grad_dtype(logits.dtype), memory_format=torch.contiguous_format, copy=True)
             if want_grad else logits.new_empty(0))
@@ -63,10 +86,7 @@ def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: 
                                    scale if want_grad else None, stream)
     if reduction == "none":
         return rows, grad
-    loss = rows.sum() * scale[0]
-    if reduction == "mean":  # as F.cross_entropy: the mean of nothing is NaN
-        loss = torch.where(count == 0, torch.full_like(loss, float("nan")), loss)
-    return loss, grad
+    return reduce_rows(rows, count, scale, reduction == "mean"), grad
 
 
 @_cross_entropy_op.register_fake
@@ -83,7 +103,7 @@ class _CrossEntropy(torch.autograd.Function):
         loss, grad = _cross_entropy_op(logits, target, ignore_index, reduction,
                                        ctx.needs_input_grad[0])
         ctx.save_for_backward(grad)
-        ctx.reduction, ctx.dtype, ctx.scaled = reduction, logits.dtype, False
+        ctx.reduction, ctx.dtype = reduction, logits.dtype
         return loss.to(logits.dtype)
 
     @staticmethod
@@ -91,11 +111,7 @@ class _CrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
-        if ctx.scaled:
-            raise RuntimeError("cross_entropy: backward ran twice through the same graph; its gradient "
-                               "is formed in the forward and scaled in place once")
-        if not torch.compiler.is_compiling():
-            ctx.scaled = True
+        claim_the_backward(ctx, "cross_entropy")
         (grad,) = ctx.saved_tensors
         g = grad_loss.float()
         grad.mul_(g[:, None] if ctx.reduction == "none" else g)

@@ -44,7 +44,7 @@ import torch
 
 from . import _C
 from ._torch import current_stream
-from .cross_entropy import check_target_range
+from .cross_entropy import check_target_range, claim_the_backward, loss_scale, reduce_rows
 
 # The default chunk: as many rows, a multiple of the products' 128-row tile, as make one chunk's
 # logits at most 1 GiB (4096 rows at Llama-3's LM head in bfloat16). Measured on an H200 at T =
@@ -101,12 +101,10 @@ def _linear_cross_entropy_op(x: torch.Tensor, weight: torch.Tensor, target: torc
     and the mean's divisor stays a device tensor (nothing is read back to the host)."""
     T, V = x.shape[0], weight.shape[0]
     stream = current_stream(x)
-    count = (target != ignore_index).sum()
-    ones = torch.ones(1, dtype=torch.float32, device=x.device)
-    scale = (1.0 / count.clamp_min(1).float()).reshape(1) if mean else ones
+    count, scale = loss_scale(target, ignore_index, mean)
     half = x.dtype == torch.float16
-    kernel_scale = torch.full_like(ones, _FLOAT16_GRAD_SCALE) if half else scale
-    factor = kernel_scale / scale if half else ones
+    kernel_scale = torch.full_like(scale, _FLOAT16_GRAD_SCALE) if half else scale
+    factor = kernel_scale / scale if half else torch.ones_like(scale)
     grad_dtype = torch.float32 if half else x.dtype
     want_grad = want_dx or want_dw
     row_loss = torch.empty(T, dtype=torch.float32, device=x.device)
@@ -128,10 +126,7 @@ def _linear_cross_entropy_op(x: torch.Tensor, weight: torch.Tensor, target: torc
             _C.matmul(logits, weight, dx[start:start + n], stream)
         if want_dw:
             _accumulate_weight_grad(dw, logits, xc, i == 0, stream)
-    loss = row_loss.sum() * scale[0]
-    if mean:  # as F.cross_entropy: the mean of nothing is NaN
-        loss = torch.where(count == 0, torch.full_like(loss, float("nan")), loss)
-    return loss, dx, dw, factor
+    return reduce_rows(row_loss, count, scale, mean), dx, dw, factor
 
 
 @_linear_cross_entropy_op.register_fake
@@ -152,7 +147,6 @@ class _LinearCrossEntropy(torch.autograd.Function):
         ctx.save_for_backward(dx, dw, factor)
         ctx.wants = (want_dx, want_dw)
         ctx.dtypes = (x.dtype, weight.dtype)
-        ctx.scaled = False
         return loss
 
     @staticmethod
@@ -160,11 +154,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss):
         """Scales the gradients formed in the forward: in place for bfloat16 (no second d W in
         memory), from float32 into float16 for float16."""
-        if ctx.scaled:
-            raise RuntimeError("linear_cross_entropy: backward ran twice through the same graph; its "
-                               "gradients are formed in the forward and scaled in place once")
-        if not torch.compiler.is_compiling():
-            ctx.scaled = True
+        claim_the_backward(ctx, "linear_cross_entropy")
         dx, dw, factor = ctx.saved_tensors
         want_dx, want_dw = ctx.wants
         g = grad_loss.float()
