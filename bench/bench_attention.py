@@ -1,5 +1,6 @@
 """Flash attention forward on the GPU: tilegrid vs torch SDPA's cuDNN and flash backends and,
-when present, FlashAttention-3, in FlashAttention-3's setup: 16k tokens per batch
+when present, FlashAttention-3 and FlashAttention-4's CuTe-DSL kernels (`flash_attn.cute`, the
+`flash-attn-4` wheel; sm90 kernels on Hopper), in FlashAttention-3's setup: 16k tokens per batch
 (batch = 16384 / seqlen), hidden 2048 (heads = 2048 / head_dim), head dims 64/128/256,
 seqlen 512..16k, causal and not, bf16.
 
@@ -57,6 +58,8 @@ def sdpa(backend):
 # Imported once here: the extension registers its operators with torch when it loads.
 fa3, FA3_ERROR = harness.optional_import("flash_attn_interface")
 FA3 = "FlashAttention-3"
+fa4, FA4_ERROR = harness.optional_import("flash_attn.cute")
+FA4 = "FlashAttention-4 (CuTe-DSL)"
 
 
 def flash_attention_3(q, k, v, causal):
@@ -65,6 +68,13 @@ def flash_attention_3(q, k, v, causal):
     FA3 aligns the causal mask to the bottom right, SDPA to the top left: the same mask here,
     as seqlen_q == seqlen_k."""
     out = fa3.flash_attn_func(q, k, v, causal=causal)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def flash_attention_4(q, k, v, causal):
+    """FA4's CuTe-DSL flash_attn_func on (b, s, h, d) tensors; it returns (out, lse). Its first
+    call of a shape compiles the kernel (tens of seconds): the harness's warm-up takes it."""
+    out = fa4.flash_attn_func(q, k, v, causal=causal)
     return out[0] if isinstance(out, tuple) else out
 
 
@@ -88,7 +98,8 @@ SYSTEMS = [
     ("tilegrid", tilegrid_kernel(os.environ.get("TILEGRID_ATTENTION_KERNEL", "auto"))),
     ("torch SDPA cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
     ("torch SDPA flash", sdpa(SDPBackend.FLASH_ATTENTION)),
-] + ([(FA3, flash_attention_3)] if fa3 is not None else [])
+] + ([(FA3, flash_attention_3)] if fa3 is not None else []) \
+  + ([(FA4, flash_attention_4)] if fa4 is not None else [])
 SM90_SYSTEMS = [("tilegrid portable", tilegrid_kernel("portable"))]
 SM90_SWITCH_SYSTEMS = [
     ("sm90 plain", tilegrid_kernel("sm90", 0)),
@@ -186,8 +197,9 @@ def main() -> None:
     if torch.cuda.get_device_capability() == (9, 0) and not args.no_variants:
         SYSTEMS[1:1] = SM90_SYSTEMS + (SM90_SWITCH_SYSTEMS if dtype == torch.bfloat16 else [])
     if args.systems is not None:
-        # FA3 is a known name even when it does not import: its absence goes into the checks.
-        known = [n for n, _ in SYSTEMS] + ([FA3] if fa3 is None else [])
+        # FA3 and FA4 are known names even when they do not import: their absence goes into
+        # the checks.
+        known = [n for n, _ in SYSTEMS] + ([FA3] if fa3 is None else []) + ([FA4] if fa4 is None else [])
         unknown = sorted(set(args.systems) - set(known))
         if unknown:
             parser.error(f"unknown systems {unknown}; expected names from {known}")
@@ -201,6 +213,10 @@ def main() -> None:
     else:
         # Relative to the working directory (the repository root when run from there).
         report.checks[FA3] = f"flash_attn_interface from {os.path.relpath(fa3.__file__)}"
+    if fa4 is None:
+        report.checks[FA4] = f"not measured: {FA4_ERROR}"
+    elif args.systems is not None and FA4 not in args.systems:
+        report.checks[FA4] = "not measured: not among --systems"
     report.measure_ceilings()
     for head_dim in args.head_dims:
         reference_check(report, head_dim, dtype)
