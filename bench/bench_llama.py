@@ -1,6 +1,8 @@
 """Llama-3-8B shapes (hidden 4096, intermediate 14336, 32 heads, 8 KV heads), T = 8192 tokens
 (batch 1), bf16, forward + backward: tg.nn.LlamaMLP and tg.nn.LlamaDecoderLayer against the
-same math in eager torch (F.linear, silu * mul, torch SDPA) and torch.compile of it.
+same math in eager torch (F.linear, silu * mul, torch SDPA) and torch.compile of it; and the
+layer without its attention core (the issue's "block without attention": every system's core
+replaced by the same pass-through, below) against its twelve GEMMs alone on cuBLAS.
 
     python bench/bench_llama.py --out results.json [--iters 10]
 
@@ -49,6 +51,52 @@ def eager_layer(x, w, cos, sin):
     x = x + F.linear(a.transpose(1, 2).reshape(b, s, D), w["self_attn.o_proj.weight"])
     h = norm(x, w["post_attention_layernorm.weight"])
     return x + eager_mlp(h, w["mlp.gate_proj.weight"], w["mlp.up_proj.weight"], w["mlp.down_proj.weight"])
+
+
+class PassThroughCore(torch.autograd.Function):
+    """The attention core's stand-in for the block-without-attention timing: out = q, and in
+    the backward dq = dout, dk = dv = 0, so that every projection's forward and backward
+    products still run (q, k and v each get a gradient) while the core costs two small
+    zero fills. The same stand-in in every system."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.kv = (k.shape, v.shape, k.dtype, k.device)
+        return q.clone()
+
+    @staticmethod
+    def backward(ctx, dout):
+        k_shape, v_shape, dtype, device = ctx.kv
+        return dout, torch.zeros(k_shape, dtype=dtype, device=device), torch.zeros(v_shape, dtype=dtype, device=device)
+
+
+def pass_through_flash_attn(q, k, v, causal=True):
+    return PassThroughCore.apply(q, k, v)
+
+
+def pass_through_sdpa(q, k, v, is_causal=True, enable_gqa=True):
+    return PassThroughCore.apply(q, k, v)
+
+
+def gemms_alone(x2d, w):
+    """The layer's twelve products on cuBLAS (torch.mm), forward and backward: QKV, O,
+    gate + up (one product), down; each with its data and weight gradients."""
+    shapes = []
+    for names in (("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+                  ("self_attn.o_proj.weight",), ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+                  ("mlp.down_proj.weight",)):
+        weight = torch.cat([w[n].detach() for n in names])
+        shapes.append(weight)
+    inputs = [x2d.detach()] * 2 + [x2d.detach()] + [torch.empty(T, I, device=x2d.device, dtype=x2d.dtype).normal_()]
+    outs = [torch.empty(T, wt.shape[0], device=x2d.device, dtype=x2d.dtype) for wt in shapes]
+
+    def run():
+        for a, wt, o in zip(inputs, shapes, outs):
+            torch.mm(a, wt.t(), out=o)                 # forward
+        for a, wt, o in zip(inputs, shapes, outs):
+            torch.mm(o, wt)                            # d input
+            torch.mm(o.t(), a)                         # d weight
+    return run
 
 
 def timed(fn, iters):
@@ -112,6 +160,34 @@ def main() -> None:
         ms = timed(fn, args.iters)
         report.add(harness.Result("layer fwd+bwd", f"T{T} Llama-3-8B", name, ms))
         print(f"layer fwd+bwd {name:14} {ms:8.3f} ms")
+    # The layer without its attention core: the core of each system replaced by the same
+    # pass-through (PassThroughCore), against the twelve GEMMs alone on cuBLAS.
+    gemm_flops = 3 * 2 * T * D * (D + 2 * KV * (D // H) + D + 2 * I + I)
+    llama_module = tg.nn.llama
+    real_core, real_sdpa = llama_module.flash_attn_func, F.scaled_dot_product_attention
+    llama_module.flash_attn_func, F.scaled_dot_product_attention = pass_through_flash_attn, pass_through_sdpa
+    try:
+        compiled_no_core = torch.compile(eager_layer)
+        systems = [
+            ("tilegrid", lambda: torch.autograd.grad(layer(x), [x] + params, dy)),
+            ("torch eager", lambda: torch.autograd.grad(eager_layer(x, sd, cos, sin), [x] + weights, dy)),
+            ("torch.compile", lambda: torch.autograd.grad(compiled_no_core(x, sd, cos, sin), [x] + weights, dy)),
+            ("the 12 GEMMs alone (cuBLAS)", gemms_alone(x.view(T, D), sd)),
+        ]
+        ref_dx = systems[1][1]()[0]
+        for name, fn in systems:
+            if name.startswith("the 12"):
+                fn()
+            else:
+                dx = fn()[0]
+                report.checks[f"layer without core {name} rel err of dx vs eager"] = float(
+                    (dx.float() - ref_dx.float()).norm() / ref_dx.float().norm())
+            ms = timed(fn, args.iters)
+            report.add(harness.Result("layer without attention core fwd+bwd", f"T{T} Llama-3-8B", name, ms,
+                                      flops=gemm_flops, extra={"tflops": gemm_flops / (ms * 1e-3) / 1e12}))
+            print(f"layer without core fwd+bwd {name:28} {ms:8.3f} ms")
+    finally:
+        llama_module.flash_attn_func, F.scaled_dot_product_attention = real_core, real_sdpa
     print(report.table())
     report.write(args.out)
 
