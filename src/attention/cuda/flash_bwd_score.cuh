@@ -33,6 +33,21 @@ struct ScoreGradFn {
     return exp2f(fmaf(s, scale_log2, -lse_log2));
   }
 
+  // P, and P times dx/dy (P itself without softcap), for a kernel that forms P and dP in
+  // different threads: dX is then p_slope * (dP - D).
+  struct ProbSlope {
+    float p, p_slope;
+  };
+  __device__ __forceinline__ ProbSlope prob_and_slope(float s, float lse_log2) const {
+    if (cap_scale > 0.f) {
+      const float t = tanhf(s * cap_scale);
+      const float p = exp2f(fmaf(softcap * t, kLog2e, -lse_log2));
+      return {p, p * (1.f - t * t)};
+    }
+    const float p = exp2f(fmaf(s, scale_log2, -lse_log2));
+    return {p, p};
+  }
+
   __device__ __forceinline__ ScoreGrad operator()(float s, float dp, float lse_log2,
                                                   float delta) const {
     if (cap_scale > 0.f) {

@@ -11,30 +11,37 @@
 
 namespace tilegrid::attention::flash_bwd {
 
-// acc_dk, acc_dv: a thread's accumulators; coords: their (key row, column) tile coordinates,
-// values i and i + 1 (i even) neighbouring columns of one row. first_key: the tile's first
-// key as a token index (the sequence's first token plus the tile's offset).
+// One gradient of a key tile: acc (a thread's accumulators) times factor, as the input type,
+// into out (g.dk or g.dv, which share dK's strides). coords: the accumulators' (key row,
+// column) tile coordinates, values i and i + 1 (i even) neighbouring columns of one row.
+// first_key: the tile's first key as a token index (the sequence's first token plus the
+// tile's offset).
+template <class Element, class Acc, class Coords>
+__device__ __forceinline__ void store_key_rows(const FlashBwdParams& g, void* out, int b,
+                                               int64_t first_key, int head_kv, int key_rows,
+                                               const Acc& acc, float factor,
+                                               const Coords& coords) {
+  auto* ptr = static_cast<Element*>(out) + b * g.dk_batch_stride + first_key * g.dk_row_stride +
+              head_kv * g.dk_head_stride;
+  CUTE_UNROLL
+  for (int i = 0; i < cute::size(acc); i += 2) {
+    const int row = cute::get<0>(coords(i)), col = cute::get<1>(coords(i));
+    if (row >= key_rows) continue;
+    cutlass::AlignedArray<Element, 2> pair;
+    pair[0] = Element(acc(i) * factor);
+    pair[1] = Element(acc(i + 1) * factor);
+    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(ptr + int64_t(row) * g.dk_row_stride +
+                                                          col) = pair;
+  }
+}
+
+// Both: dK times the softmax scale, and dV.
 template <class Element, class Acc, class Coords>
 __device__ __forceinline__ void store_dk_dv(const FlashBwdParams& g, int b, int64_t first_key,
                                             int head_kv, int key_rows, const Acc& acc_dk,
                                             const Acc& acc_dv, const Coords& coords) {
-  auto* dk_ptr = static_cast<Element*>(g.dk) + b * g.dk_batch_stride +
-                 first_key * g.dk_row_stride + head_kv * g.dk_head_stride;
-  auto* dv_ptr = static_cast<Element*>(g.dv) + b * g.dk_batch_stride +
-                 first_key * g.dk_row_stride + head_kv * g.dk_head_stride;
-  CUTE_UNROLL
-  for (int i = 0; i < cute::size(acc_dk); i += 2) {
-    const int row = cute::get<0>(coords(i)), col = cute::get<1>(coords(i));
-    if (row >= key_rows) continue;
-    cutlass::AlignedArray<Element, 2> dk_pair, dv_pair;
-    dk_pair[0] = Element(acc_dk(i) * g.scale);
-    dk_pair[1] = Element(acc_dk(i + 1) * g.scale);
-    dv_pair[0] = Element(acc_dv(i));
-    dv_pair[1] = Element(acc_dv(i + 1));
-    const int64_t at = int64_t(row) * g.dk_row_stride + col;
-    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(dk_ptr + at) = dk_pair;
-    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(dv_ptr + at) = dv_pair;
-  }
+  store_key_rows<Element>(g, g.dk, b, first_key, head_kv, key_rows, acc_dk, g.scale, coords);
+  store_key_rows<Element>(g, g.dv, b, first_key, head_kv, key_rows, acc_dv, 1.f, coords);
 }
 
 }  // namespace tilegrid::attention::flash_bwd

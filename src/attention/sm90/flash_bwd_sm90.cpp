@@ -9,7 +9,7 @@ namespace tilegrid::attention::sm90 {
 bool backward_supported(const FlashBwdParams& g, DType dtype, int head_dim) {
   const FlashFwdParams& p = g.fwd;
   if (dtype != DType::Float16 && dtype != DType::BFloat16) return false;
-  if (head_dim != 64 && head_dim != 128) return false;
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
   if (!tma_strides({p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.k_row_stride,
                     p.k_head_stride, p.k_batch_stride, p.v_row_stride, p.v_head_stride,
                     p.v_batch_stride, g.dout_row_stride, g.dout_head_stride, g.dout_batch_stride}))
@@ -34,7 +34,8 @@ int dq_row_floats(int head_dim) {
 void backward(const FlashBwdParams& g, const BackwardWorkspace& ws, DType dtype, int head_dim,
               int max_seqlen_k, Stream stream) {
   if (head_dim == 64) return backward_hdim64(g, ws, dtype, max_seqlen_k, stream);
-  return backward_hdim128(g, ws, dtype, max_seqlen_k, stream);
+  if (head_dim == 128) return backward_hdim128(g, ws, dtype, max_seqlen_k, stream);
+  return backward_hdim256(g, ws, dtype, max_seqlen_k, stream);
 }
 
 }  // namespace tilegrid::attention::sm90

@@ -10,7 +10,7 @@
 
 namespace tilegrid::attention::sm90 {
 
-// float16 / bfloat16, head dimension 64 or 128, every stride of q, k, v and dout a multiple
+// float16 / bfloat16, head dimension 64, 128 or 256, every stride of q, k, v and dout a multiple
 // of 8 elements (TMA's 16-byte global strides), token extents below 2^31. The caller checks
 // the device (compute capability 9.0).
 bool backward_supported(const FlashBwdParams& g, DType dtype, int head_dim);
@@ -37,6 +37,8 @@ void backward(const FlashBwdParams& g, const BackwardWorkspace& ws, DType dtype,
 void backward_hdim64(const FlashBwdParams& g, const BackwardWorkspace& ws, DType dtype,
                      int max_seqlen_k, Stream stream);
 void backward_hdim128(const FlashBwdParams& g, const BackwardWorkspace& ws, DType dtype,
+                      int max_seqlen_k, Stream stream);
+void backward_hdim256(const FlashBwdParams& g, const BackwardWorkspace& ws, DType dtype,
                       int max_seqlen_k, Stream stream);
 
 }  // namespace tilegrid::attention::sm90

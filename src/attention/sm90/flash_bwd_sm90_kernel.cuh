@@ -52,9 +52,8 @@
 #include "attention/cuda/flash_bwd_params.h"
 #include "attention/cuda/flash_bwd_score.cuh"
 #include "attention/cuda/flash_bwd_store.cuh"
+#include "attention/sm90/flash_bwd_sm90_producer.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
-#include "core/cuda_ordered_counter.cuh"
-#include "hopper/bulk_reduce.cuh"
 #include "hopper/wgmma.cuh"
 
 namespace tilegrid::attention::sm90_bwd {
@@ -167,152 +166,6 @@ struct BwdTraits {
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than a Hopper CTA may have");
 };
 
-template <class Traits>
-struct BwdKernelParams {
-  FlashBwdParams g;
-  PaddedRows rows;        // where a sequence's lse, D and dQ rows are (flash_bwd_sm90_rows.h)
-  const float* lse_log2;  // [heads_q, rows.total]: lse * log2 e; +inf past a sequence
-  const float* delta;     // [heads_q, rows.total]: rowsum(dO * O) - dlse; 0 past a sequence
-  float* dq_accum;        // [heads_q, rows.total x kDq.row_floats()], by tiles (DqTileLayout),
-                          // zeroed by the preprocess
-  // deterministic=True: a counter a query tile, [heads_q x rows.total / block_m] (index: the
-  // tile's first padded row / block_m), zeroed by the preprocess, that orders the key tiles'
-  // additions into the tile; nullptr otherwise.
-  int* dq_order;
-  typename Traits::TmaQ tma_q, tma_do;
-  typename Traits::TmaKV tma_k, tma_v;
-  typename Traits::GmemShape shape_q, shape_k;
-};
-
-// The keys and query tiles of one CTA; the producer and the consumers derive the same values.
-struct KeyTileWork {
-  int64_t q0, sq, k0, sk;  // the sequence's first token and length, queries and keys
-  int n0, key_rows;        // first key of the tile, keys of the tile in the sequence
-  int m_first, m_count;    // query tiles that see the tile
-  int steps;               // m_count per query head of the group
-  bool valid;
-};
-
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ KeyTileWork key_tile_work(const FlashFwdParams& p, int n_block, int b) {
-  KeyTileWork w{};
-  w.q0 = 0;
-  w.sq = p.seqlen_q;
-  w.k0 = 0;
-  w.sk = p.seqlen_k;
-  if (p.cu_seqlens_q != nullptr) {
-    w.q0 = p.cu_seqlens_q[b];
-    w.k0 = p.cu_seqlens_k[b];
-    w.sq = p.cu_seqlens_q[b + 1] - w.q0;
-    w.sk = p.cu_seqlens_k[b + 1] - w.k0;
-  }
-  w.n0 = n_block * kBlockN;
-  w.valid = w.n0 < w.sk;
-  if (!w.valid) return w;
-  w.key_rows = int(w.sk - w.n0 < kBlockN ? w.sk - w.n0 : kBlockN);
-  // Both ends of a key's query range grow with the key (common/mask.h).
-  const Mask mask{w.sq, w.sk, p.window_left, p.window_right};
-  const IndexRange queries{mask.queries_of_key(w.n0).first,
-                           mask.queries_of_key(w.n0 + w.key_rows - 1).last};
-  w.m_first = queries.empty() ? 0 : int(queries.first / kBlockM);
-  w.m_count = queries.empty() ? 0 : int(queries.last / kBlockM) + 1 - w.m_first;
-  w.steps = w.m_count * p.group;
-  return w;
-}
-
-// deterministic=True: the turn of key tile n_block at query tile m's counter. The key tiles
-// add into a query tile last key tile first, and run last first (key_tile_of_cta), so a key
-// tile waits only for ones that launched before it, and under a causal or windowed mask (query
-// ranges that start later for later keys) the key tile ahead of it began at the same query tile
-// one step earlier: the waits cost about a step per key tile, not a step per query tile passed
-// (in key order, key tile n would wait at its first query tile for key tile 0 to get there).
-// The turn is the number of key tiles after n_block (same K/V head, same sequence) that add
-// into m: they are consecutive and their query ranges grow with them (common/mask.h), so the
-// last of them is found by bisection over [n_block, num_key_tiles).
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ int dq_turn(const FlashFwdParams& p, int n_block, int num_key_tiles,
-                                       int b, int m) {
-  int lo = n_block, hi = num_key_tiles - 1;  // n_block adds into m
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    const KeyTileWork t = key_tile_work<kBlockM, kBlockN>(p, mid, b);
-    if (t.m_count > 0 && t.m_first <= m)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo - n_block;
-}
-
-// The key tile of this CTA: grid x, or grid x reversed under deterministic=True (dq_turn).
-// Otherwise the key tiles with the most queries (causal: the first) launch first.
-template <class Traits>
-__device__ __forceinline__ int key_tile_of_cta(const BwdKernelParams<Traits>& kp) {
-  return kp.dq_order != nullptr ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-}
-
-// The dQ writer, one warp of the producer warpgroup: per step and consumer warpgroup, once the
-// warpgroup has stored its part of the step's dQ, one lane adds the part into the float32 sums
-// with one bulk addition (a part is contiguous in both, DqTileLayout), and the warp hands the
-// part's buffer back once it has been read. This takes the dQ additions (kBlockM x head_dim
-// floats a step, as many bytes as the step's Q and dO loads) off the consumers, which only
-// store their accumulators to shared memory. With deterministic=True the key tiles take turns
-// at each query tile (kp.dq_order), last key tile first, so that every run adds in the same
-// order: a key tile waits only for later key tiles, which launched earlier (key_tile_of_cta),
-// so the waits cannot deadlock.
-template <class Traits, class StepHead, class StepTile>
-__device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
-                                              const float* parts, const KeyTileWork& w,
-                                              const StepHead& step_head,
-                                              const StepTile& step_tile, int64_t seq_row0) {
-  using cutlass::arch::NamedBarrier;
-  constexpr DqTileLayout kDq = Traits::kDq;
-  const bool leader = threadIdx.x % 32 == 0;
-  CUTE_UNROLL
-  for (int wg = 0; wg < 2; ++wg)
-    NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + wg);
-  for (int s = 0; s < w.steps; ++s) {
-    const int64_t tile_row = int64_t(step_head(s)) * kp.rows.total + seq_row0 +
-                             int64_t(step_tile(s)) * kDq.block_m;
-    float* tile = kp.dq_accum + tile_row * kDq.row_floats();
-    int* order = kp.dq_order != nullptr ? kp.dq_order + tile_row / kDq.block_m : nullptr;
-    if (order != nullptr && leader) {
-      const int turn = dq_turn<kDq.block_m, Traits::kBlockN>(kp.g.fwd, key_tile_of_cta(kp),
-                                                              int(gridDim.x), blockIdx.z,
-                                                              step_tile(s));
-      cuda::wait_for_turn(order, turn);
-      hopper::fence_async_proxy();  // the bulk additions below come after the wait
-    }
-    // The named barriers are aligned (the whole warp executes each together): reconverge
-    // after every leader-only block.
-    __syncwarp();
-    CUTE_UNROLL
-    for (int wg = 0; wg < 2; ++wg) {
-      NamedBarrier::sync(Traits::kDqBarrierThreads, Traits::kBarrierDqFull + wg);
-      if (leader) {
-        hopper::bulk_reduce_add_f32(tile + wg * kDq.part_floats(), parts + wg * kDq.part_floats(),
-                                    kDq.part_floats() * 4);
-        tma_store_arrive();
-      }
-      __syncwarp();
-    }
-    if (leader) tma_store_wait<1>();  // the first part has been read
-    __syncwarp();
-    if (s + 1 < w.steps) NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty);
-    if (leader) tma_store_wait<0>();
-    __syncwarp();
-    if (s + 1 < w.steps)
-      NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + 1);
-    if (order != nullptr && leader) {
-      hopper::bulk_wait_all();  // the additions are in global memory
-      hopper::fence_async_proxy();
-      cuda::pass_turn(order);
-    }
-    __syncwarp();
-  }
-  if (leader) hopper::bulk_wait_all();
-}
-
 // Grid (ceil(max_seqlen_k / 128), heads_kv, batch).
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
@@ -346,24 +199,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDs{});
   Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDsT{});
 
-  const int warpgroup = __shfl_sync(0xffffffff, int(threadIdx.x) / 128, 0);
-  const bool producer = warpgroup == 0;
-  typename Pipeline::Params pipe_params;
-  pipe_params.role =
-      producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pipe_params.is_leader = threadIdx.x == 0;
-  pipe_params.num_consumers = 2;  // one arrival a consumer warpgroup (see the forward kernel)
-  pipe_params.transaction_bytes = Traits::kTmaBytesStage;
-  Pipeline pipeline(smem.pipeline, pipe_params, Shape<_1, _1, _1>{});
-  if (threadIdx.x == 0) {
-    Barrier::init(&smem.barrier_kv, 1);
-    prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
-    prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
-    prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
-    prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
-  }
-  cutlass::arch::fence_barrier_init();
-  __syncthreads();
+  const bool producer = __shfl_sync(0xffffffff, int(threadIdx.x) / 128, 0) == 0;
+  Pipeline pipeline = start_pipeline<Traits>(kp, smem, producer);
 
   // Step s: query head head_kv * group + s / m_count, query tile m_first + s % m_count.
   auto step_head = [&](int s) { return head_kv * p.group + s / w.m_count; };
@@ -371,52 +208,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int64_t seq_row0 = kp.rows.first_row(p, b);  // the sequence's first padded row
 
   if (producer) {
-    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (w.steps == 0) return;
-    if (threadIdx.x / 32 == 1) {
-      write_dq_sums<Traits>(kp, smem.dq, w, step_head, step_tile, seq_row0);
-      return;
-    }
-    if (threadIdx.x != 0) return;
-    // A variable-length sequence is a window of the one (total tokens) batch.
-    const int tb = p.cu_seqlens_q != nullptr ? 0 : b;
-    Tensor mK = domain_offset(make_coord(w.k0, _0{}),
-                              kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, head_kv, tb));
-    Tensor mV = domain_offset(make_coord(w.k0, _0{}),
-                              kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, head_kv, tb));
-    Tensor gK = local_tile(mK, Shape<BlockN, HeadDim>{}, make_coord(n_block, _0{}));
-    Tensor gV = local_tile(mV, Shape<BlockN, HeadDim>{}, make_coord(n_block, _0{}));
-    auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(gK));
-    auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                      group_modes<0, 2>(gV));
-    Barrier::arrive_and_expect_tx(&smem.barrier_kv, 2 * Traits::kTmaBytesKV);
-    copy(kp.tma_k.with(smem.barrier_kv), tKgK, tKsK);
-    copy(kp.tma_v.with(smem.barrier_kv), tVgV, tVsV);
-
-    PipelineState state = cutlass::make_producer_start_state<Pipeline>();
-    for (int s = 0; s < w.steps; ++s) {
-      const int h = step_head(s), m = step_tile(s);
-      Tensor mQ = domain_offset(make_coord(w.q0, _0{}),
-                                kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, h, tb));
-      Tensor mdO = domain_offset(make_coord(w.q0, _0{}),
-                                 kp.tma_do.get_tma_tensor(kp.shape_q)(_, _, h, tb));
-      Tensor gQ = local_tile(mQ, Shape<BlockM, HeadDim>{}, make_coord(m, _0{}));
-      Tensor gdO = local_tile(mdO, Shape<BlockM, HeadDim>{}, make_coord(m, _0{}));
-      auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                        group_modes<0, 2>(gQ));
-      auto [tdOgdO, tdOsdO] = tma_partition(kp.tma_do, _0{}, Layout<_1>{},
-                                            group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
-      pipeline.producer_acquire(state);
-      uint64_t* full = pipeline.producer_get_barrier(state);
-      const int stage = state.index();
-      copy(kp.tma_q.with(*full), tQgQ, tQsQ(_, stage));
-      copy(kp.tma_do.with(*full), tdOgdO, tdOsdO(_, stage));
-      const int64_t row = int64_t(h) * kp.rows.total + seq_row0 + int64_t(m) * kBlockM;
-      SM90_BULK_COPY_G2S::copy(kp.lse_log2 + row, full, smem.lse[stage], kBlockM * 4);
-      SM90_BULK_COPY_G2S::copy(kp.delta + row, full, smem.delta[stage], kBlockM * 4);
-      ++state;
-    }
+    run_producer<Traits>(kp, smem, pipeline, w, n_block, head_kv, b, step_head, step_tile,
+                         seq_row0);
     return;
   }
 

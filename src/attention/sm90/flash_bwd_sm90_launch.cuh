@@ -1,24 +1,40 @@
 #pragma once
 // Builds the TMA descriptors of one backward call on the host and launches its three kernels
 // for one (dtype, head dim) (internal); included once per head dimension by
-// flash_bwd_sm90_hdim<d>.cu.
+// flash_bwd_sm90_hdim<d>.cu. Head dims 64 and 128 run flash_bwd_sm90_kernel.cuh, 256 runs
+// flash_bwd_sm90_wide_kernel.cuh.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "attention/sm90/flash_bwd_sm90.h"
 #include "attention/sm90/flash_bwd_sm90_kernel.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows_kernels.cuh"
+#include "attention/sm90/flash_bwd_sm90_wide_kernel.cuh"
 #include "core/cuda_check.h"
 
 namespace tilegrid::attention::sm90_bwd {
 
 inline unsigned tiles(int64_t n, int64_t tile) { return unsigned((n + tile - 1) / tile); }
 
+// The main kernel of a head dimension, and its traits.
+template <class Element, int kHeadDim>
+using TraitsOf = std::conditional_t<(kHeadDim > 128), BwdWideTraits<Element, kHeadDim>,
+                                    BwdTraits<Element, kHeadDim>>;
+template <class Traits>
+constexpr auto main_kernel() {
+  if constexpr (Traits::kHeadDim > 128)
+    return &flash_bwd_sm90_wide_kernel<Traits>;
+  else
+    return &flash_bwd_sm90_kernel<Traits>;
+}
+
 template <class Element, int kHeadDim>
 void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_seqlen_k,
             cudaStream_t stream) {
-  using Traits = BwdTraits<Element, kHeadDim>;
+  using Traits = TraitsOf<Element, kHeadDim>;
+  constexpr auto kernel = main_kernel<Traits>();
   constexpr int kSmem = Traits::kSmemBytes;
   const FlashFwdParams& p = g.fwd;
   if (p.batch == 0 || p.heads_q == 0 || p.max_seqlen_q <= 0) return;
@@ -36,7 +52,7 @@ void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_
     constexpr int kMaxDevices = 64;
     static bool configured[kMaxDevices] = {};
     if (device >= kMaxDevices || !configured[device]) {
-      TG_CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_sm90_kernel<Traits>,
+      TG_CUDA_CHECK(cudaFuncSetAttribute(kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
       if (device < kMaxDevices) configured[device] = true;
     }
@@ -72,8 +88,7 @@ void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_
         tma_k(p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
         shape_q,
         shape_k};
-    flash_bwd_sm90_kernel<Traits>
-        <<<dim3(tiles(max_seqlen_k, Traits::kBlockN), p.heads_kv, p.batch), Traits::kThreads,
+    kernel<<<dim3(tiles(max_seqlen_k, Traits::kBlockN), p.heads_kv, p.batch), Traits::kThreads,
            kSmem, stream>>>(kp);
     TG_CUDA_CHECK_LAUNCH();
   }

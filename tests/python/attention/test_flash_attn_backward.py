@@ -244,8 +244,11 @@ def gpu_test(f):
 
 def poisoned_backward(dout, q, k, v, out, lse, causal=False, window=(-1, -1), softcap=0.0,
                       deterministic=False):
-    """The C++ entry point into gradients filled with NaN first (an unwritten element fails)."""
+    """The C++ entry point into gradients filled with NaN first (an unwritten element fails).
+    out may come from tg.flash_attn_func, which on Hopper pads head dims 96 and 192 and returns
+    a view of the padded output: the binding takes it contiguous."""
     from tilegrid import _C
+    out = out.contiguous()
     grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
     _C.flash_attn_backward(dout, q, k, v, out, lse, None, 0.0, causal, window[0], window[1],
                            softcap, deterministic, *grads, torch.cuda.current_stream().cuda_stream)

@@ -1,6 +1,7 @@
 """The Hopper attention backward (sm_90a: TMA, wgmma, dK/dV on chip, dQ summed in float32)
 against the float64 reference by FlashAttention's criterion, gradients poisoned first: head
-dims 64 and 128, both dtypes, tiles cut by the sequence ends, causal masks with seqlen_q !=
+dims 64, 128 and 256 (the wide kernel: 64-key tiles, dV and dK in different warpgroups), both
+dtypes, tiles cut by the sequence ends, causal masks with seqlen_q !=
 seqlen_k, windows, softcap, GQA and MQA, variable lengths with empty sequences. Runs only on a
 GPU of compute capability 9.0, where `auto` picks the kernel, deterministic=True included."""
 import pytest
@@ -30,6 +31,14 @@ CASES = [
     (2, 256, 256, 2, 2, 128, False, (100, 20), 0.0),
     (1, 1024, 1024, 6, 2, 128, False, (-1, -1), 0.0),  # whole tiles only
     (1, 77, 500, 2, 2, 128, False, (-1, -1), 5.0),
+    # One query and three keys (with one key, dQ is exactly 0: P = 1 and dP = D, and the
+    # float32 rounding of dP against D leaves ~1e-6, over the criterion's 1e-6 floor).
+    (2, 1, 3, 2, 2, 256, False, (-1, -1), 0.0),
+    (2, 300, 300, 4, 2, 256, True, (-1, -1), 0.0),    # several 64-key and 64-query tiles
+    (2, 390, 257, 4, 1, 256, True, (-1, -1), 0.0),    # MQA, sq > sk: rows that see no key
+    (2, 130, 200, 4, 4, 256, False, (33, 5), 0.0),    # window, tails in every tile
+    (1, 77, 500, 2, 2, 256, False, (-1, -1), 5.0),    # softcap
+    (1, 512, 512, 2, 2, 256, False, (-1, -1), 0.0),   # whole tiles only
 ]
 
 
@@ -58,7 +67,7 @@ def test_sm90_backward_meets_flash_attention_criterion(dtype, batch, sq, sk, hq,
 
 
 @requires_hopper
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 @gpu_test
 def test_sm90_backward_varlen_with_empty_sequences(d):
     """Through the C++ entry with gradients filled with NaN first: every row is written, rows
@@ -124,6 +133,7 @@ DETERMINISTIC_CASES = [
     (2, 513, 900, 4, 1, 64, False, (200, 64)),
     (1, 300, 1100, 4, 2, 128, True, (-1, -1)),   # bottom-right causal, keys before every query
     (1, 1100, 300, 2, 1, 64, True, (-1, -1)),    # bottom-right causal, fully masked rows
+    (2, 500, 700, 4, 2, 256, True, (-1, -1)),    # the wide kernel's 64-key tiles
 ]
 
 
@@ -159,3 +169,28 @@ def test_deterministic_backward_is_bit_for_bit_and_correct(requested, kernel, ca
                                 causal=causal, window=window)
         for i, name in enumerate(("dq", "dk", "dv")):
             assert_fa_criterion(got[i], plain[i + 1].cpu(), exact[i + 1], f"{case} {name}")
+
+
+@requires_hopper
+@gpu_test
+@pytest.mark.parametrize("d", [96, 192])
+def test_head_dims_96_and_192_run_padded_on_the_hopper_kernels(d):
+    """On Hopper tg.flash_attn_func pads head dims 96 and 192 with zeros to 128 and 256, the
+    Hopper kernels' head dims: forward and backward run there, the outputs and gradients come
+    back at the given head dim, scaled by 1/sqrt of it, and meet FlashAttention's criterion."""
+    torch.manual_seed(0)
+    q, dout = torch.randn(2, 200, 4, d).bfloat16(), torch.randn(2, 200, 4, d).bfloat16()
+    k, v = (torch.randn(2, 333, 2, d).bfloat16() for _ in range(2))
+    qc, kc, vc = (t.cuda().requires_grad_() for t in (q, k, v))
+    out = tg.flash_attn_func(qc, kc, vc, causal=True)
+    assert _C._attention_last_kernel() == "sm90"
+    out.backward(dout.cuda())
+    torch.cuda.synchronize()
+    assert _C._attention_last_kernel() == "sm90"
+    exact = reference_grads(q, k, v, dout, causal=True)
+    plain = reference_grads(*(t.cuda() for t in (q, k, v, dout)), dtype=torch.bfloat16,
+                            causal=True)
+    for got, i, name in ((out, 0, "out"), (qc.grad, 1, "dq"), (kc.grad, 2, "dk"),
+                         (vc.grad, 3, "dv")):
+        assert got.shape[-1] == d, name
+        assert_fa_criterion(got.detach().cpu(), plain[i].cpu(), exact[i], name)
