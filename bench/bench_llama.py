@@ -54,20 +54,30 @@ def eager_layer(x, w, cos, sin):
 
 
 class PassThroughCore(torch.autograd.Function):
-    """The attention core's stand-in for the block-without-attention timing: out = q, and in
-    the backward dq = dout, dk = dv = 0, so that every projection's forward and backward
-    products still run (q, k and v each get a gradient) while the core costs two small
-    zero fills. The same stand-in in every system."""
+    """The attention core's stand-in for the block-without-attention timing: out = q plus
+    zero times the sums of k and v (so that no compiler can drop the k and v products as
+    unused), and in the backward dq = dout, dk and dv the first heads of dout (nonzero, so
+    that no compiler can drop their weight gradients either). Every projection's forward and
+    backward products run, the core costs two reductions and two small copies, and it is the
+    same stand-in in every system. The output is not the layer's: the fused QKV product of
+    tg.nn.LlamaAttention puts q in an interleaved (RoPE) basis that real attention cancels
+    and the stand-in does not, so the systems' gradients are not compared."""
 
     @staticmethod
     def forward(ctx, q, k, v):
-        ctx.kv = (k.shape, v.shape, k.dtype, k.device)
-        return q.clone()
+        ctx.shapes = (q.shape, k.shape, v.shape)
+        return q + (k.sum() + v.sum()).to(q.dtype) * 0
 
     @staticmethod
     def backward(ctx, dout):
-        k_shape, v_shape, dtype, device = ctx.kv
-        return dout, torch.zeros(k_shape, dtype=dtype, device=device), torch.zeros(v_shape, dtype=dtype, device=device)
+        q_shape, k_shape, v_shape = ctx.shapes
+
+        def first_heads(shape):  # the heads dimension is where k's shape differs from q's
+            for dim, (a, b) in enumerate(zip(q_shape, shape)):
+                if a != b:
+                    return dout.narrow(dim, 0, b).contiguous()
+            return dout.clone()
+        return dout, first_heads(k_shape), first_heads(v_shape)
 
 
 def pass_through_flash_attn(q, k, v, causal=True):
@@ -174,14 +184,7 @@ def main() -> None:
             ("torch.compile", lambda: torch.autograd.grad(compiled_no_core(x, sd, cos, sin), [x] + weights, dy)),
             ("the 12 GEMMs alone (cuBLAS)", gemms_alone(x.view(T, D), sd)),
         ]
-        ref_dx = systems[1][1]()[0]
         for name, fn in systems:
-            if name.startswith("the 12"):
-                fn()
-            else:
-                dx = fn()[0]
-                report.checks[f"layer without core {name} rel err of dx vs eager"] = float(
-                    (dx.float() - ref_dx.float()).norm() / ref_dx.float().norm())
             ms = timed(fn, args.iters)
             report.add(harness.Result("layer without attention core fwd+bwd", f"T{T} Llama-3-8B", name, ms,
                                       flops=gemm_flops, extra={"tflops": gemm_flops / (ms * 1e-3) / 1e12}))
