@@ -27,11 +27,12 @@ max_seqlen_q, max_seqlen_k, dropout_p=0.0, ...)` with the same keywords after dr
 Backends: CPU tensors (float32, float16, bfloat16) run the reference, forward and backward
 (float64 sums). CUDA tensors (float16, bfloat16): the forward runs the portable flash kernel
 (sm_80 and newer) or, on Hopper, the TMA + wgmma kernel; the backward, on Hopper at head
-dims 64 and 128, a TMA + wgmma kernel whose dQ is summed by float32 bulk additions (the last
-bits of dq may differ between runs; 0.79-0.96x cuDNN's backward at 16k tokens on an H200,
-docs/PERFORMANCE.md) or, with deterministic=True, the same kernel with the key tiles adding
-into each query tile in a fixed order (the same bits on every run; 0.68-0.81x the default's
-speed), and everywhere else a portable tensor-core kernel (mma.sync; the CUDA-core one where
+dims 64, 128 and 256 (96 and 192 padded to those), TMA + wgmma kernels whose dQ is summed by
+float32 bulk additions (the last bits of dq may differ between runs; 0.85-0.95x cuDNN's
+backward at 16k tokens on an H200 at head dims 64-128, 0.50-0.54x at 256, docs/PERFORMANCE.md)
+or, with deterministic=True, the same kernels with the key tiles adding into each query tile
+in a fixed order (the same bits on every run; 0.68-0.96x the default's speed), and
+everywhere else a portable tensor-core kernel (mma.sync; the CUDA-core one where
 the shared memory per block is too small for its tiles, e.g. sm_86/sm_89) that gives the same
 bits on every run. On CUDA, the varlen entry points copy cu_seqlens to the
 host to validate them, which waits for the current stream.
