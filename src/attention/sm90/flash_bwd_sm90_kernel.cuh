@@ -64,19 +64,13 @@ using hopper::acc_as_a_operand;
 using hopper::wgmma;
 
 template <class Element_, int kHeadDim_>
-struct BwdTraits {
-  using Element = Element_;
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockN = 128;  // keys a CTA: 64 a consumer warpgroup
-  static constexpr int kBlockM = block_m(kHeadDim);
-  static constexpr int kStages = 2;
-  static constexpr int kConsumerThreads = 256;
-  static constexpr int kThreads = 128 + kConsumerThreads;
-  static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+struct BwdTraits : BwdTraitsBase<Element_, kHeadDim_, 128, 2> {  // 128 keys: 64 a warpgroup
+  using Base = BwdTraitsBase<Element_, kHeadDim_, 128, 2>;
+  using typename Base::BlockM, typename Base::BlockN, typename Base::Element,
+      typename Base::HeadDim, typename Base::Pipeline, typename Base::SmemLayoutDq,
+      typename Base::SmemLayoutKV, typename Base::SmemLayoutQ;
+  using Base::kBlockM, Base::kBlockN, Base::kDq, Base::kHeadDim, Base::kStages;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
-  using BlockM = Int<kBlockM>;
-  using BlockN = Int<kBlockN>;
-  using HeadDim = Int<kHeadDim>;
 
   // S^T, dP^T: (keys, queries, head_dim), the warpgroups stacked along the keys.
   using TiledMmaS = decltype(make_tiled_mma(
@@ -87,27 +81,9 @@ struct BwdTraits {
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockM>, GMMA::Major::K,
                            GMMA::Major::MN>(),
       Layout<Shape<_2, _1, _1>>{}));
-  // dQ = dS K: (queries, head_dim, keys), dS and K both read MN-major; the two warpgroups
-  // split the tile by rows (kBlockM 128) or by columns (kBlockM 64).
-  static constexpr int kDqWarpgroupsM = kBlockM / 64;
-  static constexpr int kDqWarpgroupsN = 2 / kDqWarpgroupsM;
-  using TiledMmaDq = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float,
-                           Shape<_64, Int<kHeadDim / kDqWarpgroupsN>, BlockN>, GMMA::Major::MN,
-                           GMMA::Major::MN>(),
-      Layout<Shape<Int<kDqWarpgroupsM>, Int<kDqWarpgroupsN>, _1>>{}));
   static_assert(size<1>(typename TiledMmaS::AtomShape_MNK{}) == kBlockM);
   static_assert(size<1>(typename TiledMmaKV::AtomShape_MNK{}) == kHeadDim);
 
-  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-  using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<BlockN, HeadDim>{}));
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<BlockM, HeadDim, Int<kStages>>{}));
-  // Q and dO as the (head_dim x queries) B operand of dK and dV; K as the (head_dim x keys)
-  // B operand of dQ: the same bytes, coordinates swapped.
-  using SmemLayoutQt = decltype(composition(
-      SmemLayoutQ{}, make_ordered_layout(Shape<HeadDim, BlockM, Int<kStages>>{}, Step<_2, _1, _3>{})));
-  using SmemLayoutKt = decltype(composition(
-      SmemLayoutKV{}, make_ordered_layout(Shape<HeadDim, BlockN>{}, Step<_2, _1>{})));
   // dS as dQ's A operand, (queries, keys) with the queries contiguous, so that the two
   // neighbouring queries an S^T accumulator pair holds are one 32-bit store; and its
   // (keys, queries) view for those stores.
@@ -117,38 +93,8 @@ struct BwdTraits {
                                               Shape<BlockM, BlockN, _2>{}));
   using SmemLayoutDsT = decltype(composition(
       SmemLayoutDs{}, make_ordered_layout(Shape<BlockN, BlockM, _2>{}, Step<_2, _1, _3>{})));
-
-  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;  // (tokens, d, heads, batch)
-  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*>(nullptr)),
-                                          GmemShape{}, GmemStride{}));
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
-                                      Shape<BlockM, HeadDim>{}, _1{}));
-  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{},
-                                       Shape<BlockN, HeadDim>{}, _1{}));
-  static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
-  // A stage: Q, dO, and kBlockM floats each of lse and D.
-  static constexpr uint32_t kTmaBytesStage =
-      2 * kBlockM * kHeadDim * sizeof(Element) + 2 * kBlockM * sizeof(float);
-
-  // dQ's float32 tile in shared memory and in the sums (flash_bwd_sm90_rows.h): consumer
-  // warpgroup w computes and stores part w, ((64 rows, kDqWarpgroupsM), (part_cols,
-  // kDqWarpgroupsN)).
-  static constexpr DqTileLayout kDq{kBlockM, kHeadDim};
-  static_assert(kDq.parts_n() == kDqWarpgroupsN);
-  using SmemLayoutDq = Layout<
-      Shape<Shape<_64, Int<kDqWarpgroupsM>>, Shape<Int<kDq.part_cols()>, Int<kDqWarpgroupsN>>>,
-      Stride<Stride<Int<kDq.part_row()>, Int<kDqWarpgroupsN * kDq.part_floats()>>,
-             Stride<_1, Int<kDq.part_floats()>>>>;
-  // Named barriers (ids above CUTLASS's reserved ones): dS written, between the consumer
-  // warpgroups; warpgroup w's dQ part full (it arrives, the writer waits) and empty (the
-  // writer arrives, it waits), counted over the warpgroup and the writer warp.
+  // dS written, between the consumer warpgroups (the one barrier a step).
   static constexpr int kBarrierDsWritten = 1;
-  static constexpr int kBarrierDqFull = 2, kBarrierDqEmpty = 4;  // + consumer warpgroup
-  static constexpr int kDqBarrierThreads = 128 + 32;
-
-  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
-  using PipelineState = typename Pipeline::PipelineState;
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> k;

@@ -24,6 +24,78 @@ namespace tilegrid::attention::sm90_bwd {
 
 using namespace cute;
 
+// What the traits of both kernels share: kBlockN keys a CTA, kBlockM queries a step,
+// kStages Q/dO stages; the K/V and Q/dO tiles in shared memory (and their transposed views),
+// their TMA copies, the dQ product and its float32 tile, the named barriers of the dQ writer
+// and the pipeline. A kernel's traits add its score and dK/dV products, its dS buffers and its
+// SharedStorage.
+template <class Element_, int kHeadDim_, int kBlockN_, int kStages_>
+struct BwdTraitsBase {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kBlockM = block_m(kHeadDim);
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumerThreads = 256;
+  static constexpr int kThreads = 128 + kConsumerThreads;
+  static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+  using BlockM = Int<kBlockM>;
+  using BlockN = Int<kBlockN>;
+  using HeadDim = Int<kHeadDim>;
+
+  // dQ = dS K: (queries, head_dim, keys), dS and K both read MN-major; the two consumer
+  // warpgroups split the tile by rows (kBlockM 128) or by columns (kBlockM 64).
+  static constexpr int kDqWarpgroupsM = kBlockM / 64;
+  static constexpr int kDqWarpgroupsN = 2 / kDqWarpgroupsM;
+  using TiledMmaDq = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float,
+                           Shape<_64, Int<kHeadDim / kDqWarpgroupsN>, BlockN>, GMMA::Major::MN,
+                           GMMA::Major::MN>(),
+      Layout<Shape<Int<kDqWarpgroupsM>, Int<kDqWarpgroupsN>, _1>>{}));
+
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<BlockN, HeadDim>{}));
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<BlockM, HeadDim, Int<kStages>>{}));
+  // Q and dO as the (head_dim x queries) B operand of dK and dV; K as the (head_dim x keys)
+  // B operand of dQ: the same bytes, coordinates swapped.
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_ordered_layout(Shape<HeadDim, BlockM, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutKV{}, make_ordered_layout(Shape<HeadDim, BlockN>{}, Step<_2, _1>{})));
+
+  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;  // (tokens, d, heads, batch)
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*>(nullptr)),
+                                          GmemShape{}, GmemStride{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
+                                      Shape<BlockM, HeadDim>{}, _1{}));
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{},
+                                       Shape<BlockN, HeadDim>{}, _1{}));
+  static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
+  // A stage: Q, dO, and kBlockM floats each of lse and D.
+  static constexpr uint32_t kTmaBytesStage =
+      2 * kBlockM * kHeadDim * sizeof(Element) + 2 * kBlockM * sizeof(float);
+
+  // dQ's float32 tile in shared memory and in the sums (flash_bwd_sm90_rows.h): consumer
+  // warpgroup w computes and stores part w, ((64 rows, kDqWarpgroupsM), (part_cols,
+  // kDqWarpgroupsN)).
+  static constexpr DqTileLayout kDq{kBlockM, kHeadDim};
+  static_assert(kDq.parts_n() == kDqWarpgroupsN);
+  using SmemLayoutDq = Layout<
+      Shape<Shape<_64, Int<kDqWarpgroupsM>>, Shape<Int<kDq.part_cols()>, Int<kDqWarpgroupsN>>>,
+      Stride<Stride<Int<kDq.part_row()>, Int<kDqWarpgroupsN * kDq.part_floats()>>,
+             Stride<_1, Int<kDq.part_floats()>>>>;
+  // Named barriers (ids above CUTLASS's reserved ones): warpgroup w's dQ part full (it
+  // arrives, the writer waits) and empty (the writer arrives, it waits), counted over the
+  // warpgroup and the writer warp. A kernel's own barriers take ids 1 and 6 up.
+  static constexpr int kBarrierDqFull = 2, kBarrierDqEmpty = 4;  // + consumer warpgroup
+  static constexpr int kDqBarrierThreads = 128 + 32;
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+};
+
+
 template <class Traits>
 struct BwdKernelParams {
   FlashBwdParams g;

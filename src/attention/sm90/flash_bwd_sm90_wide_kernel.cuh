@@ -52,19 +52,14 @@ using hopper::acc_as_a_operand;
 using hopper::wgmma;
 
 template <class Element_, int kHeadDim_>
-struct BwdWideTraits {
-  using Element = Element_;
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockN = 64;  // keys a CTA
-  static constexpr int kBlockM = block_m(kHeadDim);
-  static constexpr int kStages = 1;
-  static constexpr int kConsumerThreads = 256;
-  static constexpr int kThreads = 128 + kConsumerThreads;
-  static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+struct BwdWideTraits : BwdTraitsBase<Element_, kHeadDim_, 64, 1> {  // 64 keys, one stage
+  using Base = BwdTraitsBase<Element_, kHeadDim_, 64, 1>;
+  using typename Base::BlockM, typename Base::BlockN, typename Base::Element,
+      typename Base::HeadDim, typename Base::Pipeline, typename Base::SmemLayoutKV,
+      typename Base::SmemLayoutQ;
+  using Base::kBlockM, Base::kBlockN, Base::kDq, Base::kHeadDim, Base::kStages;
   static_assert(kHeadDim == 256 && kBlockM == 64, "head dim 256, 64 queries a step");
-  using BlockM = Int<kBlockM>;
-  using BlockN = Int<kBlockN>;
-  using HeadDim = Int<kHeadDim>;
+  static_assert(Base::kDqWarpgroupsM == 1, "dQ split by columns, a half a warpgroup");
 
   // S^T (warpgroup 0) and dP^T (warpgroup 1): (keys, queries, head_dim), one warpgroup each.
   using TiledMmaS = decltype(make_tiled_mma(
@@ -76,57 +71,16 @@ struct BwdWideTraits {
       GMMA::rs_op_selector<Element, Element, float, Shape<BlockN, HeadDim, BlockM>, GMMA::Major::K,
                            GMMA::Major::MN>(),
       Layout<Shape<_1, _1, _1>>{}));
-  // dQ = dS K: (queries, head_dim, keys), dS and K read MN-major, a column half a warpgroup.
-  static constexpr int kDqWarpgroupsM = 1, kDqWarpgroupsN = 2;
-  using TiledMmaDq = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<BlockM, Int<kHeadDim / 2>, BlockN>,
-                           GMMA::Major::MN, GMMA::Major::MN>(),
-      Layout<Shape<_1, _2, _1>>{}));
-
-  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-  using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<BlockN, HeadDim>{}));
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<BlockM, HeadDim, Int<kStages>>{}));
-  // Q and dO as the (head_dim x queries) B operand of dK and dV; K as the (head_dim x keys)
-  // B operand of dQ: the same bytes, coordinates swapped.
-  using SmemLayoutQt = decltype(composition(
-      SmemLayoutQ{}, make_ordered_layout(Shape<HeadDim, BlockM, Int<kStages>>{}, Step<_2, _1, _3>{})));
-  using SmemLayoutKt = decltype(composition(
-      SmemLayoutKV{}, make_ordered_layout(Shape<HeadDim, BlockN>{}, Step<_2, _1>{})));
   // dS as dQ's A operand, (queries, keys) with the queries contiguous, and its (keys, queries)
   // view for warpgroup 1's stores (two neighbouring queries of an accumulator pair: one 32-bit
-  // store).
+  // store). One buffer (see the file's comment).
   using SmemLayoutDs = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
                                               Shape<BlockM, BlockN>{}));
   using SmemLayoutDsT = decltype(composition(
       SmemLayoutDs{}, make_ordered_layout(Shape<BlockN, BlockM>{}, Step<_2, _1>{})));
-
-  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;  // (tokens, d, heads, batch)
-  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*>(nullptr)),
-                                          GmemShape{}, GmemStride{}));
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
-                                      Shape<BlockM, HeadDim>{}, _1{}));
-  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{},
-                                       Shape<BlockN, HeadDim>{}, _1{}));
-  static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
-  static constexpr uint32_t kTmaBytesStage =
-      2 * kBlockM * kHeadDim * sizeof(Element) + 2 * kBlockM * sizeof(float);
-
-  static constexpr DqTileLayout kDq{kBlockM, kHeadDim};
-  static_assert(kDq.parts_n() == kDqWarpgroupsN);
-  using SmemLayoutDq = Layout<
-      Shape<Shape<_64, Int<kDqWarpgroupsM>>, Shape<Int<kDq.part_cols()>, Int<kDqWarpgroupsN>>>,
-      Stride<Stride<Int<kDq.part_row()>, Int<kDqWarpgroupsN * kDq.part_floats()>>,
-             Stride<_1, Int<kDq.part_floats()>>>>;
-  // Named barriers (ids above CUTLASS's reserved ones): P^T handed over (warpgroup 0 arrives,
-  // warpgroup 1 waits) and dS^T written (both), over the consumers; warpgroup w's dQ part full
-  // and empty, over the warpgroup and the writer warp (write_dq_sums).
+  // P^T handed over (warpgroup 0 arrives, warpgroup 1 waits) and dS^T written (both), over
+  // the consumer warpgroups.
   static constexpr int kBarrierPHandedOver = 1, kBarrierDsWritten = 6;
-  static constexpr int kBarrierDqFull = 2, kBarrierDqEmpty = 4;  // + consumer warpgroup
-  static constexpr int kDqBarrierThreads = 128 + 32;
-
-  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
-  using PipelineState = typename Pipeline::PipelineState;
 
   // Accumulator values a consumer thread holds of a 64 x 64 S^T tile.
   static constexpr int kScoreValues = kBlockN * kBlockM / 128;
