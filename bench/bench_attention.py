@@ -247,6 +247,7 @@ def main() -> None:
                     r.flops = f
             del qs, ks, vs
             torch.cuda.empty_cache()
+            report.write(args.out)  # after each shape: a run cut short keeps what it measured
 
     report.write(args.out)
     print(report.table())

@@ -113,6 +113,7 @@ def main() -> None:
                     extra=lambda name, ms, f=flops: {"flops": f, "tflops": f / (ms * 1e-3) / 1e12})
             del inputs, douts
             torch.cuda.empty_cache()
+            report.write(args.out)  # after each shape: a run cut short keeps what it measured
     report.write(args.out)
     print(report.table())
     print("TFLOP/s (backward)")
