@@ -17,7 +17,7 @@
 // Each warpgroup multiplies 2.5 of the step's five 64 x 64 x 256 products. The dQ parts go
 // to the producer's writer warp through the float32 tile in shared memory, as in the narrower
 // kernel (DqTileLayout{64, 256}: a part a warpgroup, split by columns).
-// Shared memory (226 KB of the 227 a CTA may have): K, V (64 x 256 each, 64 KB), one stage of
+// Shared memory (221 KB of the 227 a CTA may have): K, V (64 x 256 each, 64 KB), one stage of
 // Q and dO (64 KB), P^T's float32 hand-over (16 KB), one dS buffer (8 KB), the float32 dQ
 // tile (68 KB), lse and D. One stage: a stage is free once dV and dK have read it, so the next
 // step's Q and dO load under the dQ product and the dQ writer, not under the whole step. The
