@@ -94,8 +94,10 @@ def _kernel_ready(x: torch.Tensor) -> torch.Tensor:
 
 # Hopper's TMA + wgmma kernels, forward and backward, exist at head dims 64, 128 and 256: on
 # a GPU of compute capability 9.0 the head dims between are padded to the next of these, so
-# that 96 and 192 run on them (a third more products than a kernel of their own, on kernels
-# several times faster than the portable ones).
+# that 96 and 192 run on them. That is a third more products than kernels of their own would
+# do, on kernels faster than the portable ones (the Hopper backward at 256: 1.9-2.0x the
+# portable one at 16k tokens on an H200, docs/PERFORMANCE.md). The padding is decided by the
+# GPU alone, so it applies when the portable kernels are forced there too.
 _HOPPER_HEAD_DIMS = (64, 128, 256)
 _HOPPER_BY_DEVICE: dict[int, bool] = {}
 
