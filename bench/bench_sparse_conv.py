@@ -1,5 +1,6 @@
-"""Sparse 3D convolution on the GPU: tilegrid vs spconv 2.x (when it imports) on the same grids,
-in one run.
+"""Sparse 3D convolution on the GPU: tilegrid vs spconv 2.x and TorchSparse 2.1 (each when it
+imports) on the same grids, in one run. TorchSparse has no wheel: build it from source
+(github.com/mit-han-lab/torchsparse, with the sparsehash headers) and put it on PYTHONPATH.
 
     python bench/bench_sparse_conv.py --out results.json [--channels 32 64 128 256] [--large]
         [--bunny] [--unet]
@@ -9,7 +10,7 @@ surfaces sampled densely at voxel size 0.05 m: ~485k voxels, ~9.5 kernel-map pai
 shape of an indoor scan or a LiDAR sweep. --large adds the 40 x 40 m scene at 0.025 m (~5M
 voxels) at 256 channels, forward only (spconv 2.3.8 fails it with an int32 overflow).
 Layer: a submanifold 3x3x3 convolution C -> C without bias, maps built once and reused (spconv's
-indice_key); fp16 and bf16. Forward systems: "tilegrid" (the default kernels: Hopper's on an
+indice_key; TorchSparse: the kernel map cached with the first output); fp16 and bf16. Forward systems: "tilegrid" (the default kernels: Hopper's on an
 H200, rows in the plan's tap-mask order), "tilegrid rows in tree order" (the same plan without
 its row orders) and "tilegrid WMMA tiles" (TILEGRID_SPARSE_CONV_KERNEL=mma). Effective TFLOP/s = 2 * pairs * C^2 / time, pairs = the map's
 (input, output) pairs. Also timed: building the 3x3x3 map (tilegrid: the ConvolutionPlan with its
@@ -65,6 +66,28 @@ def spconv_layer(spconv, ijk, features, weight):
     indices = torch.cat([torch.zeros(ijk.shape[0], 1, dtype=torch.int32, device=ijk.device), ijk], 1)
     shape = (ijk.max(0).values + 1).tolist()
     make = lambda f: spconv.SparseConvTensor(f, indices, shape, 1)  # noqa: E731
+    return conv, make
+
+
+def torchsparse_layer(ts, ijk, features, weight):
+    """TorchSparse 2.1's Conv3d (k 3, stride 1: submanifold) with our weight in its [27, C_in,
+    C_out] kernel, whose offset index is z * 9 + y * 3 + x (x fastest, for MinkowskiEngine's
+    layout), on the same voxels as (batch, x, y, z) coordinates moved to non-negative ones.
+    make(f, caches) is a SparseTensor of features f; given the caches of an earlier output,
+    it reuses that call's kernel map, as the layers of a TorchSparse network share theirs."""
+    c = weight.shape[0]
+    conv = ts.nn.Conv3d(c, c, 3, bias=False).to(features.device, features.dtype)
+    with torch.no_grad():
+        conv.kernel.copy_(weight.permute(4, 3, 2, 1, 0).reshape(27, c, c))
+    ijk = ijk - ijk.min(0).values
+    coords = torch.cat([torch.zeros(ijk.shape[0], 1, dtype=torch.int32, device=ijk.device),
+                        ijk.int()], 1)
+
+    def make(f, caches=None):
+        t = ts.SparseTensor(f, coords)
+        if caches is not None:
+            t._caches = caches
+        return t
     return conv, make
 
 
@@ -159,6 +182,11 @@ def main() -> None:
     report.measure_ceilings()
     spconv, error = harness.optional_import("spconv.pytorch")
     report.checks["spconv"] = f"spconv {harness.optional_import('spconv')[0].__version__}" if spconv else f"not measured: {error}"
+    torchsparse, ts_error = harness.optional_import("torchsparse")
+    if torchsparse is not None:
+        import torchsparse.nn  # noqa: F401  (the Conv3d module)
+    report.checks["TorchSparse"] = (f"TorchSparse {torchsparse.__version__}" if torchsparse
+                                    else f"not measured: {ts_error}")
 
     ijk = scene(20, 0.05)
     grid = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk]))
@@ -232,6 +260,23 @@ def main() -> None:
                                          sets=sets, graph=False, iters=20)
                 except Exception as e:  # spconv has no bf16: recorded, not fatal
                     report.checks[f"spconv {dtype_name} C={c}"] = f"failed: {type(e).__name__}: {str(e)[:160]}"
+            if torchsparse is not None:
+                try:
+                    ts_conv, ts_make = torchsparse_layer(torchsparse, rows_ijk, xs[0], w)
+                    first = ts_conv(ts_make(xs[0]))
+                    ref = first.feats.float()
+                    err = ((ref - plan.execute(xs[0], w).float()).abs().max() / ref.abs().max()).item()
+                    report.checks[f"TorchSparse vs tilegrid {dtype_name} C={c}"] = f"max relative difference {err:.2e}"
+                    ts_in = [ts_make(x, first._caches) for x in xs]
+                    fwd.append(("TorchSparse Conv3d", lambda i: ts_conv(ts_in[i]).feats))
+                    ts_train_in = [ts_make(x, first._caches) for x in xg]
+
+                    def ts_train(i):
+                        ts_conv(ts_train_in[i]).feats.backward(gs[i])
+
+                    train.append(("TorchSparse Conv3d", ts_train))
+                except Exception as e:  # recorded, not fatal
+                    report.checks[f"TorchSparse {dtype_name} C={c}"] = f"failed: {type(e).__name__}: {str(e)[-200:]}"
             if time.time() - start > args.budget_s:
                 report.checks[f"{dtype_name} C={c}"] = "not measured: past --budget-s"
                 continue
