@@ -96,6 +96,23 @@ struct BwdTraitsBase {
 };
 
 
+// The CTA's shared-memory tiles as the tensors the consumer warpgroups' products read: K, V,
+// K^T, Q, dO, Q^T, dO^T (the transposed views: the same bytes, coordinates swapped), dS and
+// dS^T, in the layouts of the kernel's traits.
+template <class Traits>
+__device__ __forceinline__ auto consumer_smem_tiles(typename Traits::SharedStorage& smem) {
+  auto tile = [](auto* data, auto layout) { return make_tensor(make_smem_ptr(data), layout); };
+  return make_tuple(tile(smem.k.data(), typename Traits::SmemLayoutKV{}),
+                    tile(smem.v.data(), typename Traits::SmemLayoutKV{}),
+                    tile(smem.k.data(), typename Traits::SmemLayoutKt{}),
+                    tile(smem.q.data(), typename Traits::SmemLayoutQ{}),
+                    tile(smem.dout.data(), typename Traits::SmemLayoutQ{}),
+                    tile(smem.q.data(), typename Traits::SmemLayoutQt{}),
+                    tile(smem.dout.data(), typename Traits::SmemLayoutQt{}),
+                    tile(smem.ds.data(), typename Traits::SmemLayoutDs{}),
+                    tile(smem.ds.data(), typename Traits::SmemLayoutDsT{}));
+}
+
 template <class Traits>
 struct BwdKernelParams {
   FlashBwdParams g;

@@ -147,15 +147,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int role = __shfl_sync(0xffffffff, tid / 128, 0);
   const int wg_tid = tid % 128;
   const bool signals = wg_tid == 0;
-  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
-  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
-  Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
-  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
-  Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
-  Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
-  Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
-  Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDs{});
-  Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDsT{});
+  auto [sK, sV, sKt, sQ, sdO, sQt, sdOt, sdS, sdSt] = consumer_smem_tiles<Traits>(smem);
 
   typename Traits::TiledMmaS mma_s;
   typename Traits::TiledMmaKV mma_kv;
