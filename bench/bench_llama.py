@@ -91,19 +91,19 @@ def pass_through_sdpa(q, k, v, is_causal=True, enable_gqa=True):
 def gemms_alone(x2d, w):
     """The layer's twelve products on cuBLAS (torch.mm), forward and backward: QKV, O,
     gate + up (one product), down; each with its data and weight gradients."""
-    shapes = []
-    for names in (("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
-                  ("self_attn.o_proj.weight",), ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
-                  ("mlp.down_proj.weight",)):
-        weight = torch.cat([w[n].detach() for n in names])
-        shapes.append(weight)
-    inputs = [x2d.detach()] * 2 + [x2d.detach()] + [torch.empty(T, I, device=x2d.device, dtype=x2d.dtype).normal_()]
-    outs = [torch.empty(T, wt.shape[0], device=x2d.device, dtype=x2d.dtype) for wt in shapes]
+    weights = [torch.cat([w[n].detach() for n in names])
+               for names in (("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+                             ("self_attn.o_proj.weight",), ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+                             ("mlp.down_proj.weight",))]
+    # Each product's input: the normed rows (QKV, gate + up), the attention output (O: the same
+    # shape), the SwiGLU output (down).
+    inputs = [x2d.detach()] * 3 + [torch.empty(T, I, device=x2d.device, dtype=x2d.dtype).normal_()]
+    outs = [torch.empty(T, wt.shape[0], device=x2d.device, dtype=x2d.dtype) for wt in weights]
 
     def run():
-        for a, wt, o in zip(inputs, shapes, outs):
+        for a, wt, o in zip(inputs, weights, outs):
             torch.mm(a, wt.t(), out=o)                 # forward
-        for a, wt, o in zip(inputs, shapes, outs):
+        for a, wt, o in zip(inputs, weights, outs):
             torch.mm(o, wt)                            # d input
             torch.mm(o.t(), a)                         # d weight
     return run
