@@ -297,27 +297,28 @@ void bind_grid(nb::module_& m) {
       [optional_view](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> weight,
                       nb::ndarray<> out, bool transpose_weight, uintptr_t stream,
                       std::optional<nb::ndarray<>> row_order,
-                      std::optional<nb::ndarray<>> map_in_row_order) {
+                      std::optional<nb::ndarray<>> map_in_row_order, bool allow_tf32) {
         grid::sparse_conv_forward(as_view(map), as_view(features), as_view(weight), as_view(out),
                                   transpose_weight, as_stream(stream), optional_view(row_order),
-                                  optional_view(map_in_row_order));
+                                  optional_view(map_in_row_order), allow_tf32);
       },
       nb::arg("map"), nb::arg("features"), nb::arg("weight"), nb::arg("out"),
       nb::arg("transpose_weight"), nb::arg("stream") = 0, nb::arg("row_order") = nb::none(),
-      nb::arg("map_in_row_order") = nb::none());
+      nb::arg("map_in_row_order") = nb::none(), nb::arg("allow_tf32") = false);
   m.def(
       "sparse_conv_backward_weight",
       [optional_view](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> grad_out,
                       nb::ndarray<> grad_weight, uintptr_t stream,
                       std::optional<nb::ndarray<>> row_order,
-                      std::optional<nb::ndarray<>> map_in_row_order) {
+                      std::optional<nb::ndarray<>> map_in_row_order, bool allow_tf32) {
         grid::sparse_conv_backward_weight(
             as_view(map), as_view(features), as_view(grad_out), as_view(grad_weight),
-            as_stream(stream), optional_view(row_order), optional_view(map_in_row_order));
+            as_stream(stream), optional_view(row_order), optional_view(map_in_row_order),
+            allow_tf32);
       },
       nb::arg("map"), nb::arg("features"), nb::arg("grad_out"), nb::arg("grad_weight"),
       nb::arg("stream") = 0, nb::arg("row_order") = nb::none(),
-      nb::arg("map_in_row_order") = nb::none());
+      nb::arg("map_in_row_order") = nb::none(), nb::arg("allow_tf32") = false);
 
   m.def(
       "max_pool_forward",

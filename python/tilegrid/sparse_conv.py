@@ -63,23 +63,25 @@ def sparse_conv(
     inverse_row_order: torch.Tensor,
     map_in_row_order: torch.Tensor,
     inverse_map_in_row_order: torch.Tensor,
+    allow_tf32: bool,
 ) -> torch.Tensor:
     """out[o] = sum over taps t of features[kernel_map[t, o]] @ weight[t] (absent rows skipped).
     The inverse map, its order and its map in that order are not read here; they are the input
     gradient's (arguments so that the autograd formula has them). row_order:
     kernel_map_row_order of the map, or empty; map_in_row_order: kernel_map_in_row_order of the
-    map and that order, or empty (both speed only, never the result)."""
+    map and that order, or empty (both speed only, never the result). allow_tf32: float32 on a
+    GPU (sm_80+) multiplies as TF32 on tensor cores, in both passes."""
     out = features.new_empty(kernel_map.shape[1], weight.shape[2])
     _C.sparse_conv_forward(
         kernel_map, features, weight, out, False, current_stream(features), _order(row_order),
-        _order(map_in_row_order),
+        _order(map_in_row_order), allow_tf32,
     )
     return out
 
 
 @sparse_conv.register_fake
 def _(features, weight, kernel_map, inverse_map, row_order, inverse_row_order, map_in_row_order,
-      inverse_map_in_row_order):
+      inverse_map_in_row_order, allow_tf32):
     return features.new_empty(kernel_map.shape[1], weight.shape[2])
 
 
@@ -96,6 +98,7 @@ def sparse_conv_backward(
     inverse_map_in_row_order: torch.Tensor,
     need_features: bool,
     need_weight: bool,
+    allow_tf32: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad_features, grad_weight); an unneeded one is an empty tensor."""
     stream = current_stream(grad_out)
@@ -105,20 +108,20 @@ def sparse_conv_backward(
         grad_features = torch.empty_like(features)
         _C.sparse_conv_forward(
             inverse_map, grad_out, weight, grad_features, True, stream, _order(inverse_row_order),
-            _order(inverse_map_in_row_order),
+            _order(inverse_map_in_row_order), allow_tf32,
         )
     if need_weight:
         grad_weight = torch.empty_like(weight)
         _C.sparse_conv_backward_weight(
             kernel_map, features, grad_out, grad_weight, stream, _order(row_order),
-            _order(map_in_row_order),
+            _order(map_in_row_order), allow_tf32,
         )
     return grad_features, grad_weight
 
 
 @sparse_conv_backward.register_fake
 def _(grad_out, features, weight, kernel_map, inverse_map, row_order, inverse_row_order,
-      map_in_row_order, inverse_map_in_row_order, need_features, need_weight):
+      map_in_row_order, inverse_map_in_row_order, need_features, need_weight, allow_tf32):
     return (
         torch.empty_like(features) if need_features else features.new_empty(0),
         torch.empty_like(weight) if need_weight else weight.new_empty(0),
@@ -126,17 +129,18 @@ def _(grad_out, features, weight, kernel_map, inverse_map, row_order, inverse_ro
 
 
 def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
+    *tensors, ctx.allow_tf32 = inputs
+    ctx.save_for_backward(*tensors)
 
 
 def _backward(ctx, grad_out):
     features, weight, *maps = ctx.saved_tensors
     need_features, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     grad_features, grad_weight = sparse_conv_backward(
-        grad_out.contiguous(), features, weight, *maps, need_features, need_weight,
+        grad_out.contiguous(), features, weight, *maps, need_features, need_weight, ctx.allow_tf32,
     )
     return (grad_features if need_features else None, grad_weight if need_weight else None,
-            *([None] * len(maps)))
+            *([None] * len(maps)), None)
 
 
 sparse_conv.register_autograd(_backward, setup_context=_setup_context)
@@ -298,9 +302,12 @@ class ConvolutionPlan:
             # tg.matmul's GEMM (cuBLAS-class on Hopper), differentiable in both operands.
             out = matmul(features.contiguous(), w[0])
         else:
+            # float32 multiplies as TF32 on tensor cores where torch lets its own convolutions
+            # (torch.backends.cudnn.allow_tf32, True by default), exactly otherwise.
             out = sparse_conv(
                 features.contiguous(), w, self.kernel_map, self.inverse_map, self.row_order,
                 self.inverse_row_order, self.map_in_row_order, self.inverse_map_in_row_order,
+                bool(torch.backends.cudnn.allow_tf32),
             )
         if isinstance(data, JaggedTensor):
             return JaggedTensor._from_trusted(out, self.target_offsets)

@@ -47,6 +47,7 @@ struct GatherGemm {
   DType dtype;
   const int32_t* row_order = nullptr;         // [rows], a permutation: the order tiles take rows in
   const int32_t* map_in_row_order = nullptr;  // [volume, rows]: map[t][row_order[i]] at [t][i]
+  bool allow_tf32 = false;  // float32 may multiply as TF32 on tensor cores (sm_80 and newer)
 };
 void sparse_conv_forward(const GatherGemm& problem, int device, Stream stream);
 
@@ -61,11 +62,13 @@ struct WeightGrad {
   DType dtype;
   const int32_t* row_order = nullptr;         // [rows]: the forward's (GatherGemm::row_order)
   const int32_t* map_in_row_order = nullptr;  // [volume, rows]: as GatherGemm's
+  bool allow_tf32 = false;                    // as GatherGemm's
 };
 void sparse_conv_backward_weight(const WeightGrad& problem, int device, Stream stream);
 
-// Tensor-core versions (sparse_conv_mma.cu) for float16 / bfloat16 with channel counts that are
-// multiples of 8 on sm_80 and newer; they return false, launching nothing, for any other case.
+// Tensor-core versions (sparse_conv_mma.cu) for float16 / bfloat16, and float32 as TF32 where
+// the problem allows it, with channel counts that are multiples of 8 on sm_80 and newer; they
+// return false, launching nothing, for any other case.
 bool sparse_conv_forward_mma(const GatherGemm& problem, int device, Stream stream);
 // partials: float32 [chunks][volume][in][out], chunks of chunk_rows output rows each.
 bool sparse_conv_weight_partials_mma(const WeightGrad& problem, int64_t chunks, int64_t chunk_rows,

@@ -253,7 +253,7 @@ Tensor kernel_map_in_row_order(const TensorView& map, const TensorView& row_orde
 void sparse_conv_forward(const TensorView& map, const TensorView& features,
                          const TensorView& weight, const TensorView& out, bool transpose_weight,
                          Stream stream, const TensorView& row_order,
-                         const TensorView& map_in_row_order) {
+                         const TensorView& map_in_row_order, bool allow_tf32) {
   constexpr const char* kOp = "sparse_conv_forward";
   check_map(kOp, "map", map);
   check_float(kOp, "features", features);
@@ -285,6 +285,7 @@ void sparse_conv_forward(const TensorView& map, const TensorView& features,
                              dtype};
     problem.row_order = ordered ? row_order.data_ptr<const int32_t>() : nullptr;
     problem.map_in_row_order = ordered_map ? map_in_row_order.data_ptr<const int32_t>() : nullptr;
+    problem.allow_tf32 = allow_tf32;
     cuda::sparse_conv_forward(problem, map.device.index, stream);
 #endif
     return;
@@ -300,7 +301,7 @@ void sparse_conv_forward(const TensorView& map, const TensorView& features,
 void sparse_conv_backward_weight(const TensorView& map, const TensorView& features,
                                  const TensorView& grad_out, const TensorView& grad_weight,
                                  Stream stream, const TensorView& row_order,
-                                 const TensorView& map_in_row_order) {
+                                 const TensorView& map_in_row_order, bool allow_tf32) {
   constexpr const char* kOp = "sparse_conv_backward_weight";
   check_map(kOp, "map", map);
   check_float(kOp, "features", features);
@@ -328,6 +329,7 @@ void sparse_conv_backward_weight(const TensorView& map, const TensorView& featur
                              dtype};
     problem.row_order = ordered ? row_order.data_ptr<const int32_t>() : nullptr;
     problem.map_in_row_order = ordered_map ? map_in_row_order.data_ptr<const int32_t>() : nullptr;
+    problem.allow_tf32 = allow_tf32;
     cuda::sparse_conv_backward_weight(problem, map.device.index, stream);
 #endif
     return;

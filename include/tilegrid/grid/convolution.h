@@ -82,19 +82,24 @@ Tensor kernel_map_in_row_order(const TensorView& map, const TensorView& row_orde
 // alone); it must be a permutation of [0, N_out) (the CPU checks, a GPU kernel skips entries
 // out of range). map_in_row_order (optional, only with row_order): kernel_map_in_row_order(map,
 // row_order), read by the Hopper kernels in place of map (the CPU checks that it is).
+// allow_tf32: float32 on a GPU of compute capability 8.0 or newer multiplies on tensor cores
+// as TF32 (float32's range, 10 mantissa bits; sums in float32), as torch's convolutions do
+// under torch.backends.cudnn.allow_tf32; otherwise float32 multiplies exactly on CUDA cores.
+// The CPU ignores it.
 void sparse_conv_forward(const TensorView& map, const TensorView& features,
                          const TensorView& weight, const TensorView& out,
                          bool transpose_weight = false, Stream stream = {},
-                         const TensorView& row_order = {}, const TensorView& map_in_row_order = {});
+                         const TensorView& row_order = {}, const TensorView& map_in_row_order = {},
+                         bool allow_tf32 = false);
 
 // grad_weight[t] = sum over outputs o with map[t][o] >= 0 of features[map[t][o]]^T grad_out[o]:
 // [kernel_volume, C_in, C_out] (overwritten) in the features' dtype. The sum runs in a fixed
 // order (float32 partials over fixed chunks of outputs, then added chunk by chunk), so it is
 // the same bits on every run. row_order, map_in_row_order: the forward's (optional, speed
-// only, as there).
+// only, as there); allow_tf32 as there.
 void sparse_conv_backward_weight(const TensorView& map, const TensorView& features,
                                  const TensorView& grad_out, const TensorView& grad_weight,
                                  Stream stream = {}, const TensorView& row_order = {},
-                                 const TensorView& map_in_row_order = {});
+                                 const TensorView& map_in_row_order = {}, bool allow_tf32 = false);
 
 }  // namespace tilegrid::grid

@@ -171,9 +171,11 @@ def test_gradients_by_gradcheck(device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("cin,cout", [(24, 40), (136, 72), (5, 7)])
-def test_low_precision_against_float64(device, dtype, cin, cout):
+def test_low_precision_against_float64(monkeypatch, device, dtype, cin, cout):
     """On a GPU, float16/bfloat16 with channels a multiple of 8 take the tensor-core kernels
-    (136 and 72: tiles of 32 and 64 channels with a remainder); 5 -> 7 the CUDA-core ones."""
+    (136 and 72: tiles of 32 and 64 channels with a remainder); 5 -> 7 the CUDA-core ones.
+    float32 with TF32 off: the exact CUDA-core kernels (TF32 has its own test)."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     grid = random_grid(device, sizes=(300, 50), spread=8)
     plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
     x = torch.randn(grid.total_voxels, cin, device=device).to(dtype)
@@ -195,15 +197,16 @@ def test_low_precision_against_float64(device, dtype, cin, cout):
 @pytest.mark.gpu
 @requires_cuda
 @pytest.mark.parametrize("kernel", ["auto", "mma", "simt"])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize(
     "cin,cout,k", [(64, 64, 3), (64, 128, 3), (72, 256, 3), (128, 64, 2), (32, 48, 1), (24, 32, 3)]
 )
 def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout, k):
     """Each GPU kernel family on the same convolution, forward, input and weight gradients:
     `auto` is the Hopper (wgmma) kernels on an H200 (tiles of 64 and 128 channels, channels
-    with a remainder, k 1/2/3), mma the WMMA tiles, simt the CUDA cores. Outputs and gradients
-    are poisoned first (NaN where an element was not written)."""
+    with a remainder, k 1/2/3), mma the WMMA tiles, simt the CUDA cores; float32 is asked for
+    as TF32 (the WMMA tiles under auto and mma). Outputs and gradients are poisoned first (NaN
+    where an element was not written)."""
     monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", kernel)
     grid = random_grid("cuda", sizes=(900, 0, 1, 400), spread=9, far=True)
     s = 2 if k == 2 else 1
@@ -221,22 +224,53 @@ def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout,
     # them) and with the orders alone (the maps read through them).
     taps = w.reshape(cout, cin, -1).permute(2, 1, 0).contiguous()
     stream = torch.cuda.current_stream().cuda_stream
-    tol = {torch.float16: 1e-2, torch.bfloat16: 4e-2}[dtype]
+    tol = {torch.float16: 1e-2, torch.bfloat16: 4e-2, torch.float32: 4e-3}[dtype]
+    tf32 = dtype == torch.float32
     for ordered in (True, False):
         in_order = plan.map_in_row_order if ordered else None
         inverse_in_order = plan.inverse_map_in_row_order if ordered else None
         out = torch.full((target.total_voxels, cout), float("nan"), device="cuda", dtype=dtype)
         tg._C.sparse_conv_forward(plan.kernel_map, x, taps, out, False, stream, plan.row_order,
-                                  in_order)
+                                  in_order, tf32)
         grad_x = torch.full_like(x, float("nan"))
         tg._C.sparse_conv_forward(plan.inverse_map, g, taps, grad_x, True, stream,
-                                  plan.inverse_row_order, inverse_in_order)
+                                  plan.inverse_row_order, inverse_in_order, tf32)
         grad_w = torch.full_like(taps, float("nan"))
         tg._C.sparse_conv_backward_weight(plan.kernel_map, x, g, grad_w, stream, plan.row_order,
-                                          in_order)
+                                          in_order, tf32)
         for a, b in ((out, want_x), (grad_x, xr.grad), (grad_w, want_w)):
             assert not a.isnan().any()
             assert (a.double() - b).abs().max().item() <= tol * b.abs().max().item()
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_float32_follows_torchs_tf32_setting(monkeypatch):
+    """float32 features multiply as TF32 on tensor cores when torch.backends.cudnn.allow_tf32
+    (torch's own convolutions' switch) is on, exactly on CUDA cores when it is off: the first
+    is within TF32's rounding of float64 and not equal to the exact result, the second within
+    float32's, in all three products."""
+    grid = random_grid("cuda", sizes=(600, 200), spread=8)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    x = torch.randn(grid.total_voxels, 64, device="cuda")
+    w = torch.randn(32, 64, 3, 3, 3, device="cuda") / 24
+    g = torch.randn(grid.total_voxels, 32, device="cuda")
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    want_out = plan.execute(xr, wr)
+    want_out.backward(g.double())
+    want = (want_out, xr.grad, wr.grad)
+    results = {}
+    for allow in (False, True):
+        monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", allow)
+        xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = plan.execute(xl, wl)
+        out.backward(g)
+        results[allow] = (out, xl.grad, wl.grad)
+    for allow, tol in ((False, 1e-5), (True, 4e-3)):
+        for a, b in zip(results[allow], want):
+            assert (a.double() - b).abs().max().item() <= tol * b.abs().max().item()
+    for exact, tf32 in zip(results[False], results[True]):
+        assert not torch.equal(exact, tf32)  # TF32 rounding shows: the tensor cores ran
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -505,7 +539,7 @@ def test_bad_inputs_are_refused_with_what_was_expected(device):
         with pytest.raises(ValueError, match="names input row"):
             torch.ops.tilegrid.sparse_conv(
                 x, torch.randn(27, 4, 5), bad, plan.inverse_map, plan.row_order,
-                plan.inverse_row_order, plan.map_in_row_order, plan.inverse_map_in_row_order,
+                plan.inverse_row_order, plan.map_in_row_order, plan.inverse_map_in_row_order, False,
             )
 
 
