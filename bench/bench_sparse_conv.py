@@ -15,6 +15,18 @@ H200, rows in the plan's tap-mask order), "tilegrid rows in tree order" (the sam
 its row orders) and "tilegrid WMMA tiles" (TILEGRID_SPARSE_CONV_KERNEL=mma). Effective TFLOP/s = 2 * pairs * C^2 / time, pairs = the map's
 (input, output) pairs. Also timed: building the 3x3x3 map (tilegrid: the ConvolutionPlan with its
 inverse; spconv: the first call of a layer, map + convolution, minus the convolution).
+--unet: inference of tg.nn.SparseUNet (4 levels, channels 32-256, fp16) on the scene and of the
+same architecture in spconv and TorchSparse (bench/sparse_unet_peers.py: the same layers with
+tilegrid's weights copied in, each peer's output checked against tilegrid's), with the maps built
+in the call and with them reused as each library reuses them.
+
+TorchSparse 2.1 is best run in a process of its own for each channel count (spconv's module
+hidden from it): on an H200, one process that ran its Conv3d at C = 64 and then at 128 got an
+impossible time at 128 (0.05 ms) and then an illegal memory access, while one process a
+configuration gave outputs within 4e-4 of tilegrid's. For example:
+
+    PYTHONPATH=<torchsparse build> python bench/bench_sparse_conv.py --out ts128.json \
+        --dtypes float16 --channels 128
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import sparse_unet_peers as peers  # noqa: E402
 
 import tilegrid as tg  # noqa: E402
 
@@ -140,22 +153,86 @@ def forward_runs(report, spconv, label: str, grid, channels) -> None:
             r.flops = flops
 
 
-def unet_runs(report, grid, label: str) -> None:
-    """Inference of tg.nn.SparseUNet (channels 32-256, 4 levels, fp16) on the scene: with its
-    plans (maps) built in the call, and with them reused."""
+def unet_runs(report, grid, label: str, spconv=None, torchsparse=None) -> None:
+    """Inference of tg.nn.SparseUNet (channels 32-256, 4 levels, fp16) on the scene, and of the same
+    architecture in spconv and TorchSparse when they import (sparse_unet_peers: the same layers
+    with tilegrid's weights copied in, outputs checked against tilegrid's): with the maps built
+    in the call, and with them reused."""
     net = tg.nn.SparseUNet(1, 8, channels=(32, 64, 128, 256)).cuda().half().eval()
     feats = tg.JaggedTensor.from_data_and_offsets(
         torch.ones(grid.total_voxels, 1, device="cuda", dtype=torch.float16), grid.voxel_offsets)
+    problem = f"{label}: {grid.total_voxels} voxels"
 
     def with_maps(_):
         net._cached = None  # the plans are built again
         return net(feats, grid).jdata
 
     with torch.no_grad():
-        harness.run_each(report, "SparseUNet inference", f"{label}: {grid.total_voxels} voxels", None,
+        harness.run_each(report, "SparseUNet inference", problem, None,
                          [("tilegrid with maps", with_maps),
                           ("tilegrid maps reused", lambda _: net(feats, grid).jdata)],
                          sets=1, rounds=2, graph=False, iters=5)
+        if spconv is None and torchsparse is None:
+            return
+        ref = net(feats, grid).jdata
+        coords, shape, batch = peers.voxels(grid, net.levels)  # rows in ref's order
+        x = feats.jdata
+        if spconv is not None:
+            peer_unet_runs(
+                report, "spconv", problem, ref, coords, shape, lambda: peers.spconv_unet(spconv, net),
+                lambda maps: peers.spconv_input(spconv, x, coords, shape, batch, maps),
+                peers.spconv_maps, "spconv subm maps reused",
+                "the submanifold maps only: spconv reuses a strided convolution's indice_key within "
+                "one forward but not across calls (SparseConv3d asserts 'only support reuse subm "
+                "indices'), so its stride-2 maps are built in every call")
+        if torchsparse is not None:
+            peer_unet_runs(
+                report, "TorchSparse", problem, ref, coords, shape,
+                lambda: peers.torchsparse_unet(torchsparse, net),
+                lambda caches: peers.torchsparse_input(torchsparse, x, coords, shape, batch, caches),
+                peers.torchsparse_maps, "TorchSparse maps reused")
+
+
+def peer_unet_runs(report, system: str, problem: str, ref, coords, shape, build, make, maps_of,
+                   reused_name: str, reuse_note: str = "") -> None:
+    """One peer's U-Net (build()) checked against tilegrid's output ref on the same voxels
+    (coords, ref's rows), then timed: make(None) is an input whose maps the call builds,
+    make(maps_of(output)) one that reuses an earlier call's (what reuse_note, if any, says of
+    the reused row is recorded beside it). Any failure is recorded, not fatal."""
+    try:
+        peer = build()
+        first = peer(make(None))
+        maps = maps_of(first)
+        again = peer(make(maps))
+        report.checks[f"{system} U-Net vs tilegrid ({problem})"] = (
+            f"with maps: {output_difference(coords, ref, first, shape)}; "
+            f"maps reused: {output_difference(coords, ref, again, shape)}")
+        if reuse_note:
+            report.checks[f"{reused_name} ({problem})"] = reuse_note
+        first = again = None
+        harness.run_each(report, "SparseUNet inference", problem, None,
+                         [(f"{system} with maps", lambda _: peers.features(peer(make(None)))),
+                          (reused_name, lambda _: peers.features(peer(make(maps))))],
+                         sets=1, rounds=2, graph=False, iters=5)
+    except Exception as e:  # recorded, not fatal
+        report.checks[f"{system} U-Net"] = f"failed: {type(e).__name__}: {str(e)[-200:]}"
+
+
+def output_difference(coords, ref, out, shape) -> str:
+    """max |out - ref| / max |ref| over the voxels, rows matched by coordinates (a peer may order
+    its rows otherwise): both sides sorted by the linear index of (batch, x, y, z) in `shape`.
+    coords: the (batch, x, y, z) of ref's rows; out: a peer's output tensor."""
+    def by_voxel(c):
+        c = c.long()
+        return torch.sort(((c[:, 0] * shape[0] + c[:, 1]) * shape[1] + c[:, 2]) * shape[2] + c[:, 3])
+
+    ref_keys, ref_rows = by_voxel(coords)
+    out_keys, out_rows = by_voxel(peers.coordinates(out))
+    if not torch.equal(ref_keys, out_keys):
+        return (f"outputs not compared: the peer's {out_keys.numel()} output voxels are not the "
+                f"{ref_keys.numel()} input voxels")
+    a, b = ref[ref_rows].float(), peers.features(out)[out_rows].float()
+    return f"max relative difference {((a - b).abs().max() / a.abs().max()).item():.2e}"
 
 
 def main() -> None:
@@ -168,7 +245,8 @@ def main() -> None:
                         help="also the Stanford Bunny voxelized by from_mesh at 1024 and 2048 across "
                              "(bunny00.off from scripts/fetch_models.sh), forward fp16 at --channels")
     parser.add_argument("--unet", action="store_true",
-                        help="also SparseUNet inference on the surface scene, maps built and reused")
+                        help="also SparseUNet inference on the surface scene, maps built and reused: "
+                             "tilegrid's, and the same net in spconv and TorchSparse")
     parser.add_argument("--no-scene", action="store_true",
                         help="skip the per-channel runs on the surface scene (for a run of "
                              "--unet / --bunny / --large alone)")
@@ -280,8 +358,10 @@ def main() -> None:
             if time.time() - start > args.budget_s:
                 report.checks[f"{dtype_name} C={c}"] = "not measured: past --budget-s"
                 continue
+            # TorchSparse's forward cannot be captured in a CUDA graph (its capture comes back
+            # empty, timing nothing): with it in the run every system is timed launch by launch.
             harness.run_each(report, f"forward {dtype_name}", f"{problem}, C={c}", None, fwd, sets=sets,
-                             rounds=2, iters=20, extra=tflops)
+                             rounds=2, iters=20, extra=tflops, graph=torchsparse is None)
             harness.run_each(report, f"fwd+bwd {dtype_name}", f"{problem}, C={c}", None, train, sets=sets,
                              rounds=2, iters=10,
                              extra=lambda _n, ms, f=flops: {"effective_tflops": 3 * f / (ms * 1e-3) / 1e12})
@@ -296,7 +376,7 @@ def main() -> None:
             xs = gs = xg = None  # free this configuration's tensors before the next
 
     if args.unet and time.time() - start < args.budget_s:
-        unet_runs(report, grid, "surface scene")
+        unet_runs(report, grid, "surface scene", spconv, torchsparse)
         report.write(args.out)
     if args.bunny and time.time() - start < args.budget_s:
         models = os.environ.get("TILEGRID_MODELS_DIR") or os.path.join(os.path.dirname(__file__), "..", ".deps", "models")
