@@ -256,7 +256,10 @@ class ConvolutionPlan:
         """The convolution of `data` (the source grid's features, [N_in, C_in], a tensor or a
         JaggedTensor) with `weights` ([C_out, C_in, kx, ky, kz], or [C_out, C_in] for a 1x1x1
         kernel; cast to the features' dtype). Returns the target grid's features [N_out,
-        C_out], as a JaggedTensor if data was one. Differentiable in data and weights."""
+        C_out], as a JaggedTensor if data was one. Differentiable in data and weights.
+        float32 on a GPU of compute capability 8.0 or newer multiplies as TF32 on tensor cores
+        (channels a multiple of 8) while torch.backends.cudnn.allow_tf32 is set, as torch's
+        own convolutions do (its default); set it to False for float32 products."""
         features = data.jdata if isinstance(data, JaggedTensor) else data
         if not isinstance(features, torch.Tensor) or features.dim() != 2:
             raise ValueError(
