@@ -237,6 +237,27 @@ class ConvolutionPlan:
             target_grid = source_grid.conv_transpose_grid(kernel_size, stride)
         return cls(kernel_size, stride, source_grid, target_grid, True)
 
+    def transpose(self) -> "ConvolutionPlan":
+        """The transposed convolution back from this plan's target grid to its source grid
+        (for a stride-2 plan into a U-Net's coarser level, the decoder's way back up), built from
+        this plan's maps without computing any: a transposed convolution sends input i to output
+        o through tap t exactly where this one has output i read input o through t, so its map
+        is this plan's inverse map and the other way round, and the row orders swap with them.
+        Equal to from_grid_batch_transposed(kernel_size, stride, target_grid, source_grid) when
+        this plan is a strided one (tested), at no cost."""
+        out = ConvolutionPlan.__new__(ConvolutionPlan)
+        out.kernel_size, out.stride = self.kernel_size, self.stride
+        out.transposed = not self.transposed
+        out.source_grid, out.target_grid = self.target_grid, self.source_grid
+        out.source_voxels = self.target_grid.total_voxels
+        out.target_offsets = self.source_grid.voxel_offsets
+        out.kernel_map, out.inverse_map = self.inverse_map, self.kernel_map
+        out.dense = self.dense
+        out.row_order, out.inverse_row_order = self.inverse_row_order, self.row_order
+        out.map_in_row_order = self.inverse_map_in_row_order
+        out.inverse_map_in_row_order = self.map_in_row_order
+        return out
+
     @property
     def kernel_volume(self) -> int:
         k = self.kernel_size
@@ -259,7 +280,7 @@ class ConvolutionPlan:
         C_out], as a JaggedTensor if data was one. Differentiable in data and weights.
         float32 on a GPU of compute capability 8.0 or newer multiplies as TF32 on tensor cores
         (channels a multiple of 8) while torch.backends.cudnn.allow_tf32 is set, as torch's
-        own convolutions do (its default); set it to False for float32 products."""
+        own convolutions do (its default); set it to False for exact float32 products."""
         features = data.jdata if isinstance(data, JaggedTensor) else data
         if not isinstance(features, torch.Tensor) or features.dim() != 2:
             raise ValueError(

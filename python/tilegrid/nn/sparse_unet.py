@@ -59,8 +59,8 @@ class SparseUNetPlans:
             self.grids.append(self.grids[-1].conv_grid(2, 2))
         self.same = [ConvolutionPlan.from_grid_batch(3, 1, g, g) for g in self.grids]
         self.down = [ConvolutionPlan.from_grid_batch(2, 2, f, c) for f, c in zip(self.grids, self.grids[1:])]
-        self.up = [ConvolutionPlan.from_grid_batch_transposed(2, 2, c, f)
-                   for f, c in zip(self.grids, self.grids[1:])]
+        # The way back up is each down plan transposed: its maps, none built again.
+        self.up = [down.transpose() for down in self.down]
 
 
 class SparseUNet(nn.Module):

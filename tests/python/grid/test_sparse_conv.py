@@ -274,6 +274,29 @@ def test_float32_follows_torchs_tf32_setting(monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kernel_size,stride", [(2, 2), (3, 2), (3, 1)])
+def test_a_plan_transposed_equals_the_transposed_plan_built_anew(device, kernel_size, stride):
+    """plan.transpose() (the way back up a U-Net, from the down plan's maps) has the maps and
+    results of from_grid_batch_transposed between the same grids, the other way, and for a
+    strided plan its GPU row orders too (a submanifold plan shares one order between its map
+    and its inverse, a freshly built transposed plan sorts each: speed only)."""
+    fine = random_grid(device, sizes=(300, 0, 1, 120), spread=7, far=True)
+    coarse = fine.conv_grid(kernel_size, stride) if stride > 1 else fine
+    down = tg.ConvolutionPlan.from_grid_batch(kernel_size, stride, fine, coarse)
+    up = down.transpose()
+    built = tg.ConvolutionPlan.from_grid_batch_transposed(kernel_size, stride, coarse, fine)
+    assert up.transposed and up.source_grid is coarse and up.target_grid is fine
+    names = ["kernel_map", "inverse_map"]
+    if stride > 1:
+        names += ["row_order", "inverse_row_order", "map_in_row_order", "inverse_map_in_row_order"]
+    for name in names:
+        assert torch.equal(getattr(up, name), getattr(built, name)), name
+    x = torch.randn(coarse.total_voxels, 3, dtype=torch.float64, device=device)
+    w = torch.randn(4, 3, kernel_size, kernel_size, kernel_size, dtype=torch.float64, device=device)
+    torch.testing.assert_close(up.execute(x, w), built.execute(x, w), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_kernel_map_row_order_sorts_rows_by_their_taps(device):
     grid = random_grid(device, sizes=(700, 0, 1, 300), spread=8, far=True)
     plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
