@@ -231,13 +231,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     warpgroup_fence_operand(rA);
     wgmma<false>(mma_kv, tKVrA, tKVrB(_, _, _, stage), acc_kv);
     NamedBarrier::sync(Traits::kConsumerThreads, Traits::kBarrierDsWritten);
-    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
-    wgmma<true>(mma_dq, tDqrdS, tDqrKt, acc_dq);
-    warpgroup_wait<1>();  // dV / dK: this warpgroup is done with the stage
+    // dV / dK completes before the dQ product starts: P^T / dS^T's registers (the A operand)
+    // are free by then, so the dQ accumulator (64 a thread) does not sit beside them and dV or
+    // dK (128): with the two products in flight together ptxas spilled 636 bytes a thread.
+    warpgroup_wait<0>();  // this warpgroup is done with the stage
     warpgroup_fence_operand(rA);
     warpgroup_fence_operand(acc_kv);
     if (signals) pipeline.consumer_release(read);
     ++read;
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
+    wgmma<true>(mma_dq, tDqrdS, tDqrKt, acc_dq);
 
     // The step's dQ part (before the softmax scale) once the writer warp has read the last
     // step's out; the writer adds it into the float32 sums.
