@@ -167,10 +167,22 @@ def unet_runs(report, grid, label: str, spconv=None, torchsparse=None) -> None:
         net._cached = None  # the plans are built again
         return net(feats, grid).jdata
 
+    def plans(_):
+        return tg.nn.SparseUNetPlans(grid, net.levels)
+
+    def plans_up_built_anew(_):
+        # The level plans with the way up built as its own plans (as before
+        # ConvolutionPlan.transpose()): what transposing the down plans saves.
+        p = tg.nn.SparseUNetPlans(grid, net.levels)
+        return [tg.ConvolutionPlan.from_grid_batch_transposed(2, 2, c, f) for f, c in zip(p.grids, p.grids[1:])]
+
     with torch.no_grad():
         harness.run_each(report, "SparseUNet inference", problem, None,
                          [("tilegrid with maps", with_maps),
                           ("tilegrid maps reused", lambda _: net(feats, grid).jdata)],
+                         sets=1, rounds=2, graph=False, iters=5)
+        harness.run_each(report, "SparseUNet level plans", problem, None,
+                         [("tilegrid", plans), ("tilegrid, way up built anew", plans_up_built_anew)],
                          sets=1, rounds=2, graph=False, iters=5)
         if spconv is None and torchsparse is None:
             return
