@@ -1,5 +1,6 @@
-// The convolution's grid and maps on the GPU: one thread a (voxel, tap), running the tap
-// arithmetic (conv_taps.h) and the tree lookup (TreeView::index_of) that the CPU runs.
+// The convolution's grid and maps on the GPU: the candidates one thread a (voxel, tap), the map
+// one thread an output voxel over its taps, running the tap arithmetic (conv_taps.h) and the
+// tree lookup (CachedLookup, index_tree.h) that the CPU runs.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -65,16 +66,19 @@ __global__ void candidate_scatter_kernel(const int32_t* __restrict__ xyz,
 __global__ void kernel_map_kernel(TreeView source, const int32_t* __restrict__ target_xyz,
                                   const int64_t* __restrict__ target_offsets, int64_t num_grids,
                                   int64_t n_out, Taps taps, int32_t* __restrict__ map) {
-  // p = t * n_out + o: consecutive threads take consecutive outputs of one tap, so the stores
-  // are coalesced and neighbouring outputs walk the same tree nodes.
-  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n_out * taps.volume;
-       p += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = p / n_out, o = p % n_out;
-    const int64_t b = tensor_of_row(target_offsets, num_grids, o);
-    Coord in;
-    const bool has =
-        taps.input_of({target_xyz[3 * o], target_xyz[3 * o + 1], target_xyz[3 * o + 2]}, t, in);
-    map[p] = has ? int32_t(source.index_of(b, in)) : -1;
+  // A thread an output, its taps in turn through one cached lookup: a 3x3x3 stencil's inputs
+  // mostly lie in the output's leaf (all 27 for 216 of a leaf's 512 positions) and nearly
+  // always in its lower node, so most lookups read the leaf alone instead of walking the root
+  // table, the upper and the lower node each. Consecutive threads take consecutive outputs:
+  // each tap's stores are coalesced, and a warp's lookups share nodes.
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n_out;
+       o += int64_t(gridDim.x) * blockDim.x) {
+    const Coord out{target_xyz[3 * o], target_xyz[3 * o + 1], target_xyz[3 * o + 2]};
+    CachedLookup lookup(source, tensor_of_row(target_offsets, num_grids, o));
+    for (int64_t t = 0; t < taps.volume; ++t) {
+      Coord in;
+      map[t * n_out + o] = taps.input_of(out, t, in) ? int32_t(lookup.index_of(in)) : -1;
+    }
   }
 }
 
@@ -145,7 +149,7 @@ void kernel_map(const TreeView& source, const int32_t* target_xyz, const int64_t
                 Stream stream) {
   if (n_out == 0) return;
   CudaDeviceGuard guard(device);
-  kernel_map_kernel<<<blocks_for(n_out * taps.volume), kThreads, 0, raw(stream)>>>(
+  kernel_map_kernel<<<blocks_for(n_out), kThreads, 0, raw(stream)>>>(
       source, target_xyz, target_offsets, num_grids, n_out, taps, map);
   TG_CUDA_CHECK_LAUNCH();
 }

@@ -50,9 +50,10 @@ void kernel_map(const TreeView& source, const int32_t* target_xyz, const int64_t
   for (int64_t b = 0; b < num_grids; ++b)
     for (int64_t o = target_offsets[b]; o < target_offsets[b + 1]; ++o) {
       const Coord out{target_xyz[3 * o], target_xyz[3 * o + 1], target_xyz[3 * o + 2]};
+      CachedLookup lookup(source, b);  // an output's taps mostly share its leaf (as on the GPU)
       for (int64_t t = 0; t < taps.volume; ++t) {
         Coord in;
-        map[t * n_out + o] = taps.input_of(out, t, in) ? int32_t(source.index_of(b, in)) : -1;
+        map[t * n_out + o] = taps.input_of(out, t, in) ? int32_t(lookup.index_of(in)) : -1;
       }
     }
 }

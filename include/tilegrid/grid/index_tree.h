@@ -144,27 +144,45 @@ struct TreeView {
   }
 };
 
-// index_of for one thread's run of nearby lookups (a ray's field samples, a cell's 8 corners):
-// the last 8^3 block's leaf (or its absence) is kept, so that a lookup in the same block skips
-// the root table, the upper and the lower node (6 dependent loads down to 2).
+// index_of for one thread's run of nearby lookups (a ray's field samples, a cell's 8 corners, a
+// voxel's stencil), cached a level at a time: the last 8^3 block's leaf (or its absence) and the
+// last 128^3 block's lower node (or its absence) are kept, so that a lookup in the same leaf
+// skips the root table, the upper and the lower node (6 dependent loads down to 2), and one in
+// another leaf of the same lower node skips the root table and the upper node.
 struct CachedLookup {
   const TreeView& tree;
   int64_t grid;
-  Coord block{0, 0, 0};
-  bool cached = false;
+  Coord block{0, 0, 0};        // the cached leaf's 8^3 block
+  Coord lower_block{0, 0, 0};  // the cached lower node's 128^3 block
+  bool cached = false, lower_cached = false;
   const LeafNode* leaf = nullptr;
+  const LowerNode* lower = nullptr;
 
   TG_HOST_DEVICE CachedLookup(const TreeView& t, int64_t b) : tree(t), grid(b) {}
 
   TG_HOST_DEVICE int64_t index_of(Coord c) {
-    const Coord origin{int32_t(uint32_t(c.i) & ~7u), int32_t(uint32_t(c.j) & ~7u), int32_t(uint32_t(c.k) & ~7u)};
-    if (!cached || origin.i != block.i || origin.j != block.j || origin.k != block.k) {
-      leaf = tree.leaf_of(grid, c);
+    const Coord origin = aligned(c, ~((1u << kLeafLog2) - 1));
+    if (!cached || !same(origin, block)) {
+      const Coord lower_origin = aligned(c, ~((1u << kUpperShift) - 1));
+      if (!lower_cached || !same(lower_origin, lower_block)) {
+        lower = tree.lower_of(grid, c);
+        lower_block = lower_origin;
+        lower_cached = true;
+      }
+      leaf = tree.leaf_in(lower, c);
       block = origin;
       cached = true;
     }
     return TreeView::index_in_leaf(leaf, c);
   }
+
+ private:
+  // The origin of c's block (mask ~(size - 1); two's complement, so negative coordinates
+  // round down as the tree's blocks do).
+  TG_HOST_DEVICE static Coord aligned(Coord c, uint32_t mask) {
+    return {int32_t(uint32_t(c.i) & mask), int32_t(uint32_t(c.j) & mask), int32_t(uint32_t(c.k) & mask)};
+  }
+  TG_HOST_DEVICE static bool same(Coord a, Coord b) { return a.i == b.i && a.j == b.j && a.k == b.k; }
 };
 
 }  // namespace tilegrid::grid
