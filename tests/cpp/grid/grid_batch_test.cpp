@@ -143,6 +143,41 @@ TEST(GridBatch, CachedLookupAgreesWithIndexOf) {
   EXPECT_GT(active, 2000);  // the walks meet active voxels, not only empty space (about 8000)
 }
 
+// The same across node boundaries: clusters of voxels that straddle the 128^3 blocks of lower
+// nodes (at 0 and +-128) and sit in different upper nodes (4096^3 blocks), walked in steps
+// that cross those boundaries and in jumps between clusters, so that the lookup's cached
+// lower node must be kept within a block and dropped at its edge.
+TEST(GridBatch, CachedLookupAgreesWithIndexOfAcrossLowerAndUpperNodes) {
+  const std::vector<Coord> centres = {{0, 0, 0}, {128, 0, 0}, {-128, 127, 0}, {127, -128, 255},
+                                      {4096, 0, 0}, {-4097, 4095, -1}};
+  std::uniform_int_distribution<int32_t> near(-10, 10), pick(0, int32_t(centres.size()) - 1);
+  std::vector<std::vector<Ijk>> grids(2);
+  for (auto& grid : grids)
+    for (const Coord& c : centres)
+      for (int p = 0; p < 1500; ++p)
+        grid.push_back({c.i + near(testing::rng()), c.j + near(testing::rng()), c.k + near(testing::rng())});
+  GridBatch batch = GridBatch::from_ijk(make_ijk(grids));
+  const TreeView tree = batch.view();
+  std::uniform_int_distribution<int32_t> step(-3, 3), jump(0, 19);
+  int64_t active = 0;
+  for (int64_t b = 0; b < batch.num_grids(); ++b) {
+    CachedLookup lookup(tree, b);
+    Coord c{0, 0, 0};
+    for (int n = 0; n < 30000; ++n) {
+      if (jump(testing::rng()) == 0) {
+        const Coord& to = centres[pick(testing::rng())];
+        c = {to.i + near(testing::rng()), to.j + near(testing::rng()), to.k + near(testing::rng())};
+      } else {
+        c = {c.i + step(testing::rng()), c.j + step(testing::rng()), c.k + step(testing::rng())};
+      }
+      const int64_t want = tree.index_of(b, c);
+      ASSERT_EQ(lookup.index_of(c), want) << "grid " << b << " at " << c.i << ", " << c.j << ", " << c.k;
+      active += want >= 0;
+    }
+  }
+  EXPECT_GT(active, 3000);  // the walks meet active voxels, not only empty space
+}
+
 TEST(GridBatch, DenseBoxCostsUnderAThirdOfAByteAVoxel) {
   std::vector<Ijk> box;
   for (int i = 0; i < 64; ++i)
