@@ -181,8 +181,21 @@ def unet_runs(report, grid, label: str, spconv=None, torchsparse=None) -> None:
                          [("tilegrid with maps", with_maps),
                           ("tilegrid maps reused", lambda _: net(feats, grid).jdata)],
                          sets=1, rounds=2, graph=False, iters=5)
+        # And the plans' parts, for where their time goes: the coarser grids alone, and the
+        # submanifold and down plans on grids built once.
+        levels = tg.nn.SparseUNetPlans(grid, net.levels).grids
+
+        def coarser_grids(_):
+            g = grid
+            return [g := g.conv_grid(2, 2) for _ in range(net.levels - 1)]
+
         harness.run_each(report, "SparseUNet level plans", problem, None,
-                         [("tilegrid", plans), ("tilegrid, way up built anew", plans_up_built_anew)],
+                         [("tilegrid", plans), ("tilegrid, way up built anew", plans_up_built_anew),
+                          ("coarser grids alone", coarser_grids),
+                          ("submanifold plans alone", lambda _: [
+                              tg.ConvolutionPlan.from_grid_batch(3, 1, g, g) for g in levels]),
+                          ("down plans alone", lambda _: [
+                              tg.ConvolutionPlan.from_grid_batch(2, 2, f, c) for f, c in zip(levels, levels[1:])])],
                          sets=1, rounds=2, graph=False, iters=5)
         if spconv is None and torchsparse is None:
             return
