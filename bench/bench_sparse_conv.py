@@ -75,7 +75,7 @@ def spconv_layer(spconv, ijk, features, weight):
     ijk = ijk - ijk.min(0).values
     conv = spconv.SubMConv3d(c, c, 3, bias=False, indice_key="bench").to(features.device, features.dtype)
     with torch.no_grad():
-        conv.weight.copy_(weight.permute(0, 2, 3, 4, 1))
+        conv.weight.copy_(peers.spconv_weight(weight))
     indices = torch.cat([torch.zeros(ijk.shape[0], 1, dtype=torch.int32, device=ijk.device), ijk], 1)
     shape = (ijk.max(0).values + 1).tolist()
     make = lambda f: spconv.SparseConvTensor(f, indices, shape, 1)  # noqa: E731
@@ -91,7 +91,7 @@ def torchsparse_layer(ts, ijk, features, weight):
     c = weight.shape[0]
     conv = ts.nn.Conv3d(c, c, 3, bias=False).to(features.device, features.dtype)
     with torch.no_grad():
-        conv.kernel.copy_(weight.permute(4, 3, 2, 1, 0).reshape(27, c, c))
+        conv.kernel.copy_(peers.torchsparse_weight(weight))
     ijk = ijk - ijk.min(0).values
     coords = torch.cat([torch.zeros(ijk.shape[0], 1, dtype=torch.int32, device=ijk.device),
                         ijk.int()], 1)

@@ -170,6 +170,11 @@ def _peer_of(net, conv, conv_weight) -> PeerUNet:
 # spconv 2.x
 
 
+def spconv_weight(w: torch.Tensor) -> torch.Tensor:
+    """[C_out, C_in, kx, ky, kz] -> spconv's [C_out, kx, ky, kz, C_in] (module docstring)."""
+    return w.permute(0, 2, 3, 4, 1)
+
+
 def spconv_unet(spconv, net) -> PeerUNet:
     """net (a tg.nn.SparseUNet) in spconv (the spconv.pytorch module). The convolutions of a
     level share its maps through indice_key "subm{level}"; an up convolution inverts the down
@@ -182,7 +187,7 @@ def spconv_unet(spconv, net) -> PeerUNet:
                                        indice_key=f"down{level}")
         return spconv.SparseInverseConv3d(cin, cout, 2, indice_key=f"down{level}", bias=False)
 
-    return _peer_of(net, conv, lambda w: w.permute(0, 2, 3, 4, 1))
+    return _peer_of(net, conv, spconv_weight)
 
 
 def spconv_input(spconv, feats, coords, shape, batch_size, maps=None):
@@ -205,7 +210,7 @@ def spconv_maps(out) -> dict:
 # TorchSparse 2.1
 
 
-def _torchsparse_weight(w: torch.Tensor) -> torch.Tensor:
+def torchsparse_weight(w: torch.Tensor) -> torch.Tensor:
     """[C_out, C_in, kx, ky, kz] -> [taps, C_in, C_out] in TorchSparse's tap order (module
     docstring): x fastest for an odd kernel volume, z fastest (our order) for an even one."""
     taps = w[0, 0].numel()
@@ -222,7 +227,7 @@ def torchsparse_unet(ts, net) -> PeerUNet:
             return ts.nn.Conv3d(cin, cout, 3, bias=False)
         return ts.nn.Conv3d(cin, cout, 2, stride=2, bias=False, transposed=kind == "up")
 
-    return _peer_of(net, conv, _torchsparse_weight)
+    return _peer_of(net, conv, torchsparse_weight)
 
 
 def torchsparse_input(ts, feats, coords, shape, batch_size, caches=None):
