@@ -93,6 +93,10 @@ JaggedTensor::JaggedTensor(Tensor jdata, Tensor joffsets, Stream stream)
   validate_jagged(jdata_, joffsets_, stream);
 }
 
+JaggedTensor JaggedTensor::from_trusted_offsets(Tensor jdata, Tensor joffsets) {
+  return JaggedTensor(std::move(jdata), std::move(joffsets), Trusted{});
+}
+
 Tensor JaggedTensor::jidx(Stream stream) const {
   Tensor out = Tensor::empty({num_rows()}, DType::Int32, device(), stream);
   jagged_batch_index(joffsets_, out, stream);

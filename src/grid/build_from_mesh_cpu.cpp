@@ -58,7 +58,7 @@ JaggedTensor mesh_voxels_cuda(const JaggedTensor& vertices, const JaggedTensor& 
   TG_CHECK_VALUE(error != cuda::MeshError::NotFinite, kOp, ": vertices must be finite");
   TG_CHECK_VALUE(error != cuda::MeshError::OutOfRange, kOp,
                  ": a triangle leaves the int32 voxel range; use a larger voxel size");
-  return JaggedTensor(out.xyz, out.offsets, stream);
+  return JaggedTensor::from_trusted_offsets(out.xyz, out.offsets);
 #else
   (void)vertices, (void)faces, (void)transforms, (void)stream;
   throw Error(detail::concat(kOp, ": tilegrid was built without CUDA"));

@@ -62,7 +62,8 @@ GridBatch output_grid(const char* op, const GridBatch& source, const ConvGeometr
     TG_CHECK_VALUE(cuda::conv_candidates(xyz, offsets, source.num_grids(), source.total_voxels(),
                                          taps, source.device().index, stream, out),
                    op, kRange);
-    return GridBatch::from_ijk(JaggedTensor(out.xyz, out.offsets, stream), sizes, origins, stream);
+    return GridBatch::from_ijk(JaggedTensor::from_trusted_offsets(out.xyz, out.offsets), sizes,
+                               origins, stream);
 #endif
   }
   std::vector<int32_t> out_xyz;

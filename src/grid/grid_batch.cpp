@@ -99,7 +99,7 @@ JaggedTensor GridBatch::ijk(Stream stream) const {
 #ifdef TILEGRID_WITH_CUDA
     cuda::active_ijk(leaves, num_leaves(), xyz, device_.index, stream);
 #endif
-    return JaggedTensor(out, voxel_offsets_, stream);
+    return JaggedTensor::from_trusted_offsets(out, voxel_offsets_);
   }
   for (int64_t l = 0; l < num_leaves(); ++l) {
     const LeafNode& leaf = leaves[l];
@@ -111,7 +111,7 @@ JaggedTensor GridBatch::ijk(Stream stream) const {
       row[2] = leaf.origin.k + int32_t(n & 7);
     }
   }
-  return JaggedTensor(out, voxel_offsets_);
+  return JaggedTensor::from_trusted_offsets(out, voxel_offsets_);
 }
 
 }  // namespace tilegrid::grid

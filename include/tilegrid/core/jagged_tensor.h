@@ -2,6 +2,8 @@
 // A batch of B tensors whose leading sizes differ, stored as one tensor `jdata` of shape
 // [N, ...] plus `joffsets` (int64, [B+1]): tensor b is rows joffsets[b] .. joffsets[b+1].
 // Names follow fVDB (jdata, joffsets, jidx) so that its users read our code without a map.
+#include <utility>
+
 #include "tilegrid/core/tensor.h"
 
 namespace tilegrid {
@@ -19,6 +21,12 @@ class JaggedTensor {
   // Validates on construction (see validate_jagged).
   JaggedTensor(Tensor jdata, Tensor joffsets, Stream stream = {});
 
+  // For offsets the library has just made itself (a grid's voxel offsets, a kernel's output
+  // ranges): not validated. On a GPU a validation costs a stream synchronisation, and a
+  // sparse network's level plans built ~13 of them for offsets that were right by
+  // construction.
+  static JaggedTensor from_trusted_offsets(Tensor jdata, Tensor joffsets);
+
   const Tensor& jdata() const { return jdata_; }
   const Tensor& joffsets() const { return joffsets_; }
   int64_t num_tensors() const { return joffsets_.shape()[0] - 1; }
@@ -29,6 +37,10 @@ class JaggedTensor {
   Tensor jidx(Stream stream = {}) const;
 
  private:
+  struct Trusted {};
+  JaggedTensor(Tensor jdata, Tensor joffsets, Trusted)
+      : jdata_(std::move(jdata)), joffsets_(std::move(joffsets)) {}
+
   Tensor jdata_;
   Tensor joffsets_;
 };

@@ -170,10 +170,12 @@ def test_gradients_by_gradcheck(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("cin,cout", [(24, 40), (136, 72), (5, 7)])
+@pytest.mark.parametrize("cin,cout", [(24, 40), (136, 72), (5, 7), (3, 32)])
 def test_low_precision_against_float64(monkeypatch, device, dtype, cin, cout):
     """On a GPU, float16/bfloat16 with channels a multiple of 8 take the tensor-core kernels
-    (136 and 72: tiles of 32 and 64 channels with a remainder); 5 -> 7 the CUDA-core ones.
+    (136 and 72: tiles of 32 and 64 channels with a remainder); 5 -> 7 the CUDA-core ones
+    (input channels padded to 8); 3 -> 32, a first layer's, the tensor-core kernels with the
+    input channels padded to 8 (the weight gradient sliced back to 3).
     float32 with TF32 off: the exact CUDA-core kernels (TF32 has its own test)."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     grid = random_grid(device, sizes=(300, 50), spread=8)
