@@ -475,7 +475,9 @@ BuiltTree build_tree(const int32_t* xyz, const int64_t* joffsets, int64_t num_gr
   grid_ranges<<<blocks_for(num_grids + 1), kThreads, 0, s>>>(
       voxel_grid, v, num_grids, static_cast<int64_t*>(out.voxel_offsets.data()));
   TG_CUDA_CHECK_LAUNCH();
-  TG_CUDA_CHECK(cudaStreamSynchronize(s));  // scratch is released on return
+  // No synchronisation here: scratch is released on return, and both allocators a Tensor
+  // takes (cudaMallocAsync's pool, torch's caching allocator) free in stream order, so the
+  // kernels above still own it until they finish.
   return out;
 }
 
