@@ -229,12 +229,20 @@ class ConvolutionPlan:
             self._inverse_map = self.kernel_map.flip(0)
         return self._inverse_map
 
+    @inverse_map.setter
+    def inverse_map(self, value: torch.Tensor) -> None:
+        self._inverse_map = value
+
     @property
     def inverse_map_in_row_order(self) -> torch.Tensor:
         """The inverse map's columns in inverse_row_order (empty where the row orders are)."""
         if self._inverse_map_in_row_order is None:
             self._inverse_map_in_row_order = self.map_in_row_order.flip(0)
         return self._inverse_map_in_row_order
+
+    @inverse_map_in_row_order.setter
+    def inverse_map_in_row_order(self, value: torch.Tensor) -> None:
+        self._inverse_map_in_row_order = value
 
     @classmethod
     def from_grid_batch(cls, kernel_size, stride, source_grid, target_grid=None) -> "ConvolutionPlan":
