@@ -4,6 +4,7 @@
 #include "convert.h"
 #include "tilegrid/fusion/cross_entropy.h"
 #include "tilegrid/fusion/rms_norm.h"
+#include "tilegrid/fusion/rope_rotate.h"
 
 namespace tilegrid::python {
 
@@ -37,6 +38,16 @@ void bind_fusion(nb::module_& m) {
       },
       nb::arg("logits"), nb::arg("target"), nb::arg("ignore_index"), nb::arg("loss"),
       nb::arg("grad_scale").none(), nb::arg("stream") = 0);
+
+  m.def(
+      "rope_rotate",
+      [](nb::ndarray<> x, nb::ndarray<> positions, nb::ndarray<> inv_freq, bool inverse,
+         nb::ndarray<> out, uintptr_t stream) {
+        rope_rotate(as_view(x), as_view(positions), as_view(inv_freq), inverse, as_view(out),
+                    as_stream(stream));
+      },
+      nb::arg("x"), nb::arg("positions"), nb::arg("inv_freq"), nb::arg("inverse"), nb::arg("out"),
+      nb::arg("stream") = 0);
 }
 
 }  // namespace tilegrid::python
