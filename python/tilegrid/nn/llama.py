@@ -14,9 +14,12 @@ What is fused today (forward and backward):
   weights are kept interleaved ([g0, u0, g1, u1, ...] rows, one parameter): checkpoints are
   interleaved when they load and split again by state_dict();
 - attention's Q, K and V as one product with RoPE in its epilogue (`rope > store`): the q and
-  k weight rows gathered into interleaved order each call (Hugging Face's rotate-half
-  checkpoints load unchanged), the gradient rotated back in torch (on CUDA for bfloat16 on
-  Hopper; other CUDA GPUs and dtypes take tg.linear and torch's RoPE);
+  k weight rows gathered into interleaved order each call, in the copy that stacks the three
+  weights (Hugging Face's rotate-half checkpoints load unchanged); q, k and v come out as
+  column blocks of the product, so their gradients arrive apart and the product's gradient is
+  written in one pass: dq and dk rotated back into their columns by tg.rope_rotate (a kernel of
+  its own on CUDA), dv copied into its columns (on CUDA for bfloat16 on Hopper; other CUDA
+  GPUs and dtypes take tg.linear and torch's RoPE);
 - attention is tg.flash_attn_func (forward and backward kernels, causal);
 - the O projection is tg.linear; RMSNorm is tg.nn.RMSNorm.
 Not fused yet (plain torch between the kernels): the residual additions and the norms' row
@@ -35,6 +38,7 @@ import torch
 from .. import epilogue
 from ..flash_attn import flash_attn_func
 from ..gemm import linear, matmul
+from ..rope_rotate import rope_rotate
 from .rms_norm import RMSNorm
 
 
@@ -139,11 +143,20 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def _interleaved(w: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
-    """The rows of a q or k projection [heads * head_dim, hidden] reordered from rotate-half
+def _qkv_weight(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, head_dim: int):
+    """The fused product's weight [q; k; v] with the q and k rows reordered from rotate-half
     heads (Hugging Face's: dims j and j + D/2 rotate together) to interleaved ones (dims 2j and
-    2j + 1, the epilogue's pairs): a view and one copy (its backward a copy too)."""
-    return w.view(heads, 2, head_dim // 2, w.shape[1]).transpose(1, 2).reshape(heads * head_dim, w.shape[1])
+    2j + 1, the epilogue's pairs), v's rows as they are: one copy (torch.cat of strided views),
+    and in the backward one copy each of the q and k gradients back into Hugging Face's order."""
+    half = head_dim // 2
+
+    def pairs(w, interleave):  # [heads, D/2, 2, hidden]: row (h, j, t) of the fused weight
+        if interleave:
+            return w.view(-1, 2, half, w.shape[1]).transpose(1, 2)
+        return w.view(-1, half, 2, w.shape[1])
+
+    w = torch.cat([pairs(q, True), pairs(k, True), pairs(v, False)])
+    return w.view(-1, q.shape[1])
 
 
 def _fused_programs_run_on(x: torch.Tensor) -> bool:
@@ -152,34 +165,39 @@ def _fused_programs_run_on(x: torch.Tensor) -> bool:
 
 
 class _QkvRope(torch.autograd.Function):
-    """qkv = x w^T with RoPE on the first `rotated` heads' columns (q and k: interleaved pairs)
-    in the product's epilogue (`rope > store`); the backward rotates their gradient back
-    (torch, one [M, head_dim / 2] angle table for every head) and runs the two products."""
+    """q, k, v = x w^T split by columns, with RoPE on the q and k columns (interleaved pairs) in
+    the product's epilogue (`rope > store`). The three outputs are column blocks of one buffer,
+    so that the backward receives their gradients apart and writes the product's gradient in
+    one pass: dq and dk rotated back into their columns (tg.rope_rotate), dv copied into its
+    own; then the two products."""
 
     @staticmethod
-    def forward(ctx, x, w, positions, frequencies, inv_freq, rotated):
+    def forward(ctx, x, w, positions, frequencies, inv_freq, widths):
         out = x.new_empty(x.shape[0], w.shape[0])
         epilogue.matmul(x, w.t(), epilogue.Program().rope(positions, frequencies).store(out))
         ctx.save_for_backward(x, w, positions, inv_freq)
-        ctx.rotated = rotated
-        return out
+        ctx.widths = widths
+        ctx.set_materialize_grads(False)  # an unused output's gradient is None: zeros below
+        nq, nk, _ = widths
+        return out[:, :nq], out[:, nq:nq + nk], out[:, nq + nk:]
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx, dq, dk, dv):
         x, w, positions, inv_freq = ctx.saved_tensors
-        M, half = dout.shape[0], inv_freq.shape[0]
-        dout = dout.contiguous()
-        rotated = ctx.rotated * 2 * half  # the q and k columns; v's pass unchanged
-        # The q/k gradient rotated by -angle, pair (a, b) as the complex a + ib times
-        # e^(-i angle): a c + b s and b c - a s, in float32, rounded once. Three passes over
-        # those columns (to float32, the product, back into d), where the pair-by-pair
-        # float32 arithmetic on strided views took about ten.
-        angle = positions.float()[:, None, None] * inv_freq[None, None, :]  # [M, 1, D/2]
-        turn = torch.polar(torch.ones_like(angle), -angle)
-        pairs = torch.view_as_complex(dout[:, :rotated].reshape(M, ctx.rotated, half, 2).float())
-        d = torch.empty_like(dout)
-        d[:, :rotated] = torch.view_as_real(pairs * turn).reshape(M, rotated)
-        d[:, rotated:] = dout[:, rotated:]
+        d = x.new_empty(x.shape[0], w.shape[0])
+        start = 0
+        for grad, width, rotated in zip((dq, dk, dv), ctx.widths, (True, True, False)):
+            cols = d[:, start:start + width]
+            start += width
+            if grad is None:
+                cols.zero_()
+            elif rotated:
+                # The kernel reads rows of any stride but needs unit column steps (an expanded
+                # gradient has none).
+                grad = grad if grad.stride(-1) == 1 else grad.contiguous()
+                rope_rotate(grad.to(d.dtype), positions, inv_freq, inverse=True, out=cols)
+            else:
+                cols.copy_(grad)
         dx = matmul(d, w) if ctx.needs_input_grad[0] else None
         dw = matmul(d.t(), x) if ctx.needs_input_grad[1] else None
         return dx, dw, None, None, None, None
@@ -226,22 +244,20 @@ class LlamaAttention(torch.nn.Module):
 
     def _fused_forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Q, K and V as one product with RoPE in its epilogue. The q and k rows are put in
-        interleaved order for it (a reordering copy of the weights each call, so that the
-        parameters keep Hugging Face's layout); attention is the same in that basis, since q
-        and k share it and v keeps its own."""
+        interleaved order for it (a copy of the weights each call, so that the parameters keep
+        Hugging Face's layout); attention is the same in that basis, since q and k share it and
+        v keeps its own."""
         b, s, _ = x.shape
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        w = torch.cat([_interleaved(self.q_proj.weight, hq, d), _interleaved(self.k_proj.weight, hkv, d),
-                       self.v_proj.weight])
+        w = _qkv_weight(self.q_proj.weight, self.k_proj.weight, self.v_proj.weight, d)
         inv_freq = rotary_frequencies(d, self.rope_theta, x.device)
         frequencies = torch.cat([inv_freq.repeat(hq + hkv), inv_freq.new_zeros(hkv * d // 2)])
         rows = x.reshape(b * s, -1).contiguous()
         positions = position_ids.expand(b, s).reshape(-1).to(torch.int64).contiguous()  # [1, s] too
-        qkv = _QkvRope.apply(rows, w, positions, frequencies, inv_freq, hq + hkv)
-        q = qkv[:, :hq * d].view(b, s, hq, d)
-        k = qkv[:, hq * d:(hq + hkv) * d].view(b, s, hkv, d)
-        v = qkv[:, (hq + hkv) * d:].view(b, s, hkv, d)
-        out = flash_attn_func(q, k, v, causal=True)
+        widths = (hq * d, hkv * d, hkv * d)
+        q, k, v = _QkvRope.apply(rows, w, positions, frequencies, inv_freq, widths)
+        out = flash_attn_func(q.view(b, s, hq, d), k.view(b, s, hkv, d), v.view(b, s, hkv, d),
+                              causal=True)
         return linear(out.reshape(b, s, hq * d), self.o_proj.weight)
 
 

@@ -215,6 +215,65 @@ def test_attention_with_position_ids_matches_rotate_half_rope(device):
             assert rel(got[n].float(), ref[n].grad) < 4e-2, n
 
 
+def test_qkv_weight_stacks_q_and_k_interleaved_and_v_as_it_is():
+    """Row (h, j, t) of a q or k head in the fused weight is Hugging Face's row h D + t D/2 + j
+    (dims j and j + D/2 rotate together there, 2j and 2j + 1 in the epilogue); v's rows keep
+    their order."""
+    d, hidden = 16, 8
+    q, k, v = torch.randn(4 * d, hidden), torch.randn(2 * d, hidden), torch.randn(2 * d, hidden)
+    w = tg.nn.llama._qkv_weight(q, k, v, d)
+    for name, src, first in (("q", q, 0), ("k", k, 4 * d)):
+        for h in range(src.shape[0] // d):
+            for j in range(d // 2):
+                for t in range(2):
+                    assert torch.equal(w[first + h * d + 2 * j + t], src[h * d + t * d // 2 + j]), name
+    assert torch.equal(w[6 * d:], v)
+
+
+def rope_interleaved(p, positions, frequencies):
+    """float64: pair j of each row of p rotated by positions * frequencies[j]."""
+    angle = positions.double()[:, None] * frequencies.double()[None]
+    a, b = p[..., 0::2], p[..., 1::2]
+    c, s = angle.cos(), angle.sin()
+    return torch.stack([a * c - b * s, a * s + b * c], -1).reshape(p.shape)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("used", ["qkv", "q", "k", "v", "qk"])
+def test_qkv_rope_gradients_when_outputs_go_unused(device, used):
+    """The QKV product's backward takes dq, dk and dv apart (an unused output's gradient is
+    None, counted as zeros), rotates dq and dk back into their columns of one gradient and
+    copies dv beside them: x's and the weight's gradients against float64 autograd through
+    interleaved-pair RoPE, for every subset of the outputs in the loss."""
+    tokens, hidden, hq, hkv, d = 40, 64, 4, 2, 16
+    widths = (hq * d, hkv * d, hkv * d)
+    x = torch.randn(tokens, hidden, device=device).bfloat16().requires_grad_()
+    w = (torch.randn(sum(widths), hidden, device=device) / hidden**0.5).bfloat16().requires_grad_()
+    positions = torch.randint(0, 512, (tokens,), device=device)
+    inv_freq = tg.nn.llama.rotary_frequencies(d, 10000.0, device)
+    frequencies = torch.cat([inv_freq.repeat(hq + hkv), inv_freq.new_zeros(hkv * d // 2)])
+    outs = tg.nn.llama._QkvRope.apply(x, w, positions, frequencies, inv_freq, widths)
+    assert [tuple(o.shape) for o in outs] == [(tokens, n) for n in widths]
+    weights = [torch.randn(tokens, n, device=device) for n in widths]
+    loss = sum((o.float() * g).sum() for o, g, name in zip(outs, weights, "qkv") if name in used)
+    loss.backward()
+
+    x64 = x.detach().double().requires_grad_()
+    w64 = w.detach().double().requires_grad_()
+    ref = rope_interleaved(x64 @ w64.t(), positions, frequencies).split(widths, 1)
+    for o, r in zip(outs, ref):
+        assert rel(o, r) < 1e-2
+    sum((r * g.double()).sum() for r, g, name in zip(ref, weights, "qkv") if name in used).backward()
+    assert rel(x.grad, x64.grad) < 2e-2
+    assert rel(w.grad, w64.grad) < 2e-2
+    # The unused outputs' weight rows get exactly no gradient.
+    start = 0
+    for n, name in zip(widths, "qkv"):
+        if name not in used:
+            assert not w.grad[start:start + n].any(), name
+        start += n
+
+
 def test_inductor_compiles_the_layer_on_the_cpu():
     """The default backend too (Inductor generates code around the custom ops): the same
     gradients as eager, to bf16 rounding of the code it fuses around them."""
