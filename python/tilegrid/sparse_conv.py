@@ -71,6 +71,10 @@ def sparse_conv(
     kernel_map_row_order of the map, or empty; map_in_row_order: kernel_map_in_row_order of the
     map and that order, or empty (both speed only, never the result). allow_tf32: float32 on a
     GPU (sm_80+) multiplies as TF32 on tensor cores, in both passes."""
+    return _forward(features, weight, kernel_map, row_order, map_in_row_order, allow_tf32)
+
+
+def _forward(features, weight, kernel_map, row_order, map_in_row_order, allow_tf32):
     out = features.new_empty(kernel_map.shape[1], weight.shape[2])
     _C.sparse_conv_forward(
         kernel_map, features, weight, out, False, current_stream(features), _order(row_order),
@@ -147,6 +151,25 @@ sparse_conv.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def _kernel_weight(weights: torch.Tensor, cout: int, cin: int, volume: int, dtype: torch.dtype,
+                   reuse: bool) -> torch.Tensor:
+    """weights [C_out, C_in, taps...] as the kernels read them, [taps, C_in, C_out] in the
+    features' dtype: one small copy, differentiable. With reuse (inference), the copy is kept
+    on the weight tensor and made again only when the weight changes (its version counter:
+    an optimizer step, load_state_dict) or another dtype is asked for."""
+    def relayout():
+        return weights.reshape(cout, cin, volume).permute(2, 1, 0).to(dtype).contiguous()
+    if not reuse:
+        return relayout()
+    key = (weights._version, weights.data_ptr(), dtype, cout, cin, volume)
+    kept = getattr(weights, "_tilegrid_kernel_weight", None)
+    if kept is None or kept[0] != key:
+        with torch.no_grad():
+            kept = (key, relayout())
+        weights._tilegrid_kernel_weight = kept
+    return kept[1]
 
 
 class ConvolutionPlan:
@@ -345,9 +368,12 @@ class ConvolutionPlan:
                 f"ConvolutionPlan.execute: weights are on {weights.device} but data is on "
                 f"{features.device}"
             )
-        # [C_out, C_in, taps] -> [taps, C_in, C_out]: one small copy, differentiable.
-        w = weights.reshape(cout, cin, self.kernel_volume).permute(2, 1, 0)
-        w = w.to(features.dtype).contiguous()
+        # Inference (no gradient wanted, not traced) skips what only autograd needs: the
+        # custom op's dispatch, and the weight's re-layout, kept beside the weight until it
+        # changes. A U-Net's inference is bound by such per-layer host costs on a GPU.
+        inference = not torch.compiler.is_compiling() and not (
+            torch.is_grad_enabled() and (features.requires_grad or weights.requires_grad))
+        w = _kernel_weight(weights, cout, cin, self.kernel_volume, features.dtype, inference)
         if self.dense and features.dtype in (torch.float16, torch.bfloat16) and cin % 8 == 0 \
                 and cout % 8 == 0 and features.shape[0] > 0:
             # tg.matmul's GEMM (cuBLAS-class on Hopper), differentiable in both operands.
@@ -365,16 +391,21 @@ class ConvolutionPlan:
                 w = torch.nn.functional.pad(w, (0, 0, 0, pad))
             # float32 multiplies as TF32 on tensor cores where torch lets its own convolutions
             # (torch.backends.cudnn.allow_tf32, True by default), exactly otherwise.
-            # The inverse maps are read by the input gradient alone: none is made for a call
-            # that will not need one (inference; a first layer's features).
-            if torch.is_grad_enabled() and features.requires_grad:
-                inverse = (self.inverse_map, self.inverse_row_order, self.inverse_map_in_row_order)
+            allow_tf32 = bool(torch.backends.cudnn.allow_tf32)
+            if inference:
+                out = _forward(features, w, self.kernel_map, self.row_order, self.map_in_row_order,
+                               allow_tf32)
             else:
-                inverse = (self.kernel_map.new_empty(0),) * 3
-            out = sparse_conv(
-                features, w, self.kernel_map, inverse[0], self.row_order, inverse[1],
-                self.map_in_row_order, inverse[2], bool(torch.backends.cudnn.allow_tf32),
-            )
+                # The inverse maps are read by the input gradient alone: none is made for a
+                # call that will not need one (a first layer's features).
+                if torch.is_grad_enabled() and features.requires_grad:
+                    inverse = (self.inverse_map, self.inverse_row_order, self.inverse_map_in_row_order)
+                else:
+                    inverse = (self.kernel_map.new_empty(0),) * 3
+                out = sparse_conv(
+                    features, w, self.kernel_map, inverse[0], self.row_order, inverse[1],
+                    self.map_in_row_order, inverse[2], allow_tf32,
+                )
         if isinstance(data, JaggedTensor):
             return JaggedTensor._from_trusted(out, self.target_offsets)
         return out

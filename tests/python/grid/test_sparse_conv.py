@@ -169,6 +169,29 @@ def test_gradients_by_gradcheck(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_inference_keeps_the_weight_layout_until_the_weight_changes(device):
+    """Without autograd, execute() keeps the weight's kernel layout on the weight and takes the
+    kernels directly: the same result as with autograd, and a changed weight (in place, as an
+    optimizer step) or another dtype is laid out again."""
+    grid = random_grid(device, sizes=(60, 20), spread=5)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    conv = tg.nn.SparseConv3d(8, 16, 3, bias=False).to(device).double()
+    x = torch.randn(grid.total_voxels, 8, dtype=torch.float64, device=device)
+    with_grad = conv(x, plan)
+    with torch.no_grad():
+        first = conv(x, plan)
+        kept = conv.weight._tilegrid_kernel_weight[1]
+        assert torch.equal(first, with_grad.detach())
+        assert conv(x, plan) is not first and conv.weight._tilegrid_kernel_weight[1] is kept
+        conv.weight.mul_(2)  # an in-place update bumps the weight's version
+        assert torch.allclose(conv(x, plan), 2 * first)
+        assert conv.weight._tilegrid_kernel_weight[1] is not kept
+        assert conv(x.float(), plan).dtype == torch.float32
+        conv.weight.copy_(torch.zeros_like(conv.weight))
+        assert conv(x, plan).abs().max().item() == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("cin,cout", [(24, 40), (136, 72), (5, 7), (3, 32)])
 def test_low_precision_against_float64(monkeypatch, device, dtype, cin, cout):
