@@ -2,19 +2,26 @@
 
     python bench/profile_breakdown.py llama-no-core [--out table.txt]
     python bench/profile_breakdown.py unet-with-maps [--out table.txt]
+    python bench/profile_breakdown.py unet-with-maps --host   # where the host's time goes
+
 
 llama-no-core: tg.nn.LlamaDecoderLayer forward + backward at Llama-3-8B shapes (T = 8192,
 bf16) with bench_llama.py's pass-through core, beside its twelve GEMMs on cuBLAS, the gap
 between the two being what the fusion issue's block must remove. unet-with-maps:
 tg.nn.SparseUNet inference (channels 32-256, fp16) on bench_sparse_conv.py's 485k-voxel scene
 with its level plans built in the call. One warm-up, then --iters profiled iterations; the
-table's times are totals over them, sorted by GPU time.
+table's times are totals over them, sorted by GPU time. --host: the Python profile of the
+same iterations instead (cProfile, by time spent in each function itself), for workloads whose
+wall time exceeds their GPU time.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import os
+import pstats
 import sys
 
 import torch
@@ -54,7 +61,12 @@ def unet_with_maps():
         with torch.no_grad():
             return net(feats, grid).jdata
 
+    def maps_reused():
+        with torch.no_grad():
+            return net(feats, grid).jdata
+
     return {"SparseUNet inference with maps": with_maps,
+            "SparseUNet inference with maps reused": maps_reused,
             "SparseUNet level plans": lambda: tg.nn.SparseUNetPlans(grid, net.levels)}
 
 
@@ -67,11 +79,23 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--rows", type=int, default=40)
     parser.add_argument("--out")
+    parser.add_argument("--host", action="store_true")
     args = parser.parse_args()
     text = []
     for name, fn in WORKLOADS[args.workload]().items():
         fn()
         torch.cuda.synchronize()
+        if args.host:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(args.iters):
+                fn()
+            torch.cuda.synchronize()
+            profiler.disable()
+            stream = io.StringIO()
+            pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(args.rows)
+            text.append(f"## {name}: {args.iters} iterations, host profile\n{stream.getvalue()}")
+            continue
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(args.iters):
                 fn()
