@@ -158,8 +158,11 @@ __global__ void make_compact_keys(const int32_t* __restrict__ xyz,
 }
 
 // The full TreeKey of each unique compact key, for the node-building passes.
-__global__ void expand_compact_keys(const uint64_t* __restrict__ compact, int64_t n,
-                                    CompactLayout layout, TreeKey* __restrict__ keys) {
+// The first *count keys (count on the device: launched over an upper bound, no read-back).
+__global__ void expand_compact_keys(const uint64_t* __restrict__ compact,
+                                    const int64_t* __restrict__ count, CompactLayout layout,
+                                    TreeKey* __restrict__ keys) {
+  const int64_t n = *count;
   const int shift_k = kInNodeBits, shift_j = shift_k + layout.width[3];
   const int shift_i = shift_j + layout.width[2], shift_b = shift_i + layout.width[1];
   auto field = [](uint64_t key, int shift, int width) {
@@ -181,11 +184,18 @@ __global__ void expand_compact_keys(const uint64_t* __restrict__ compact, int64_
 }
 
 // flags[v] = 1 where voxel v starts a new upper node / lower node / leaf.
-__global__ void node_starts(const TreeKey* __restrict__ voxels, int64_t n,
-                            int64_t* __restrict__ new_upper, int64_t* __restrict__ new_lower,
-                            int64_t* __restrict__ new_leaf) {
-  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < n;
+// Over `bound` entries, the first *count of them voxels (the count stays on the device): the
+// entries past the voxels are flagged 0, so the scans over all `bound` count the nodes.
+__global__ void node_starts(const TreeKey* __restrict__ voxels, const int64_t* __restrict__ count,
+                            int64_t bound, int64_t* __restrict__ new_upper,
+                            int64_t* __restrict__ new_lower, int64_t* __restrict__ new_leaf) {
+  const int64_t n = *count;
+  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < bound;
        v += int64_t(gridDim.x) * blockDim.x) {
+    if (v >= n) {
+      new_upper[v] = new_lower[v] = new_leaf[v] = 0;
+      continue;
+    }
     const TreeKey& k = voxels[v];
     const bool upper = v == 0 || !same_root(voxels[v - 1], k);
     const bool lower = upper || upper_position(voxels[v - 1]) != upper_position(k);
@@ -249,14 +259,16 @@ __device__ ChildMask<kLeafLog2>& mask_of(LeafNode& node) {
   return node.voxels;
 }
 
-// counts[level] = nodes at that level: the exclusive scan's last value plus the last flag.
+// counts = {upper, lower and leaf nodes, voxels}: the scans' totals over all `bound` entries
+// (past the voxels every flag is 0), and the voxel count, for one read-back.
 __global__ void count_nodes(const int64_t* f0, const int64_t* f1, const int64_t* f2,
-                            const int64_t* i0, const int64_t* i1, const int64_t* i2, int64_t v,
-                            int64_t* counts) {
+                            const int64_t* i0, const int64_t* i1, const int64_t* i2,
+                            const int64_t* voxel_count, int64_t bound, int64_t* counts) {
   if (threadIdx.x == 0) {
-    counts[0] = i0[v - 1] + f0[v - 1];
-    counts[1] = i1[v - 1] + f1[v - 1];
-    counts[2] = i2[v - 1] + f2[v - 1];
+    counts[0] = i0[bound - 1] + f0[bound - 1];
+    counts[1] = i1[bound - 1] + f1[bound - 1];
+    counts[2] = i2[bound - 1] + f2[bound - 1];
+    counts[3] = *voxel_count;
   }
 }
 
@@ -327,14 +339,6 @@ struct Scratch {
   }
 };
 
-template <class T>
-T to_host(const T* device_value, cudaStream_t s) {
-  T value;
-  TG_CUDA_CHECK(cudaMemcpyAsync(&value, device_value, sizeof(T), cudaMemcpyDeviceToHost, s));
-  TG_CUDA_CHECK(cudaStreamSynchronize(s));
-  return value;
-}
-
 // The 64-bit key layout for these points, or nothing when grid and origins need more than 28
 // bits (then the full 128-bit key is sorted). One small reduction and one read-back.
 std::optional<CompactLayout> compact_layout(const int32_t* xyz, int64_t n, int64_t num_grids,
@@ -362,11 +366,11 @@ std::optional<CompactLayout> compact_layout(const int32_t* xyz, int64_t n, int64
   return layout;
 }
 
-// Sorted unique voxels from 64-bit keys, expanded to TreeKeys; returns their count.
-int64_t sort_unique_compact(const int32_t* xyz, const int64_t* joffsets, int64_t num_grids,
-                            int64_t n, const CompactLayout& layout, Scratch& scratch,
-                            TreeKey* voxels, cudaStream_t s) {
-  int64_t* num_voxels_dev = scratch.get<int64_t>(1);
+// Sorted unique voxels from 64-bit keys, expanded to TreeKeys; their count into
+// *num_voxels_dev (on the device).
+void sort_unique_compact(const int32_t* xyz, const int64_t* joffsets, int64_t num_grids,
+                         int64_t n, const CompactLayout& layout, Scratch& scratch,
+                         TreeKey* voxels, int64_t* num_voxels_dev, cudaStream_t s) {
   uint64_t* keys = scratch.get<uint64_t>(n);
   uint64_t* sorted = scratch.get<uint64_t>(n);
   make_compact_keys<<<blocks_for(n), kThreads, 0, s>>>(xyz, joffsets, num_grids, n, layout, keys);
@@ -381,16 +385,15 @@ int64_t sort_unique_compact(const int32_t* xyz, const int64_t* joffsets, int64_t
   TG_CUDA_CHECK(cub::DeviceSelect::Unique(nullptr, bytes, sorted, unique, num_voxels_dev, n, s));
   TG_CUDA_CHECK(cub::DeviceSelect::Unique(scratch.get<uint8_t>(int64_t(bytes)), bytes, sorted,
                                           unique, num_voxels_dev, n, s));
-  const int64_t v = to_host(num_voxels_dev, s);
-  expand_compact_keys<<<blocks_for(v), kThreads, 0, s>>>(unique, v, layout, voxels);
+  expand_compact_keys<<<blocks_for(n), kThreads, 0, s>>>(unique, num_voxels_dev, layout, voxels);
   TG_CUDA_CHECK_LAUNCH();
-  return v;
 }
 
-// Sorted unique voxels from full 128-bit keys; returns their count.
-int64_t sort_unique_full(const int32_t* xyz, const int64_t* joffsets, int64_t num_grids,
-                         int64_t n, Scratch& scratch, TreeKey* voxels, cudaStream_t s) {
-  int64_t* num_voxels_dev = scratch.get<int64_t>(1);
+// Sorted unique voxels from full 128-bit keys; their count into *num_voxels_dev (on the
+// device).
+void sort_unique_full(const int32_t* xyz, const int64_t* joffsets, int64_t num_grids, int64_t n,
+                      Scratch& scratch, TreeKey* voxels, int64_t* num_voxels_dev,
+                      cudaStream_t s) {
   TreeKey* keys = scratch.get<TreeKey>(n);
   TreeKey* sorted = scratch.get<TreeKey>(n);
   make_keys<<<blocks_for(n), kThreads, 0, s>>>(xyz, joffsets, num_grids, n, keys);
@@ -404,7 +407,6 @@ int64_t sort_unique_full(const int32_t* xyz, const int64_t* joffsets, int64_t nu
   TG_CUDA_CHECK(cub::DeviceSelect::Unique(nullptr, bytes, sorted, voxels, num_voxels_dev, n, s));
   TG_CUDA_CHECK(cub::DeviceSelect::Unique(scratch.get<uint8_t>(int64_t(bytes)), bytes, sorted,
                                           voxels, num_voxels_dev, n, s));
-  return to_host(num_voxels_dev, s);
 }
 
 }  // namespace
@@ -416,34 +418,39 @@ BuiltTree build_tree(const int32_t* xyz, const int64_t* joffsets, int64_t num_gr
   Scratch scratch{{}, device, stream};
   BuiltTree out;
 
+  // The voxels (sorted, unique) and their nodes are found over the n inputs, an upper bound of
+  // the voxels, with the voxel count left on the device, so that the voxel and node counts
+  // come back in one read-back (one stream synchronisation instead of two: a network's level
+  // grids are built between kernels that then wait for the host).
   TreeKey* voxels = scratch.get<TreeKey>(n);
-  int64_t v = 0;
+  int64_t* num_voxels_dev = scratch.get<int64_t>(1);
+  int64_t counts[4] = {0, 0, 0, 0};  // upper, lower and leaf nodes, voxels
+  int64_t* flags[3] = {scratch.get<int64_t>(n), scratch.get<int64_t>(n), scratch.get<int64_t>(n)};
+  int64_t* ids[3] = {scratch.get<int64_t>(n), scratch.get<int64_t>(n), scratch.get<int64_t>(n)};
   if (n > 0) {
     const std::optional<CompactLayout> layout = compact_layout(xyz, n, num_grids, scratch, s);
-    v = layout ? sort_unique_compact(xyz, joffsets, num_grids, n, *layout, scratch, voxels, s)
-               : sort_unique_full(xyz, joffsets, num_grids, n, scratch, voxels, s);
-  }
-  out.num_voxels = v;
-
-  int64_t* flags[3] = {scratch.get<int64_t>(v), scratch.get<int64_t>(v), scratch.get<int64_t>(v)};
-  int64_t* ids[3] = {scratch.get<int64_t>(v), scratch.get<int64_t>(v), scratch.get<int64_t>(v)};
-  int64_t counts[3] = {0, 0, 0};
-  if (v > 0) {
-    node_starts<<<blocks_for(v), kThreads, 0, s>>>(voxels, v, flags[0], flags[1], flags[2]);
+    if (layout)
+      sort_unique_compact(xyz, joffsets, num_grids, n, *layout, scratch, voxels, num_voxels_dev, s);
+    else
+      sort_unique_full(xyz, joffsets, num_grids, n, scratch, voxels, num_voxels_dev, s);
+    node_starts<<<blocks_for(n), kThreads, 0, s>>>(voxels, num_voxels_dev, n, flags[0], flags[1],
+                                                   flags[2]);
     TG_CUDA_CHECK_LAUNCH();
     for (int level = 0; level < 3; ++level) {
       size_t bytes = 0;
-      TG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, flags[level], ids[level], v, s));
+      TG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, flags[level], ids[level], n, s));
       TG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scratch.get<uint8_t>(int64_t(bytes)), bytes,
-                                                  flags[level], ids[level], v, s));
+                                                  flags[level], ids[level], n, s));
     }
-    int64_t* node_counts = scratch.get<int64_t>(3);
-    count_nodes<<<1, 32, 0, s>>>(flags[0], flags[1], flags[2], ids[0], ids[1], ids[2], v,
-                                 node_counts);
+    int64_t* node_counts = scratch.get<int64_t>(4);
+    count_nodes<<<1, 32, 0, s>>>(flags[0], flags[1], flags[2], ids[0], ids[1], ids[2],
+                                 num_voxels_dev, n, node_counts);
     TG_CUDA_CHECK_LAUNCH();
     TG_CUDA_CHECK(cudaMemcpyAsync(counts, node_counts, sizeof(counts), cudaMemcpyDeviceToHost, s));
     TG_CUDA_CHECK(cudaStreamSynchronize(s));
   }
+  const int64_t v = counts[3];
+  out.num_voxels = v;
   out.uppers = Tensor::empty({counts[0] * int64_t(sizeof(UpperNode))}, DType::UInt8,
                              Device::cuda(device), stream);
   out.lowers = Tensor::empty({counts[1] * int64_t(sizeof(LowerNode))}, DType::UInt8,

@@ -63,6 +63,25 @@ __global__ void candidate_scatter_kernel(const int32_t* __restrict__ xyz,
     }
 }
 
+// A kernel that tiles its stride (kernel size = stride, no padding, not transposed: a U-Net's
+// 2x2x2 downsampling) sends each input through exactly one tap per axis, to floor(i / stride):
+// one candidate an input, its parent.
+bool tiles_its_stride(const Taps& taps) {
+  if (taps.transposed) return false;
+  for (int a = 0; a < 3; ++a)
+    if (taps.size[a] != taps.stride[a] || taps.pad[a] != 0) return false;
+  return true;
+}
+
+__global__ void parent_candidates_kernel(const int32_t* __restrict__ xyz, int64_t n, Taps taps,
+                                         int32_t* __restrict__ out) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < 3 * n;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t i = xyz[p], s = taps.stride[p % 3];
+    out[p] = i >= 0 ? i / s : -((-int64_t(i) + s - 1) / s);  // floor, in int64 for INT32_MIN
+  }
+}
+
 __global__ void kernel_map_kernel(TreeView source, const int32_t* __restrict__ target_xyz,
                                   const int64_t* __restrict__ target_offsets, int64_t num_grids,
                                   int64_t n_out, Taps taps, int32_t* __restrict__ map) {
@@ -105,6 +124,21 @@ bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t n
   CudaDeviceGuard guard(device);
   const cudaStream_t s = raw(stream);
   const Device dev = Device::cuda(device);
+  if (tiles_its_stride(taps)) {
+    // As many candidates as inputs, in the inputs' grids: no flags, scan or read-back (each
+    // of a U-Net's coarser grids waited on one).
+    out.xyz = Tensor::empty({n, 3}, DType::Int32, dev, stream);
+    out.offsets = Tensor::empty({num_grids + 1}, DType::Int64, dev, stream);
+    TG_CUDA_CHECK(cudaMemcpyAsync(out.offsets.data(), voxel_offsets,
+                                  sizeof(int64_t) * size_t(num_grids + 1),
+                                  cudaMemcpyDeviceToDevice, s));
+    if (n > 0) {
+      parent_candidates_kernel<<<blocks_for(3 * n), kThreads, 0, s>>>(
+          xyz, n, taps, static_cast<int32_t*>(out.xyz.data()));
+      TG_CUDA_CHECK_LAUNCH();
+    }
+    return true;
+  }
   const int64_t total = n * taps.volume;
   Tensor flags = Tensor::empty({std::max<int64_t>(total, 1)}, DType::Int32, dev, stream);
   Tensor positions = Tensor::empty({std::max<int64_t>(total, 1)}, DType::Int64, dev, stream);
