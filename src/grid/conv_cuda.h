@@ -26,6 +26,14 @@ bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t n
 void kernel_map(const TreeView& source, const int32_t* target_xyz, const int64_t* target_offsets,
                 int64_t num_grids, int64_t n_out, const Taps& taps, int32_t* map, int device,
                 Stream stream);
+// The same map where the taps reach no further than the 8^3 blocks next to an output's own
+// (stride 1, not transposed, kernel sizes up to 17; leaf_map_applies): one CTA a leaf of the
+// target, over the 27 source leaves around it held in shared memory. Returns false, writing
+// nothing, where it does not apply.
+bool leaf_map_applies(const Taps& taps);
+void kernel_map_by_leaf(const TreeView& source, const LeafNode* target_leaves, int64_t num_leaves,
+                        const int64_t* target_offsets, int64_t num_grids, int64_t n_out,
+                        const Taps& taps, int32_t* map, int device, Stream stream);
 void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_t n_in,
                        int32_t* inverse, int device, Stream stream);
 // order [n_out]: the rows sorted stably by the bits t < 64 of (map[t][o] >= 0).

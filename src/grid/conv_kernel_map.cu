@@ -101,6 +101,75 @@ __global__ void kernel_map_kernel(TreeView source, const int32_t* __restrict__ t
   }
 }
 
+// The 27 source leaves around a target leaf (its own 8^3 block and the 26 next to it), as
+// kernel_map_by_leaf_kernel keeps them: slot ((di + 1) * 3 + dj + 1) * 3 + dk + 1.
+struct NeighbourLeaves {
+  uint64_t bits[27][8];
+  uint32_t before[27][8];
+  int64_t first_voxel[27];  // -1: no leaf there
+  int16_t position[512];    // the target leaf's active positions, in row order
+};
+
+// One CTA a target leaf. A 3x3x3 stencil's inputs all lie in the 27 leaves around its output's
+// leaf, so they are found once a leaf (27 tree walks for up to 512 outputs) and each tap of
+// each output is then a bit test and a popcount in shared memory. Threads take the leaf's
+// outputs in row order, so each tap's stores are runs of consecutive rows.
+__global__ void kernel_map_by_leaf_kernel(TreeView source, const LeafNode* __restrict__ leaves,
+                                          int64_t num_leaves,
+                                          const int64_t* __restrict__ target_offsets,
+                                          int64_t num_grids, int64_t n_out, Taps taps,
+                                          int32_t* __restrict__ map) {
+  __shared__ NeighbourLeaves near;
+  for (int64_t l = blockIdx.x; l < num_leaves; l += gridDim.x) {
+    const LeafNode& leaf = leaves[l];
+    const Coord o = leaf.origin;
+    if (threadIdx.x < 27) {
+      const int s = int(threadIdx.x);
+      const int64_t c[3] = {int64_t(o.i) + 8 * (s / 9 - 1), int64_t(o.j) + 8 * (s / 3 % 3 - 1),
+                            int64_t(o.k) + 8 * (s % 3 - 1)};
+      const bool in_range = c[0] >= INT32_MIN && c[0] <= INT32_MAX && c[1] >= INT32_MIN &&
+                            c[1] <= INT32_MAX && c[2] >= INT32_MIN && c[2] <= INT32_MAX;
+      const LeafNode* n =
+          in_range ? source.leaf_of(tensor_of_row(target_offsets, num_grids, leaf.first_voxel),
+                                    {int32_t(c[0]), int32_t(c[1]), int32_t(c[2])})
+                   : nullptr;
+      near.first_voxel[s] = n ? n->first_voxel : -1;
+      for (int w = 0; w < 8; ++w) {
+        near.bits[s][w] = n ? n->voxels.bits[w] : 0;
+        near.before[s][w] = n ? n->voxels.before[w] : 0;
+      }
+    }
+    for (int p = int(threadIdx.x); p < 512; p += int(blockDim.x))
+      if (leaf.voxels.test(uint32_t(p))) near.position[leaf.voxels.rank(uint32_t(p))] = int16_t(p);
+    __syncthreads();
+    const int count = int(leaf.voxels.before[7]) + popcount64(leaf.voxels.bits[7]);
+    for (int r = int(threadIdx.x); r < count; r += int(blockDim.x)) {
+      const int p = near.position[r];
+      const int pos[3] = {p >> 6, (p >> 3) & 7, p & 7};
+      const int64_t row = leaf.first_voxel + r;
+      for (int64_t t = 0; t < taps.volume; ++t) {
+        int32_t d[3];
+        taps.split(t, d);
+        int slot = 0, q = 0;
+        for (int a = 0; a < 3; ++a) {
+          const int x = pos[a] + d[a] - taps.pad[a];  // in [-8, 16): leaf_map_applies
+          slot = slot * 3 + (x >> 3) + 1;             // arithmetic shift: -1, 0 or 1
+          q = (q << 3) | (x & 7);
+        }
+        int32_t index = -1;
+        if (near.first_voxel[slot] >= 0) {
+          const uint64_t word = near.bits[slot][q >> 6];
+          if ((word >> (q & 63)) & 1u)
+            index = int32_t(near.first_voxel[slot] + near.before[slot][q >> 6] +
+                            popcount64(word & ((uint64_t(1) << (q & 63)) - 1)));
+        }
+        map[t * n_out + row] = index;
+      }
+    }
+    __syncthreads();  // `near` is refilled for the next leaf
+  }
+}
+
 __global__ void fill_kernel(int32_t* __restrict__ out, int64_t n, int32_t value) {
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
        p += int64_t(gridDim.x) * blockDim.x)
@@ -185,6 +254,25 @@ void kernel_map(const TreeView& source, const int32_t* target_xyz, const int64_t
   CudaDeviceGuard guard(device);
   kernel_map_kernel<<<blocks_for(n_out), kThreads, 0, raw(stream)>>>(
       source, target_xyz, target_offsets, num_grids, n_out, taps, map);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+bool leaf_map_applies(const Taps& taps) {
+  if (taps.transposed) return false;
+  for (int a = 0; a < 3; ++a)  // inputs o + d - pad within one leaf of o's: [-8, 16)
+    if (taps.stride[a] != 1 || taps.pad[a] > 8 || taps.size[a] - 1 - taps.pad[a] > 8) return false;
+  return true;
+}
+
+void kernel_map_by_leaf(const TreeView& source, const LeafNode* target_leaves, int64_t num_leaves,
+                        const int64_t* target_offsets, int64_t num_grids, int64_t n_out,
+                        const Taps& taps, int32_t* map, int device, Stream stream) {
+  if (num_leaves == 0 || n_out == 0) return;
+  CudaDeviceGuard guard(device);
+  // 128 threads: a surface leaf holds ~100 of its 512 voxels.
+  const unsigned blocks = unsigned(std::min<int64_t>(num_leaves, 1 << 20));
+  kernel_map_by_leaf_kernel<<<blocks, 128, 0, raw(stream)>>>(
+      source, target_leaves, num_leaves, target_offsets, num_grids, n_out, taps, map);
   TG_CUDA_CHECK_LAUNCH();
 }
 

@@ -173,6 +173,15 @@ Tensor kernel_map(const GridBatch& source, const GridBatch& target, const ConvGe
   const int64_t n_out = target.total_voxels();
   const Device device = target.device();
   Tensor map = Tensor::empty({taps.volume, n_out}, DType::Int32, device, stream);
+#ifdef TILEGRID_WITH_CUDA
+  if (device.is_cuda() && cuda::leaf_map_applies(taps)) {
+    cuda::kernel_map_by_leaf(source.view(), target.view().leaves, target.num_leaves(),
+                             target.voxel_offsets().view().data_ptr<const int64_t>(),
+                             target.num_grids(), n_out, taps, static_cast<int32_t*>(map.data()),
+                             device.index, stream);
+    return map;
+  }
+#endif
   const JaggedTensor ijk = target.ijk(stream);
   const int32_t* xyz = ijk.jdata().view().data_ptr<const int32_t>();
   const int64_t* offsets = target.voxel_offsets().view().data_ptr<const int64_t>();

@@ -455,7 +455,10 @@ def test_maps_and_grids_on_the_gpu_equal_the_cpu():
         pytest.skip("no CUDA GPU on this machine")
     grid = random_grid("cpu", sizes=(500, 0, 1, 300), spread=20, far=True)
     gpu = grid.cuda()
-    for k, s, t in (((3, 3, 3), (1, 1, 1), False), ((2, 2, 2), (2, 2, 2), False), ((3, 3, 3), (2, 2, 2), True)):
+    # Stride 1 takes the GPU's leaf-by-leaf map (kernels up to 17 wide), the others its
+    # thread-an-output one.
+    for k, s, t in (((3, 3, 3), (1, 1, 1), False), ((2, 4, 3), (1, 1, 1), False),
+                    ((2, 2, 2), (2, 2, 2), False), ((3, 3, 3), (2, 2, 2), True)):
         derive = "conv_transpose_grid" if t else "conv_grid"
         a, b = getattr(grid, derive)(k, s), getattr(gpu, derive)(k, s)
         assert torch.equal(a.ijk().jdata, b.ijk().jdata.cpu())
@@ -463,6 +466,10 @@ def test_maps_and_grids_on_the_gpu_equal_the_cpu():
         pa, pb = build(k, s, grid, a), build(k, s, gpu, b)
         assert torch.equal(pa.kernel_map, pb.kernel_map.cpu())
         assert torch.equal(pa.inverse_map, pb.inverse_map.cpu())
+    for k in (1, 3, 5, (7, 3, 17)):  # submanifold
+        pa = tg.ConvolutionPlan.from_grid_batch(k, 1, grid, grid)
+        pb = tg.ConvolutionPlan.from_grid_batch(k, 1, gpu, gpu)
+        assert torch.equal(pa.kernel_map, pb.kernel_map.cpu())
 
 
 test_maps_and_grids_on_the_gpu_equal_the_cpu = pytest.mark.gpu(requires_cuda(test_maps_and_grids_on_the_gpu_equal_the_cpu))
