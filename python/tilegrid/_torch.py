@@ -7,13 +7,29 @@ import torch
 from . import _C
 
 
+# torch's C entry points behind torch.cuda.current_stream(...).cuda_stream and
+# Tensor.__dlpack__, without the Python layers around them (a stream object built, device
+# lookups, export checks: several microseconds a call, which a sparse network's dozens of
+# small layers a call pay on the host). Private to torch, so each has its public fallback.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_to_dlpack = getattr(torch._C, "_to_dlpack", None)
+
+
 def current_stream(where) -> int:
     """The raw handle of torch's current CUDA stream on the device of `where` (a tensor or a
     torch.device); 0 on the CPU."""
     device = where.device if isinstance(where, torch.Tensor) else torch.device(where)
     if device.type != "cuda":
         return 0
+    if _raw_stream is not None:
+        return _raw_stream(device.index if device.index is not None else torch.cuda.current_device())
     return torch.cuda.current_stream(device).cuda_stream
+
+
+def dlpack(tensor: torch.Tensor):
+    """`tensor` as a DLPack capsule for the C++ module (which reads or writes it in place during
+    the call). Callers handle autograd around the call, as for every _C op."""
+    return _to_dlpack(tensor) if _to_dlpack is not None else tensor.detach().__dlpack__()
 
 
 def dlpack_pair(jdata: torch.Tensor, joffsets: torch.Tensor):

@@ -23,7 +23,7 @@ from typing import Union
 import torch
 
 from . import _C
-from ._torch import current_stream
+from ._torch import current_stream, dlpack
 from .gemm import matmul
 from .jagged_tensor import JaggedTensor
 
@@ -76,9 +76,11 @@ def sparse_conv(
 
 def _forward(features, weight, kernel_map, row_order, map_in_row_order, allow_tf32):
     out = features.new_empty(kernel_map.shape[1], weight.shape[2])
+    order, ordered = _order(row_order), _order(map_in_row_order)
     _C.sparse_conv_forward(
-        kernel_map, features, weight, out, False, current_stream(features), _order(row_order),
-        _order(map_in_row_order), allow_tf32,
+        dlpack(kernel_map), dlpack(features), dlpack(weight), dlpack(out), False,
+        current_stream(features), None if order is None else dlpack(order),
+        None if ordered is None else dlpack(ordered), allow_tf32,
     )
     return out
 
