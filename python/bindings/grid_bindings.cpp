@@ -297,14 +297,22 @@ void bind_grid(nb::module_& m) {
       [optional_view](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> weight,
                       nb::ndarray<> out, bool transpose_weight, uintptr_t stream,
                       std::optional<nb::ndarray<>> row_order,
-                      std::optional<nb::ndarray<>> map_in_row_order, bool allow_tf32) {
+                      std::optional<nb::ndarray<>> map_in_row_order, bool allow_tf32,
+                      std::optional<nb::ndarray<>> scale, std::optional<nb::ndarray<>> shift,
+                      std::optional<nb::ndarray<>> residual, bool relu) {
+        const grid::ConvEpilogue epilogue{optional_view(scale), optional_view(shift),
+                                          optional_view(residual), relu};
+        const bool fused = scale || shift || residual || relu;
         grid::sparse_conv_forward(as_view(map), as_view(features), as_view(weight), as_view(out),
                                   transpose_weight, as_stream(stream), optional_view(row_order),
-                                  optional_view(map_in_row_order), allow_tf32);
+                                  optional_view(map_in_row_order), allow_tf32,
+                                  fused ? &epilogue : nullptr);
       },
       nb::arg("map"), nb::arg("features"), nb::arg("weight"), nb::arg("out"),
       nb::arg("transpose_weight"), nb::arg("stream") = 0, nb::arg("row_order") = nb::none(),
-      nb::arg("map_in_row_order") = nb::none(), nb::arg("allow_tf32") = false);
+      nb::arg("map_in_row_order") = nb::none(), nb::arg("allow_tf32") = false,
+      nb::arg("scale") = nb::none(), nb::arg("shift") = nb::none(),
+      nb::arg("residual") = nb::none(), nb::arg("relu") = false);
   m.def(
       "sparse_conv_backward_weight",
       [optional_view](nb::ndarray<> map, nb::ndarray<> features, nb::ndarray<> grad_out,

@@ -18,7 +18,7 @@ them. They run on the CPU (float64 sums) or the GPU, where the grids are.
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Optional, Union
 
 import torch
 
@@ -74,13 +74,19 @@ def sparse_conv(
     return _forward(features, weight, kernel_map, row_order, map_in_row_order, allow_tf32)
 
 
-def _forward(features, weight, kernel_map, row_order, map_in_row_order, allow_tf32):
+def _forward(features, weight, kernel_map, row_order, map_in_row_order, allow_tf32,
+             scale=None, shift=None, residual=None, relu=False):
+    """The forward's kernels, with the inference epilogue (see ConvolutionPlan.execute) where
+    any part of it is given."""
     out = features.new_empty(kernel_map.shape[1], weight.shape[2])
     order, ordered = _order(row_order), _order(map_in_row_order)
+
+    def optional(t):
+        return None if t is None else dlpack(t)
     _C.sparse_conv_forward(
         dlpack(kernel_map), dlpack(features), dlpack(weight), dlpack(out), False,
-        current_stream(features), None if order is None else dlpack(order),
-        None if ordered is None else dlpack(ordered), allow_tf32,
+        current_stream(features), optional(order), optional(ordered), allow_tf32,
+        optional(scale), optional(shift), optional(residual), relu,
     )
     return out
 
@@ -153,6 +159,55 @@ sparse_conv.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def _epilogue_args(scale, shift, residual, relu, features, cout, rows):
+    """execute()'s epilogue checked and in the kernels' forms (scale and shift float32
+    contiguous, residual in the features' dtype, contiguous), or None where there is none."""
+    if scale is None and shift is None and residual is None and not relu:
+        return None
+    op = "ConvolutionPlan.execute"
+
+    def per_channel(name, v):
+        if v is None:
+            return None
+        if not isinstance(v, torch.Tensor) or v.shape != (cout,) or not v.is_floating_point():
+            raise ValueError(f"{op}: {name} must be a float tensor [{cout}] (one value an output "
+                             f"channel), got {_describe(v)}")
+        if v.device != features.device:
+            raise ValueError(f"{op}: {name} is on {v.device} but data is on {features.device}")
+        return v.to(torch.float32).contiguous()
+
+    if isinstance(residual, JaggedTensor):
+        residual = residual.jdata
+    if residual is not None:
+        if not isinstance(residual, torch.Tensor) or residual.shape != (rows, cout):
+            raise ValueError(f"{op}: residual must be [{rows}, {cout}] (the target grid's rows, "
+                             f"C_out), got {_describe(residual)}")
+        if residual.device != features.device:
+            raise ValueError(f"{op}: residual is on {residual.device} but data is on {features.device}")
+        residual = residual.to(features.dtype).contiguous()
+    return per_channel("scale", scale), per_channel("shift", shift), residual, bool(relu)
+
+
+def _describe(v) -> str:
+    return f"{list(v.shape)} {v.dtype}" if isinstance(v, torch.Tensor) else type(v).__name__
+
+
+def _unfused_epilogue(out, scale, shift, residual, relu):
+    """The epilogue as differentiable torch ops, in float32 (float64 for float64 outputs) as
+    the kernels compute it."""
+    acc = torch.float64 if out.dtype == torch.float64 else torch.float32
+    v = out.to(acc)
+    if scale is not None:
+        v = v * scale.to(acc)
+    if shift is not None:
+        v = v + shift.to(acc)
+    if residual is not None:
+        v = v + residual.to(acc)
+    if relu:
+        v = torch.relu(v)
+    return v.to(out.dtype)
 
 
 def _kernel_weight(weights: torch.Tensor, cout: int, cin: int, volume: int, dtype: torch.dtype,
@@ -324,7 +379,9 @@ class ConvolutionPlan:
         )
 
     def execute(
-        self, data: Union[JaggedTensor, torch.Tensor], weights: torch.Tensor
+        self, data: Union[JaggedTensor, torch.Tensor], weights: torch.Tensor, *,
+        scale: Optional[torch.Tensor] = None, shift: Optional[torch.Tensor] = None,
+        residual: Union[JaggedTensor, torch.Tensor, None] = None, relu: bool = False,
     ) -> Union[JaggedTensor, torch.Tensor]:
         """The convolution of `data` (the source grid's features, [N_in, C_in], a tensor or a
         JaggedTensor) with `weights` ([C_out, C_in, kx, ky, kz], or [C_out, C_in] for a 1x1x1
@@ -332,7 +389,14 @@ class ConvolutionPlan:
         C_out], as a JaggedTensor if data was one. Differentiable in data and weights.
         float32 on a GPU of compute capability 8.0 or newer multiplies as TF32 on tensor cores
         (channels a multiple of 8) while torch.backends.cudnn.allow_tf32 is set, as torch's
-        own convolutions do (its default); set it to False for exact float32 products."""
+        own convolutions do (its default); set it to False for exact float32 products.
+
+        scale, shift ([C_out]), residual ([N_out, C_out], the target grid's rows) and relu:
+        an epilogue, out = relu?(conv * scale + shift + residual), e.g. an eval-mode BatchNorm
+        folded into scale and shift and a residual block's skip input. Without autograd it
+        runs inside the convolution kernels (in float32 on the sums, before they are rounded
+        to the features' dtype; a separate pass after the portable kernels); where a gradient
+        is wanted it is computed after the convolution by differentiable torch ops."""
         features = data.jdata if isinstance(data, JaggedTensor) else data
         if not isinstance(features, torch.Tensor) or features.dim() != 2:
             raise ValueError(
@@ -373,9 +437,13 @@ class ConvolutionPlan:
         # Inference (no gradient wanted, not traced) skips what only autograd needs: the
         # custom op's dispatch, and the weight's re-layout, kept beside the weight until it
         # changes. A U-Net's inference is bound by such per-layer host costs on a GPU.
+        epilogue = _epilogue_args(scale, shift, residual, relu, features, cout,
+                                  self.kernel_map.shape[1])
+        inputs = (features, weights, *(epilogue[:3] if epilogue else ()))
         inference = not torch.compiler.is_compiling() and not (
-            torch.is_grad_enabled() and (features.requires_grad or weights.requires_grad))
+            torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs))
         w = _kernel_weight(weights, cout, cin, self.kernel_volume, features.dtype, inference)
+        fused = None
         if self.dense and features.dtype in (torch.float16, torch.bfloat16) and cin % 8 == 0 \
                 and cout % 8 == 0 and features.shape[0] > 0:
             # tg.matmul's GEMM (cuBLAS-class on Hopper), differentiable in both operands.
@@ -395,8 +463,9 @@ class ConvolutionPlan:
             # (torch.backends.cudnn.allow_tf32, True by default), exactly otherwise.
             allow_tf32 = bool(torch.backends.cudnn.allow_tf32)
             if inference:
+                fused = epilogue
                 out = _forward(features, w, self.kernel_map, self.row_order, self.map_in_row_order,
-                               allow_tf32)
+                               allow_tf32, *(epilogue or (None, None, None, False)))
             else:
                 # The inverse maps are read by the input gradient alone: none is made for a
                 # call that will not need one (a first layer's features).
@@ -408,6 +477,8 @@ class ConvolutionPlan:
                     features, w, self.kernel_map, inverse[0], self.row_order, inverse[1],
                     self.map_in_row_order, inverse[2], allow_tf32,
                 )
+        if epilogue is not None and fused is None:
+            out = _unfused_epilogue(out, *epilogue)
         if isinstance(data, JaggedTensor):
             return JaggedTensor._from_trusted(out, self.target_offsets)
         return out

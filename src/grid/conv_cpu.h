@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "grid/conv_epilogue.h"
 #include "grid/conv_taps.h"
 #include "tilegrid/core/dtype.h"
 #include "tilegrid/core/tensor.h"
@@ -26,7 +27,8 @@ void kernel_map_in_row_order(const int32_t* map, const int32_t* order, int64_t v
 
 void sparse_conv_forward(const int32_t* map, int64_t volume, int64_t rows, const void* features,
                          int64_t features_rows, const void* weight, int64_t in_channels,
-                         int64_t out_channels, bool transpose_weight, void* out, DType dtype);
+                         int64_t out_channels, bool transpose_weight, void* out, DType dtype,
+                         const ConvEpilogueArgs& epilogue = {});
 void sparse_conv_backward_weight(const int32_t* map, int64_t volume, int64_t rows,
                                  const void* features, int64_t features_rows, const void* grad_out,
                                  int64_t in_channels, int64_t out_channels, void* grad_weight,

@@ -3,6 +3,7 @@
 // shapes, dtypes and devices first.
 #include <cstdint>
 
+#include "grid/conv_epilogue.h"
 #include "grid/conv_taps.h"
 #include "tilegrid/core/dtype.h"
 #include "tilegrid/core/tensor.h"
@@ -56,6 +57,7 @@ struct GatherGemm {
   const int32_t* row_order = nullptr;         // [rows], a permutation: the order tiles take rows in
   const int32_t* map_in_row_order = nullptr;  // [volume, rows]: map[t][row_order[i]] at [t][i]
   bool allow_tf32 = false;  // float32 may multiply as TF32 on tensor cores (sm_80 and newer)
+  ConvEpilogueArgs epilogue{};  // applied to every output (device pointers)
 };
 void sparse_conv_forward(const GatherGemm& problem, int device, Stream stream);
 

@@ -146,6 +146,31 @@ void check_weight(const char* op, const char* name, const TensorView& w, int64_t
                  device);
 }
 
+// A ConvEpilogue's tensors checked against the output [rows, cout] of `dtype` on `device`,
+// as the kernels' plain pointers (none given: an empty epilogue).
+ConvEpilogueArgs epilogue_args(const char* op, const ConvEpilogue* epilogue, int64_t rows,
+                               int64_t cout, DType dtype, Device device) {
+  ConvEpilogueArgs args;
+  if (epilogue == nullptr) return args;
+  auto per_channel = [&](const char* name, const TensorView& v) -> const float* {
+    if (v.data == nullptr) return nullptr;  // not given
+    check_dtype(op, name, v, {DType::Float32});
+    check_shape(op, name, v, {cout});
+    check_contiguous(op, name, v);
+    TG_CHECK_VALUE(v.device == device, op, ": ", name, " is on ", v.device,
+                   " but the output is on ", device);
+    return v.data_ptr<const float>();
+  };
+  args.scale = per_channel("epilogue scale", epilogue->scale);
+  args.shift = per_channel("epilogue shift", epilogue->shift);
+  if (epilogue->residual.data != nullptr) {
+    check_matrix(op, "epilogue residual", epilogue->residual, rows, cout, dtype, device);
+    args.residual = epilogue->residual.data;
+  }
+  args.relu = epilogue->relu;
+  return args;
+}
+
 }  // namespace
 
 GridBatch conv_grid(const GridBatch& source, const Vec3i& kernel_size, const Vec3i& stride,
@@ -263,7 +288,8 @@ Tensor kernel_map_in_row_order(const TensorView& map, const TensorView& row_orde
 void sparse_conv_forward(const TensorView& map, const TensorView& features,
                          const TensorView& weight, const TensorView& out, bool transpose_weight,
                          Stream stream, const TensorView& row_order,
-                         const TensorView& map_in_row_order, bool allow_tf32) {
+                         const TensorView& map_in_row_order, bool allow_tf32,
+                         const ConvEpilogue* epilogue) {
   constexpr const char* kOp = "sparse_conv_forward";
   check_map(kOp, "map", map);
   check_float(kOp, "features", features);
@@ -279,6 +305,7 @@ void sparse_conv_forward(const TensorView& map, const TensorView& features,
     check_weight(kOp, "weight", weight, volume, cin, cout, dtype, map.device);
   const bool ordered = check_row_order(kOp, row_order, rows, map.device);
   const bool ordered_map = check_map_in_row_order(kOp, map_in_row_order, ordered, map);
+  const ConvEpilogueArgs fused = epilogue_args(kOp, epilogue, rows, cout, dtype, map.device);
   if (map.device.is_cuda()) {
     require_cuda_build(kOp);
 #ifdef TILEGRID_WITH_CUDA
@@ -296,6 +323,7 @@ void sparse_conv_forward(const TensorView& map, const TensorView& features,
     problem.row_order = ordered ? row_order.data_ptr<const int32_t>() : nullptr;
     problem.map_in_row_order = ordered_map ? map_in_row_order.data_ptr<const int32_t>() : nullptr;
     problem.allow_tf32 = allow_tf32;
+    problem.epilogue = fused;
     cuda::sparse_conv_forward(problem, map.device.index, stream);
 #endif
     return;
@@ -305,7 +333,7 @@ void sparse_conv_forward(const TensorView& map, const TensorView& features,
   if (ordered_map) check_is_map_in_row_order(kOp, map_in_row_order, map, row_order);
   cpu::sparse_conv_forward(map.data_ptr<const int32_t>(), volume, rows, features.data,
                            features.size(0), weight.data, cin, cout, transpose_weight, out.data,
-                           dtype);
+                           dtype, fused);
 }
 
 void sparse_conv_backward_weight(const TensorView& map, const TensorView& features,

@@ -86,7 +86,8 @@ void kernel_map_in_row_order(const int32_t* map, const int32_t* order, int64_t v
 
 void sparse_conv_forward(const int32_t* map, int64_t volume, int64_t rows, const void* features,
                          int64_t features_rows, const void* weight, int64_t in_channels,
-                         int64_t out_channels, bool transpose_weight, void* out, DType dtype) {
+                         int64_t out_channels, bool transpose_weight, void* out, DType dtype,
+                         const ConvEpilogueArgs& epilogue) {
   const std::vector<double> x = widen(dtype, features, features_rows * in_channels);
   // w[t][ci][co], whichever way the weight is stored.
   std::vector<double> w(size_t(volume * in_channels * out_channels));
@@ -111,8 +112,15 @@ void sparse_conv_forward(const int32_t* map, int64_t volume, int64_t rows, const
           for (int64_t co = 0; co < out_channels; ++co) acc[size_t(co)] += v * wrow[co];
         }
       }
-      for (int64_t co = 0; co < out_channels; ++co)
-        store_element(dtype, out, o * out_channels + co, acc[size_t(co)]);
+      for (int64_t co = 0; co < out_channels; ++co) {
+        const int64_t e = o * out_channels + co;
+        double v = acc[size_t(co)];
+        if (epilogue.any()) {
+          const double skip = epilogue.residual ? load_element(dtype, epilogue.residual, e) : 0.0;
+          v = epilogue.apply(v, co, skip);
+        }
+        store_element(dtype, out, e, v);
+      }
     }
   });
 }

@@ -266,6 +266,28 @@ void launch_weight_grad(const WeightGrad& p, int device, Stream stream, ConvKern
 
 }  // namespace
 
+// The ConvEpilogueArgs over an output the kernels below stored unmodified (the Hopper kernel
+// applies it to its sums itself): one pass, a thread an element.
+template <class T, class Acc>
+__global__ void conv_epilogue_kernel(T* __restrict__ out, int64_t rows, int64_t cout,
+                                     ConvEpilogueArgs epilogue) {
+  const auto* residual = static_cast<const T*>(epilogue.residual);
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < rows * cout;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const Acc skip = residual != nullptr ? widen<Acc>(residual[e]) : Acc(0);
+    out[e] = narrow<T>(epilogue.apply(widen<Acc>(out[e]), e % cout, skip));
+  }
+}
+
+template <class T, class Acc>
+void launch_epilogue(const GatherGemm& p, cudaStream_t s) {
+  const int64_t n = p.rows * p.out_channels;
+  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 1 << 20));
+  conv_epilogue_kernel<T, Acc><<<blocks, 256, 0, s>>>(static_cast<T*>(p.out), p.rows,
+                                                      p.out_channels, p.epilogue);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
 void sparse_conv_forward(const GatherGemm& p, int device, Stream stream) {
   if (p.rows == 0 || p.out_channels == 0) return;
   CudaDeviceGuard guard(device);
@@ -273,13 +295,25 @@ void sparse_conv_forward(const GatherGemm& p, int device, Stream stream) {
 #ifdef TILEGRID_WITH_SM90_CONV
   if (kernel == ConvKernel::Auto && sparse_conv_forward_sm90(p, device, stream)) return;
 #endif
-  if (kernel != ConvKernel::Simt && sparse_conv_forward_mma(p, device, stream)) return;
   const cudaStream_t s = raw(stream);
+  const bool mma = kernel != ConvKernel::Simt && sparse_conv_forward_mma(p, device, stream);
   switch (p.dtype) {
-    case DType::Float64: return launch_forward<double, double>(p, s);
-    case DType::Float32: return launch_forward<float, float>(p, s);
-    case DType::Float16: return launch_forward<__half, float>(p, s);
-    case DType::BFloat16: return launch_forward<__nv_bfloat16, float>(p, s);
+    case DType::Float64:
+      if (!mma) launch_forward<double, double>(p, s);
+      if (p.epilogue.any()) launch_epilogue<double, double>(p, s);
+      return;
+    case DType::Float32:
+      if (!mma) launch_forward<float, float>(p, s);
+      if (p.epilogue.any()) launch_epilogue<float, float>(p, s);
+      return;
+    case DType::Float16:
+      if (!mma) launch_forward<__half, float>(p, s);
+      if (p.epilogue.any()) launch_epilogue<__half, float>(p, s);
+      return;
+    case DType::BFloat16:
+      if (!mma) launch_forward<__nv_bfloat16, float>(p, s);
+      if (p.epilogue.any()) launch_epilogue<__nv_bfloat16, float>(p, s);
+      return;
     default: throw TypeError(detail::concat("sparse_conv_forward: unsupported dtype ", p.dtype));
   }
 }

@@ -86,11 +86,25 @@ Tensor kernel_map_in_row_order(const TensorView& map, const TensorView& row_orde
 // as TF32 (float32's range, 10 mantissa bits; sums in float32), as torch's convolutions do
 // under torch.backends.cudnn.allow_tf32; otherwise float32 multiplies exactly on CUDA cores.
 // The CPU ignores it.
+// epilogue (optional): applied to every output before it is stored (see ConvEpilogue).
+struct ConvEpilogue;
 void sparse_conv_forward(const TensorView& map, const TensorView& features,
                          const TensorView& weight, const TensorView& out,
                          bool transpose_weight = false, Stream stream = {},
                          const TensorView& row_order = {}, const TensorView& map_in_row_order = {},
-                         bool allow_tf32 = false);
+                         bool allow_tf32 = false, const ConvEpilogue* epilogue = nullptr);
+
+// What sparse_conv_forward may do to each output value before storing it, for inference:
+//   out[o][c] = relu?(sum[o][c] * scale[c] + shift[c] + residual[o][c])
+// (a BatchNorm in eval mode folded into scale and shift, a residual block's skip input, a
+// ReLU), in the sums' precision: the Hopper kernel applies it to its float32 sums, the others
+// and the CPU after theirs. scale, shift: float32 [C_out], contiguous, or empty (1 and 0);
+// residual: [N_out, C_out] in the features' dtype, contiguous, or empty. Not differentiable
+// (the Python layer computes it unfused where a gradient is wanted).
+struct ConvEpilogue {
+  TensorView scale, shift, residual;
+  bool relu = false;
+};
 
 // grad_weight[t] = sum over outputs o with map[t][o] >= 0 of features[map[t][o]]^T grad_out[o]:
 // [kernel_volume, C_in, C_out] (overwritten) in the features' dtype. The sum runs in a fixed

@@ -38,7 +38,10 @@ class _SparseConvBase(nn.Module):
             bound = 1 / math.sqrt(self.in_channels * math.prod(self.kernel_size))
             nn.init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, data: JaggedTensor, plan: ConvolutionPlan) -> JaggedTensor:
+    def forward(self, data: JaggedTensor, plan: ConvolutionPlan, *, scale=None, shift=None,
+                residual=None, relu: bool = False) -> JaggedTensor:
+        """The convolution (+ bias); scale, shift, residual, relu: ConvolutionPlan.execute's
+        epilogue, applied after the bias (which is folded into it)."""
         if not isinstance(plan, ConvolutionPlan):
             raise TypeError(f"{type(self).__name__}: plan must be a ConvolutionPlan, got {type(plan).__name__}")
         if not plan.valid_usage(self.in_channels, self.out_channels, self.kernel_size, self.stride,
@@ -47,6 +50,12 @@ class _SparseConvBase(nn.Module):
                 f"{type(self).__name__}(kernel_size={self.kernel_size}, stride={self.stride}) run on "
                 f"{plan!r}: kernel size, stride or transposition differ"
             )
+        if scale is not None or shift is not None or residual is not None or relu:
+            if self.bias is not None:  # (conv + b) * scale + shift = conv * scale + (b * scale + shift)
+                b = self.bias if scale is None else self.bias * scale
+                shift = b if shift is None else b + shift
+            return plan.execute(data, self.weight, scale=scale, shift=shift, residual=residual,
+                                relu=relu)
         out = plan.execute(data, self.weight)
         if self.bias is not None:
             bias = self.bias.to(out.dtype)

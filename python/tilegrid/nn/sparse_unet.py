@@ -24,6 +24,26 @@ from .sparse_conv import SparseConv3d, SparseConvTranspose3d
 from .sparse_layers import BatchNorm
 
 
+def _conv_norm_relu(conv, norm: BatchNorm, x: JaggedTensor, plan: ConvolutionPlan,
+                    residual=None) -> JaggedTensor:
+    """relu(norm(conv(x)) + residual). In eval mode the BatchNorm is its running statistics, a
+    per-channel scale and shift, so the three run in the convolution's epilogue (inside the
+    kernel when no gradient is wanted): one pass over the output instead of four."""
+    if not norm.training and norm.track_running_stats and norm.running_var is not None:
+        scale = torch.rsqrt(norm.running_var.float() + norm.eps)
+        if norm.affine:
+            scale = scale * norm.weight.float()
+        shift = -norm.running_mean.float() * scale
+        if norm.affine:
+            shift = shift + norm.bias.float()
+        return conv(x, plan, scale=scale, shift=shift, residual=residual, relu=True)
+    out = conv(x, plan)  # on the plan's target grid
+    y = norm(out.jdata)
+    if residual is not None:
+        y = y + residual.jdata
+    return out.jagged_like(torch.relu(y))
+
+
 class _ConvNormReLU(nn.Module):
     def __init__(self, cin: int, cout: int, kernel_size: int, stride: int, transposed: bool = False):
         super().__init__()
@@ -32,8 +52,7 @@ class _ConvNormReLU(nn.Module):
         self.norm = BatchNorm(cout)
 
     def forward(self, x: JaggedTensor, plan: ConvolutionPlan) -> JaggedTensor:
-        y = self.conv(x, plan)  # on the plan's target grid
-        return y.jagged_like(torch.relu(self.norm(y.jdata)))
+        return _conv_norm_relu(self.conv, self.norm, x, plan)
 
 
 class _ResidualBlock(nn.Module):
@@ -45,9 +64,8 @@ class _ResidualBlock(nn.Module):
         self.norm2 = BatchNorm(channels)
 
     def forward(self, x: JaggedTensor, plan: ConvolutionPlan) -> JaggedTensor:
-        y = torch.relu(self.norm1(self.conv1(x, plan).jdata))
-        y = self.norm2(self.conv2(x.jagged_like(y), plan).jdata)
-        return x.jagged_like(torch.relu(y + x.jdata))
+        y = _conv_norm_relu(self.conv1, self.norm1, x, plan)
+        return _conv_norm_relu(self.conv2, self.norm2, y, plan, residual=x)
 
 
 class SparseUNetPlans:

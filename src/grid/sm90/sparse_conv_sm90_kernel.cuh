@@ -15,7 +15,8 @@
 //    both in the 128-byte swizzled layouts wgmma reads. kStages - 2 steps are loaded ahead:
 //    a stage is refilled only after every warpgroup's wgmma of it completed (the wait for all
 //    but the newest product, then the CTA barrier of the next step).
-//  - Epilogue: float32 sums rounded to the element type, stored as pairs straight from the
+//  - Epilogue: float32 sums (through the ConvEpilogueArgs where given: folded BatchNorm,
+//    residual, ReLU) rounded to the element type, stored as pairs straight from the
 //    accumulators to the output rows.
 // Forward: weight [taps, C_in, C_out] (the B operand N-major); input gradient
 // (kTransposedWeight): weight [taps, C_out, C_in] applied transposed (B K-major).
@@ -247,15 +248,30 @@ __global__ void __launch_bounds__(Traits::kThreads, kMinBlocks)
   // columns, one 32-bit store (C_out is a multiple of 8, so both are in range together).
   auto tCcC = thr.partition_C(make_identity_tensor(cute::Shape<BlockM, BlockN>{}));
   auto* out = static_cast<Element*>(p.out);
+  const ConvEpilogueArgs& epilogue = p.epilogue;
+  const bool apply = epilogue.any();
+  const auto* residual = static_cast<const Element*>(epilogue.residual);
   CUTE_UNROLL
   for (int i = 0; i < size(acc); i += 2) {
     const int r = get<0>(tCcC(i));
     const int64_t col = col0 + get<1>(tCcC(i));
     const int32_t o = smem.out_rows[r];
     if (o < 0 || col >= cout) continue;
+    float v0 = acc(i), v1 = acc(i + 1);
+    if (apply) {
+      float r0 = 0.f, r1 = 0.f;
+      if (residual != nullptr) {
+        const auto skip = *reinterpret_cast<const cutlass::AlignedArray<Element, 2>*>(
+            residual + int64_t(o) * cout + col);
+        r0 = float(skip[0]);
+        r1 = float(skip[1]);
+      }
+      v0 = epilogue.apply(v0, col, r0);
+      v1 = epilogue.apply(v1, col + 1, r1);
+    }
     cutlass::AlignedArray<Element, 2> pair;
-    pair[0] = Element(acc(i));
-    pair[1] = Element(acc(i + 1));
+    pair[0] = Element(v0);
+    pair[1] = Element(v1);
     *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(out + int64_t(o) * cout + col) = pair;
   }
 #endif

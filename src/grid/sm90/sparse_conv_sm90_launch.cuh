@@ -25,6 +25,7 @@ void launch(const cuda::GatherGemm& g, cudaStream_t stream) {
   p.cin = g.in_channels;
   p.cout = g.out_channels;
   p.out = g.out;
+  p.epilogue = g.epilogue;
   p.col_tiles = int((g.out_channels + Traits::kBlockN - 1) / Traits::kBlockN);
   const int64_t row_tiles = (g.rows + Traits::kBlockM - 1) / Traits::kBlockM;
   kernel<<<dim3(unsigned(row_tiles * p.col_tiles)), Traits::kThreads, Traits::kSmemBytes,

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "grid/conv_epilogue.h"
+
 namespace tilegrid::grid::sm90 {
 
 // The forward / input-gradient kernel (sparse_conv_sm90_kernel.cuh).
@@ -19,6 +21,7 @@ struct ConvKernelParams {
   int64_t cin, cout;
   void* out;  // [rows, cout]
   int col_tiles;
+  ConvEpilogueArgs epilogue;  // applied to the float32 sums before they are rounded
 };
 
 // The weight-gradient kernel (sparse_conv_sm90_wgrad_kernel.cuh).

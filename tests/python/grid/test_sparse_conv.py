@@ -219,6 +219,107 @@ def test_low_precision_against_float64(monkeypatch, device, dtype, cin, cout):
         assert (a.double() - b).abs().max().item() <= tol * scale
 
 
+def epilogue_inputs(rows, cout, device, dtype):
+    g = torch.Generator().manual_seed(3)
+    scale = (torch.rand(cout, generator=g) + 0.5).to(device)
+    shift = torch.randn(cout, generator=g).to(device)
+    residual = torch.randn(rows, cout, generator=g).to(device=device, dtype=dtype)
+    return scale, shift, residual
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("parts", ["scale", "shift", "residual", "relu", "all"])
+def test_the_epilogue_fused_equals_it_applied_after(monkeypatch, device, dtype, parts):
+    """execute()'s epilogue relu?(conv * scale + shift + residual): inside the kernels without
+    autograd, by torch ops with it; both against the float64 convolution with the epilogue
+    applied by hand. Downsampling plan (a target grid of its own)."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    grid = random_grid(device, sizes=(300, 40), spread=8)
+    target = grid.conv_grid(2, 2)
+    plan = tg.ConvolutionPlan.from_grid_batch(2, 2, grid, target)
+    cin, cout = 16, 24
+    x = torch.randn(grid.total_voxels, cin, device=device).to(dtype)
+    w = (torch.randn(cout, cin, 2, 2, 2, device=device) / (8 * cin) ** 0.5).to(dtype)
+    scale, shift, residual = epilogue_inputs(target.total_voxels, cout, device, dtype)
+    kw = {"scale": scale, "shift": shift, "residual": residual, "relu": True} if parts == "all" \
+        else {parts: True if parts == "relu" else {"scale": scale, "shift": shift, "residual": residual}[parts]}
+    want = plan.execute(x.double(), w.double())
+    want = want * kw["scale"].double() if "scale" in kw else want
+    want = want + kw["shift"].double() if "shift" in kw else want
+    want = want + kw["residual"].double() if "residual" in kw else want
+    want = torch.relu(want) if kw.get("relu") else want
+    with torch.no_grad():
+        fused = plan.execute(x, w, **kw)
+    xg = x.clone().requires_grad_()
+    after = plan.execute(xg, w, **kw)
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 4e-2}[dtype]
+    for got in (fused, after):
+        assert got.dtype == dtype and got.shape == want.shape
+        assert (got.double() - want).abs().max().item() <= tol * want.abs().max().item()
+    after.sum().backward()
+    assert xg.grad is not None and xg.grad.isfinite().all()
+
+
+def test_a_bad_epilogue_is_refused():
+    grid = random_grid("cpu", sizes=(50,), spread=5)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    x, w = torch.randn(grid.total_voxels, 8), torch.randn(4, 8, 3, 3, 3)
+    with pytest.raises(ValueError, match=r"scale must be a float tensor \[4\]"):
+        plan.execute(x, w, scale=torch.ones(5))
+    with pytest.raises(ValueError, match=r"residual must be \[" + str(grid.total_voxels) + r", 4\]"):
+        plan.execute(x, w, residual=torch.ones(grid.total_voxels, 5))
+    with pytest.raises(ValueError, match="shift must be a float tensor"):
+        plan.execute(x, w, shift=torch.ones(4, dtype=torch.int64))
+
+
+def test_a_unet_in_eval_mode_folds_its_batchnorms_into_the_convolutions():
+    """SparseUNet in eval mode without autograd runs conv + BatchNorm + ReLU (+ residual) as
+    one convolution with an epilogue; with autograd, as separate ops: the same output."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    grid = random_grid(device, sizes=(400, 100), spread=10)
+    net = tg.nn.SparseUNet(3, 5, channels=(8, 16, 24)).to(device).double()
+    for m in net.modules():  # statistics that are not the identity
+        if isinstance(m, tg.nn.BatchNorm):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.2, 0.2)
+    net.eval()
+    feats = tg.JaggedTensor.from_data_and_offsets(
+        torch.randn(grid.total_voxels, 3, dtype=torch.float64, device=device), grid.voxel_offsets)
+    with torch.no_grad():
+        fused = net(feats, grid).jdata
+    unfused = net(feats, grid).jdata  # autograd on: the epilogue by torch ops
+    assert torch.allclose(fused, unfused.detach(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.gpu
+@requires_cuda
+@pytest.mark.parametrize("kernel", ["auto", "mma", "simt"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cout,k", [(64, 3), (128, 3), (48, 2)])
+def test_every_gpu_kernel_applies_the_epilogue(monkeypatch, kernel, dtype, cout, k):
+    """The Hopper kernels (auto on an H200, in-kernel on the float32 sums) and the WMMA and CUDA
+    core ones (a pass after) against the float64 convolution with the epilogue by hand."""
+    monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", kernel)
+    grid = random_grid("cuda", sizes=(900, 0, 400), spread=9, far=True)
+    s = 2 if k == 2 else 1
+    target = grid.conv_grid(k, s) if s > 1 else grid
+    plan = tg.ConvolutionPlan.from_grid_batch(k, s, grid, target)
+    cin = 64
+    x = torch.randn(grid.total_voxels, cin, device="cuda").to(dtype)
+    w = (torch.randn(cout, cin, k, k, k, device="cuda") / (cin * k**3) ** 0.5).to(dtype)
+    scale, shift, residual = epilogue_inputs(target.total_voxels, cout, "cuda", dtype)
+    want = torch.relu(plan.execute(x.double(), w.double()) * scale.double() + shift.double()
+                      + residual.double())
+    with torch.no_grad():
+        got = plan.execute(x, w, scale=scale, shift=shift, residual=residual, relu=True)
+    tol = {torch.float16: 1e-2, torch.bfloat16: 4e-2}[dtype]
+    assert (got.double() - want).abs().max().item() <= tol * want.abs().max().item()
+
+
 @pytest.mark.gpu
 @requires_cuda
 @pytest.mark.parametrize("kernel", ["auto", "mma", "simt"])
