@@ -13,13 +13,15 @@ What is fused today (forward and backward):
   carries SwiGLU's backward in its epilogue (`glu_grad(silu) > store`). The gate and up
   weights are kept interleaved ([g0, u0, g1, u1, ...] rows, one parameter): checkpoints are
   interleaved when they load and split again by state_dict();
-- attention's Q, K and V as one product with RoPE in its epilogue (`rope > store`): the q and
-  k weight rows gathered into interleaved order each call, in the copy that stacks the three
-  weights (Hugging Face's rotate-half checkpoints load unchanged); q, k and v come out as
-  column blocks of the product, so their gradients arrive apart and the product's gradient is
-  written in one pass: dq and dk rotated back into their columns by tg.rope_rotate (a kernel of
-  its own on CUDA), dv copied into its columns (on CUDA for bfloat16 on Hopper; other CUDA
-  GPUs and dtypes take tg.linear and torch's RoPE);
+- attention's Q, K and V as one product with RoPE in its epilogue (`rope > store`), on one
+  parameter that stacks the three weights with the q and k rows in interleaved pairs (the
+  epilogue's; Hugging Face's are rotate-half): checkpoints are reordered into it when they
+  load and back by state_dict(), so the product reads the parameter as it is and its weight
+  gradient is the parameter's; q, k and v come out as column blocks of the product, so their
+  gradients arrive apart and the product's gradient is written in one pass: dq and dk rotated
+  back into their columns by tg.rope_rotate (a kernel of its own on CUDA), dv copied into its
+  columns (on CUDA for bfloat16 on Hopper; other CUDA GPUs and dtypes take tg.linear and
+  torch's RoPE on the three weights in Hugging Face's layout);
 - attention is tg.flash_attn_func (forward and backward kernels, causal);
 - the O projection is tg.linear; RMSNorm is tg.nn.RMSNorm.
 Not fused yet (plain torch between the kernels): the residual additions and the norms' row
@@ -143,20 +145,16 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def _qkv_weight(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, head_dim: int):
-    """The fused product's weight [q; k; v] with the q and k rows reordered from rotate-half
-    heads (Hugging Face's: dims j and j + D/2 rotate together) to interleaved ones (dims 2j and
-    2j + 1, the epilogue's pairs), v's rows as they are: one copy (torch.cat of strided views),
-    and in the backward one copy each of the q and k gradients back into Hugging Face's order."""
-    half = head_dim // 2
+def _to_pairs(w: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """q or k rows from Hugging Face's rotate-half heads (dims j and j + D/2 rotate together)
+    to interleaved ones (dims 2j and 2j + 1, the epilogue's pairs): row h D + t D/2 + j moves
+    to h D + 2j + t. A copy; differentiable."""
+    return w.reshape(-1, 2, head_dim // 2, w.shape[-1]).transpose(1, 2).reshape(w.shape)
 
-    def pairs(w, interleave):  # [heads, D/2, 2, hidden]: row (h, j, t) of the fused weight
-        if interleave:
-            return w.view(-1, 2, half, w.shape[1]).transpose(1, 2)
-        return w.view(-1, half, 2, w.shape[1])
 
-    w = torch.cat([pairs(q, True), pairs(k, True), pairs(v, False)])
-    return w.view(-1, q.shape[1])
+def _from_pairs(w: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """_to_pairs' inverse: interleaved-pair rows back to Hugging Face's rotate-half order."""
+    return w.reshape(-1, head_dim // 2, 2, w.shape[-1]).transpose(1, 2).reshape(w.shape)
 
 
 def _fused_programs_run_on(x: torch.Tensor) -> bool:
@@ -205,7 +203,17 @@ class _QkvRope(torch.autograd.Function):
 
 class LlamaAttention(torch.nn.Module):
     """Hugging Face's LlamaAttention (q/k/v/o_proj, no bias, GQA, rotary positions, causal)
-    with the core as tg.flash_attn_func. Input [batch, seq, hidden]."""
+    with the core as tg.flash_attn_func. Input [batch, seq, hidden]. state_dict keys:
+    q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight.
+
+    The q, k and v projections are one parameter, qkv_weight [(heads + 2 kv_heads) head_dim,
+    hidden], in the layout the fused QKV product reads: q's rows, then k's, each head's rows in
+    interleaved RoPE pairs (dims 2j and 2j + 1 rotate together, where Hugging Face's
+    rotate-half rows pair j with j + head_dim / 2), then v's rows as Hugging Face has them.
+    Checkpoints are reordered into it when they load and back by state_dict(), exactly;
+    q_weight, k_weight and v_weight are the three in Hugging Face's layout (q and k copies, v a
+    view of qkv_weight's rows), differentiable. Attention is the same in the pair basis, since
+    q and k share it and v keeps its own."""
 
     def __init__(self, hidden_size: int, num_attention_heads: int, num_key_value_heads: Optional[int] = None,
                  head_dim: Optional[int] = None, rope_theta: float = 10000.0, attention_bias: bool = False,
@@ -213,28 +221,90 @@ class LlamaAttention(torch.nn.Module):
         super().__init__()
         if attention_bias:
             raise NotImplementedError("LlamaAttention: attention_bias=True is not supported")
+        self.hidden_size = hidden_size
         self.num_heads = num_attention_heads
         self.num_kv_heads = num_key_value_heads or num_attention_heads
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"LlamaAttention: num_attention_heads ({self.num_heads}) must be a multiple "
                              f"of num_key_value_heads ({self.num_kv_heads})")
         self.head_dim = head_dim or hidden_size // num_attention_heads
+        if self.head_dim % 2:
+            raise ValueError(f"LlamaAttention: head_dim must be even (RoPE rotates pairs of dims), "
+                             f"got {self.head_dim}")
         self.rope_theta = rope_theta
         kw = dict(bias=False, device=device, dtype=dtype)
-        self.q_proj = torch.nn.Linear(hidden_size, self.num_heads * self.head_dim, **kw)
-        self.k_proj = torch.nn.Linear(hidden_size, self.num_kv_heads * self.head_dim, **kw)
-        self.v_proj = torch.nn.Linear(hidden_size, self.num_kv_heads * self.head_dim, **kw)
+        q = torch.nn.Linear(hidden_size, self.num_heads * self.head_dim, **kw)
+        k = torch.nn.Linear(hidden_size, self.num_kv_heads * self.head_dim, **kw)
+        v = torch.nn.Linear(hidden_size, self.num_kv_heads * self.head_dim, **kw)
+        self.qkv_weight = torch.nn.Parameter(self._pack(q.weight.data, k.weight.data, v.weight.data))
         self.o_proj = torch.nn.Linear(self.num_heads * self.head_dim, hidden_size, **kw)
+        self.register_load_state_dict_pre_hook(LlamaAttention._load_hook)
+        self.register_state_dict_post_hook(LlamaAttention._save_hook)
+
+    def _widths(self):
+        return (self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim,
+                self.num_kv_heads * self.head_dim)
+
+    def _pack(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Hugging Face's q, k, v weights as qkv_weight."""
+        return torch.cat([_to_pairs(q, self.head_dim), _to_pairs(k, self.head_dim), v])
+
+    def _unpack(self, w: torch.Tensor):
+        """qkv_weight (or its gradient) as Hugging Face's q, k, v weights."""
+        q, k, v = w.split(self._widths())
+        return _from_pairs(q, self.head_dim), _from_pairs(k, self.head_dim), v
+
+    @property
+    def q_weight(self) -> torch.Tensor:
+        return _from_pairs(self.qkv_weight.split(self._widths())[0], self.head_dim)
+
+    @property
+    def k_weight(self) -> torch.Tensor:
+        return _from_pairs(self.qkv_weight.split(self._widths())[1], self.head_dim)
+
+    @property
+    def v_weight(self) -> torch.Tensor:
+        return self.qkv_weight.split(self._widths())[2]
+
+    _HF_NAMES = ("q_proj.weight", "k_proj.weight", "v_proj.weight")
+
+    @staticmethod
+    def _load_hook(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                   error_msgs):
+        names = [prefix + n for n in LlamaAttention._HF_NAMES]
+        if not all(n in state_dict for n in names):
+            return
+        hidden = module.qkv_weight.shape[1]
+        weights = [state_dict.pop(n) for n in names]
+        fits = True
+        for name, w, width in zip(names, weights, module._widths()):
+            if w.shape != (width, hidden):
+                fits = False
+                error_msgs.append(f"size mismatch for {name}: copying a param with shape {w.shape} from "
+                                  f"checkpoint, the shape in current model is {torch.Size((width, hidden))}.")
+        if fits:
+            state_dict[prefix + "qkv_weight"] = module._pack(*weights)
+
+    @staticmethod
+    def _save_hook(module, state_dict, prefix, local_metadata):
+        q, k, v = module._unpack(state_dict.pop(prefix + "qkv_weight"))
+        # v is a view of the parameter's rows: cloned, so that a saved v holds only its own.
+        for name, w in zip(LlamaAttention._HF_NAMES, (q, k, v.clone())):
+            state_dict[prefix + name] = w
+        # Hugging Face's order: q, k, v, then o.
+        for name in [n for n in state_dict if n.startswith(prefix + "o_proj.")]:
+            state_dict[name] = state_dict.pop(name)
 
     def forward(self, x: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         b, s, _ = x.shape
         if position_ids is None:
             position_ids = torch.arange(s, device=x.device).expand(b, s)
-        if self.head_dim % 2 == 0 and _fused_programs_run_on(x):
+        if _fused_programs_run_on(x):
             return self._fused_forward(x, position_ids)
-        q = linear(x, self.q_proj.weight).view(b, s, self.num_heads, self.head_dim)
-        k = linear(x, self.k_proj.weight).view(b, s, self.num_kv_heads, self.head_dim)
-        v = linear(x, self.v_proj.weight).view(b, s, self.num_kv_heads, self.head_dim)
+        wq, wk, wv = self._unpack(self.qkv_weight)
+        q = linear(x, wq).view(b, s, self.num_heads, self.head_dim)
+        k = linear(x, wk).view(b, s, self.num_kv_heads, self.head_dim)
+        v = linear(x, wv).view(b, s, self.num_kv_heads, self.head_dim)
         cos, sin = rotary_cos_sin(position_ids, self.head_dim, self.rope_theta, x.dtype)
         cos, sin = cos[:, :, None, :], sin[:, :, None, :]
         q = q * cos + _rotate_half(q) * sin
@@ -243,19 +313,16 @@ class LlamaAttention(torch.nn.Module):
         return linear(out.reshape(b, s, self.num_heads * self.head_dim), self.o_proj.weight)
 
     def _fused_forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        """Q, K and V as one product with RoPE in its epilogue. The q and k rows are put in
-        interleaved order for it (a copy of the weights each call, so that the parameters keep
-        Hugging Face's layout); attention is the same in that basis, since q and k share it and
-        v keeps its own."""
+        """Q, K and V as one product with RoPE in its epilogue, on qkv_weight as it is (its q
+        and k rows already in interleaved pairs): no copy of the weight in the forward, and its
+        gradient is the product's weight gradient."""
         b, s, _ = x.shape
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        w = _qkv_weight(self.q_proj.weight, self.k_proj.weight, self.v_proj.weight, d)
         inv_freq = rotary_frequencies(d, self.rope_theta, x.device)
         frequencies = torch.cat([inv_freq.repeat(hq + hkv), inv_freq.new_zeros(hkv * d // 2)])
         rows = x.reshape(b * s, -1).contiguous()
         positions = position_ids.expand(b, s).reshape(-1).to(torch.int64).contiguous()  # [1, s] too
-        widths = (hq * d, hkv * d, hkv * d)
-        q, k, v = _QkvRope.apply(rows, w, positions, frequencies, inv_freq, widths)
+        q, k, v = _QkvRope.apply(rows, self.qkv_weight, positions, frequencies, inv_freq, self._widths())
         out = flash_attn_func(q.view(b, s, hq, d), k.view(b, s, hkv, d), v.view(b, s, hkv, d),
                               causal=True)
         return linear(out.reshape(b, s, hq * d), self.o_proj.weight)

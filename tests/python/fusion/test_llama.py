@@ -3,6 +3,7 @@ written here in plain torch (the same state_dict), forward and backward, in floa
 the same bfloat16 weights; checkpoints load and save under Hugging Face's names; a small
 model of these layers trains. CPU always; the Hopper GPU where there is one."""
 
+import io
 import math
 
 import pytest
@@ -65,6 +66,39 @@ def rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
+def pair_rows(heads, d):
+    """Row i of a q or k block of qkv_weight is Hugging Face's row pair_rows(heads, d)[i]: row
+    (h, j, t) of the pair layout (dims 2j and 2j + 1 rotate together) is h D + t D/2 + j of
+    rotate-half heads (dims j and j + D/2)."""
+    return torch.tensor([h * d + t * d // 2 + j for h in range(heads) for j in range(d // 2) for t in range(2)])
+
+
+def qkv_to_hf(w, heads, kv_heads, d):
+    """qkv_weight (or its gradient) as Hugging Face's q, k, v weights, by pair_rows."""
+    q, k, v = w.split([heads * d, kv_heads * d, kv_heads * d])
+    hq, hk = torch.empty_like(q), torch.empty_like(k)
+    hq[pair_rows(heads, d).to(w.device)] = q
+    hk[pair_rows(kv_heads, d).to(w.device)] = k
+    return hq, hk, v
+
+
+def hf_grads(module, heads, kv_heads):
+    """A LlamaAttention's or LlamaDecoderLayer's parameter gradients under Hugging Face's names
+    and in Hugging Face's layouts."""
+    grads = {}
+    for name, p in module.named_parameters():
+        base = name.rpartition(".")[0] + "." if "." in name else ""
+        if name.endswith("gate_up_weight"):
+            grads[base + "gate_proj.weight"], grads[base + "up_proj.weight"] = p.grad[0::2], p.grad[1::2]
+        elif name.endswith("qkv_weight"):
+            d = p.shape[0] // (heads + 2 * kv_heads)
+            for n, g in zip("qkv", qkv_to_hf(p.grad, heads, kv_heads, d)):
+                grads[f"{base}{n}_proj.weight"] = g
+        else:
+            grads[name] = p.grad
+    return grads
+
+
 def test_checkpoints_load_and_save_under_hugging_face_names():
     sd = hf_state_dict()
     layer = tg.nn.LlamaDecoderLayer(**CONFIG, dtype=torch.bfloat16)
@@ -73,8 +107,51 @@ def test_checkpoints_load_and_save_under_hugging_face_names():
     assert set(out) == set(sd)
     for k in sd:
         assert torch.equal(out[k], sd[k]), k
+    # Attention's keys in Hugging Face's order: q, k, v, o.
+    assert [k for k in out if k.startswith("self_attn.")] == [f"self_attn.{n}_proj.weight" for n in "qkvo"]
     assert torch.equal(layer.mlp.gate_weight, sd["mlp.gate_proj.weight"])
     assert torch.equal(layer.mlp.up_weight, sd["mlp.up_proj.weight"])
+    attn = layer.self_attn
+    for n in "qkv":
+        assert torch.equal(getattr(attn, f"{n}_weight"), sd[f"self_attn.{n}_proj.weight"]), n
+    # One parameter for the three projections: no q_proj / k_proj / v_proj modules.
+    assert [n for n, _ in attn.named_parameters()] == ["qkv_weight", "o_proj.weight"]
+    assert attn.qkv_weight.shape == (8 * 32, 128)
+    # Saved and loaded again, through torch.save, into a fresh layer: the same parameters,
+    # bit for bit, and a saved v that holds only its own rows.
+    buf = io.BytesIO()
+    torch.save(out, buf)
+    buf.seek(0)
+    again = torch.load(buf)
+    assert again["self_attn.v_proj.weight"].untyped_storage().nbytes() == 2 * 32 * 128 * 2
+    fresh = tg.nn.LlamaDecoderLayer(**CONFIG, dtype=torch.bfloat16)
+    fresh.load_state_dict(again)
+    for (name, p), (_, q) in zip(layer.named_parameters(), fresh.named_parameters()):
+        assert torch.equal(p, q), name
+    for k, v in fresh.state_dict().items():
+        assert torch.equal(v, sd[k]), k
+
+
+def test_checkpoints_of_the_wrong_shapes_are_refused_by_name():
+    sd = hf_state_dict()
+    sd["self_attn.k_proj.weight"] = sd["self_attn.k_proj.weight"][:-2]
+    layer = tg.nn.LlamaDecoderLayer(**CONFIG, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"size mismatch for self_attn\.k_proj\.weight"):
+        layer.load_state_dict(sd)
+
+
+def test_attention_initializes_its_projections_as_linear_layers_do():
+    """q, k, v and o drawn as torch.nn.Linear draws them, in that order, so the same seed gives
+    the same weights as four Linear layers (q and k stored in pairs order)."""
+    torch.manual_seed(5)
+    attn = tg.nn.LlamaAttention(64, 4, 2)
+    torch.manual_seed(5)
+    ref = [torch.nn.Linear(64, n, bias=False) for n in (64, 32, 32)] + [torch.nn.Linear(64, 64, bias=False)]
+    got = attn.state_dict()
+    for name, lin in zip([f"{n}_proj.weight" for n in "qkvo"], ref):
+        assert torch.equal(got[name], lin.weight), name
+    assert torch.equal(attn.q_weight, ref[0].weight) and torch.equal(attn.k_weight, ref[1].weight)
+    assert torch.equal(attn.v_weight, ref[2].weight)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -95,10 +172,7 @@ def test_decoder_layer_matches_the_reference_forward_and_backward(device):
     # bf16 storage between the kernels: errors of a few bf16 ulps (2^-8) in norm.
     assert rel(y.cpu(), yr) < 2e-2
     assert rel(xd.grad.cpu(), xr.grad) < 4e-2
-    grads = {k: p.grad for k, p in layer.named_parameters()}
-    ours = dict(grads)
-    ours["mlp.gate_proj.weight"] = ours.pop("mlp.gate_up_weight")[0::2]
-    ours["mlp.up_proj.weight"] = grads["mlp.gate_up_weight"][1::2]
+    ours = hf_grads(layer, 4, 2)
     assert set(ours) == set(ref_sd)  # every parameter, under Hugging Face's names
     for name, g in ours.items():
         assert rel(g.cpu(), ref_sd[name].grad) < 4e-2, name
@@ -128,6 +202,8 @@ def test_bad_configurations_are_refused():
         tg.nn.LlamaMLP(64, 128, hidden_act="relu")
     with pytest.raises(ValueError, match="multiple"):
         tg.nn.LlamaAttention(64, num_attention_heads=4, num_key_value_heads=3)
+    with pytest.raises(ValueError, match="even"):
+        tg.nn.LlamaAttention(60, num_attention_heads=4, num_key_value_heads=2)
     with pytest.raises(ValueError, match="last dimension"):
         tg.nn.LlamaMLP(64, 128)(torch.randn(2, 32))
 
@@ -182,10 +258,16 @@ def test_torch_compile_traces_the_layer_forward_and_backward(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_attention_with_position_ids_matches_rotate_half_rope(device):
-    """The fused QKV + RoPE product against Hugging Face's rotate-half RoPE on the unfused
-    projections, with position ids of shape [1, s] (broadcast over the batch, as Hugging Face
-    passes them) and [b, s], offsets included; forward and the weights' gradients."""
+@pytest.mark.parametrize("fused", [True, False])
+def test_attention_with_position_ids_matches_rotate_half_rope(monkeypatch, device, fused):
+    """LlamaAttention against Hugging Face's rotate-half RoPE on the q, k and v weights in
+    Hugging Face's layout, with position ids of shape [1, s] (broadcast over the batch, as
+    Hugging Face passes them) and [b, s], offsets included; forward and the weights' gradients
+    (qkv_weight's mapped back to Hugging Face's rows). Both paths: the fused QKV + RoPE product
+    on qkv_weight as it is, and the unfused one (other CUDA GPUs and dtypes: tg.linear on the
+    three weights rebuilt from qkv_weight, torch's RoPE), here forced on the CPU."""
+    if not fused:
+        monkeypatch.setattr(tg.nn.llama, "_fused_programs_run_on", lambda x: False)
     torch.manual_seed(3)
     attn = tg.nn.LlamaAttention(64, 4, 2).to(device, torch.bfloat16)
     x = torch.randn(2, 24, 64, device=device, dtype=torch.bfloat16)
@@ -196,8 +278,9 @@ def test_attention_with_position_ids_matches_rotate_half_rope(device):
         y = attn(x, position_ids)
         dy = torch.randn_like(y)
         y.backward(dy)
-        got = {n: p.grad.clone() for n, p in attn.named_parameters()}
-        ref = {n: p.detach().float().requires_grad_() for n, p in attn.named_parameters()}
+        got = hf_grads(attn, 4, 2)
+        ref = {n: w.float().requires_grad_() for n, w in attn.state_dict().items()}
+        assert set(got) == set(ref) == {f"{n}_proj.weight" for n in "qkvo"}
         b, s = x.shape[:2]
         q = (x.float() @ ref["q_proj.weight"].t()).view(b, s, 4, 16)
         k = (x.float() @ ref["k_proj.weight"].t()).view(b, s, 2, 16)
@@ -216,18 +299,45 @@ def test_attention_with_position_ids_matches_rotate_half_rope(device):
 
 
 def test_qkv_weight_stacks_q_and_k_interleaved_and_v_as_it_is():
-    """Row (h, j, t) of a q or k head in the fused weight is Hugging Face's row h D + t D/2 + j
-    (dims j and j + D/2 rotate together there, 2j and 2j + 1 in the epilogue); v's rows keep
-    their order."""
+    """Loading Hugging Face's q, k and v weights: row (h, j, t) of a q or k head in qkv_weight
+    is Hugging Face's row h D + t D/2 + j (dims j and j + D/2 rotate together there, 2j and
+    2j + 1 in the epilogue); v's rows keep their order. q_weight, k_weight and v_weight give
+    the three back."""
     d, hidden = 16, 8
+    attn = tg.nn.LlamaAttention(hidden, 4, 2, head_dim=d)
     q, k, v = torch.randn(4 * d, hidden), torch.randn(2 * d, hidden), torch.randn(2 * d, hidden)
-    w = tg.nn.llama._qkv_weight(q, k, v, d)
+    attn.load_state_dict({"q_proj.weight": q, "k_proj.weight": k, "v_proj.weight": v,
+                          "o_proj.weight": torch.randn(hidden, 4 * d)})
+    w = attn.qkv_weight
     for name, src, first in (("q", q, 0), ("k", k, 4 * d)):
         for h in range(src.shape[0] // d):
             for j in range(d // 2):
                 for t in range(2):
                     assert torch.equal(w[first + h * d + 2 * j + t], src[h * d + t * d // 2 + j]), name
     assert torch.equal(w[6 * d:], v)
+    assert torch.equal(attn.q_weight, q) and torch.equal(attn.k_weight, k) and torch.equal(attn.v_weight, v)
+    assert all(torch.equal(a, b) for a, b in zip(qkv_to_hf(w, 4, 2, d), (q, k, v)))
+
+
+def test_an_optimizer_step_moves_each_weight_by_its_own_gradient():
+    """SGD on the layer: afterwards its state_dict is exactly the loaded checkpoint minus the
+    learning rate times the gradients in Hugging Face's layout (qkv_weight's rows moved with
+    their gradients' rows), and the layer matches the reference on its new weights."""
+    torch.manual_seed(1)
+    sd = hf_state_dict()
+    layer = tg.nn.LlamaDecoderLayer(**CONFIG, dtype=torch.bfloat16)
+    layer.load_state_dict(sd)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.5)
+    x = torch.randn(2, 16, CONFIG["hidden_size"]).bfloat16()
+    layer(x).float().square().mean().backward()
+    grads = hf_grads(layer, 4, 2)
+    opt.step()
+    after = layer.state_dict()
+    for name, w in sd.items():
+        assert torch.equal(after[name], w.clone().add_(grads[name], alpha=-0.5)), name
+        if name.startswith("self_attn."):
+            assert not torch.equal(after[name], w), name
+    assert rel(layer(x), reference_layer(after, x)) < 2e-2
 
 
 def rope_interleaved(p, positions, frequencies):
