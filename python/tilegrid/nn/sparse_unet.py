@@ -24,18 +24,34 @@ from .sparse_conv import SparseConv3d, SparseConvTranspose3d
 from .sparse_layers import BatchNorm
 
 
+def _folded(norm: BatchNorm):
+    """An eval-mode BatchNorm as float32 (scale, shift): y = x * scale + shift. Kept on the
+    module until its statistics or affine parameters change (their version counters), since
+    the half-dozen small kernels that make them cost more host time a layer than the fused
+    epilogue saves; differentiable in weight and bias when made with autograd on."""
+    tensors = [norm.running_mean, norm.running_var] + ([norm.weight, norm.bias] if norm.affine else [])
+    key = tuple((t._version, t.data_ptr()) for t in tensors) + (torch.is_grad_enabled(),)
+    kept = getattr(norm, "_tilegrid_folded", None)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    scale = torch.rsqrt(norm.running_var.float() + norm.eps)
+    if norm.affine:
+        scale = scale * norm.weight.float()
+    shift = -norm.running_mean.float() * scale
+    if norm.affine:
+        shift = shift + norm.bias.float()
+    if not torch.is_grad_enabled():  # an autograd graph is not kept across calls
+        norm._tilegrid_folded = (key, (scale, shift))
+    return scale, shift
+
+
 def _conv_norm_relu(conv, norm: BatchNorm, x: JaggedTensor, plan: ConvolutionPlan,
                     residual=None) -> JaggedTensor:
     """relu(norm(conv(x)) + residual). In eval mode the BatchNorm is its running statistics, a
     per-channel scale and shift, so the three run in the convolution's epilogue (inside the
     kernel when no gradient is wanted): one pass over the output instead of four."""
     if not norm.training and norm.track_running_stats and norm.running_var is not None:
-        scale = torch.rsqrt(norm.running_var.float() + norm.eps)
-        if norm.affine:
-            scale = scale * norm.weight.float()
-        shift = -norm.running_mean.float() * scale
-        if norm.affine:
-            shift = shift + norm.bias.float()
+        scale, shift = _folded(norm)
         return conv(x, plan, scale=scale, shift=shift, residual=residual, relu=True)
     out = conv(x, plan)  # on the plan's target grid
     y = norm(out.jdata)

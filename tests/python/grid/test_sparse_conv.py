@@ -293,6 +293,12 @@ def test_a_unet_in_eval_mode_folds_its_batchnorms_into_the_convolutions():
         fused = net(feats, grid).jdata
     unfused = net(feats, grid).jdata  # autograd on: the epilogue by torch ops
     assert torch.allclose(fused, unfused.detach(), rtol=1e-10, atol=1e-10)
+    # The folded statistics are kept between calls, and made again when they change.
+    with torch.no_grad():
+        net.stem.norm.running_mean.add_(0.25)
+        changed = net(feats, grid).jdata
+    assert not torch.allclose(changed, fused)
+    assert torch.allclose(changed, net(feats, grid).jdata.detach(), rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.gpu
