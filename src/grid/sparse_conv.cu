@@ -264,8 +264,6 @@ void launch_weight_grad(const WeightGrad& p, int device, Stream stream, ConvKern
   sum_chunks<T, Acc>(partials, chunks, n, p.grad_weight, s);
 }
 
-}  // namespace
-
 // The ConvEpilogueArgs over an output the kernels below stored unmodified (the Hopper kernel
 // applies it to its sums itself): one pass, a thread an element.
 template <class T, class Acc>
@@ -288,6 +286,15 @@ void launch_epilogue(const GatherGemm& p, cudaStream_t s) {
   TG_CUDA_CHECK_LAUNCH();
 }
 
+// The CUDA-core kernel where the WMMA one did not run (mma_done), then the epilogue if any.
+template <class T, class Acc>
+void forward_then_epilogue(const GatherGemm& p, bool mma_done, cudaStream_t s) {
+  if (!mma_done) launch_forward<T, Acc>(p, s);
+  if (p.epilogue.any()) launch_epilogue<T, Acc>(p, s);
+}
+
+}  // namespace
+
 void sparse_conv_forward(const GatherGemm& p, int device, Stream stream) {
   if (p.rows == 0 || p.out_channels == 0) return;
   CudaDeviceGuard guard(device);
@@ -298,22 +305,10 @@ void sparse_conv_forward(const GatherGemm& p, int device, Stream stream) {
   const cudaStream_t s = raw(stream);
   const bool mma = kernel != ConvKernel::Simt && sparse_conv_forward_mma(p, device, stream);
   switch (p.dtype) {
-    case DType::Float64:
-      if (!mma) launch_forward<double, double>(p, s);
-      if (p.epilogue.any()) launch_epilogue<double, double>(p, s);
-      return;
-    case DType::Float32:
-      if (!mma) launch_forward<float, float>(p, s);
-      if (p.epilogue.any()) launch_epilogue<float, float>(p, s);
-      return;
-    case DType::Float16:
-      if (!mma) launch_forward<__half, float>(p, s);
-      if (p.epilogue.any()) launch_epilogue<__half, float>(p, s);
-      return;
-    case DType::BFloat16:
-      if (!mma) launch_forward<__nv_bfloat16, float>(p, s);
-      if (p.epilogue.any()) launch_epilogue<__nv_bfloat16, float>(p, s);
-      return;
+    case DType::Float64: return forward_then_epilogue<double, double>(p, mma, s);
+    case DType::Float32: return forward_then_epilogue<float, float>(p, mma, s);
+    case DType::Float16: return forward_then_epilogue<__half, float>(p, mma, s);
+    case DType::BFloat16: return forward_then_epilogue<__nv_bfloat16, float>(p, mma, s);
     default: throw TypeError(detail::concat("sparse_conv_forward: unsupported dtype ", p.dtype));
   }
 }
