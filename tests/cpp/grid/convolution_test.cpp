@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -156,6 +157,61 @@ TEST(Convolution, BadArgumentsSayWhatWasExpected) {
   EXPECT_NE(testing::error_message([&] { conv_grid(grid, {0, 3, 3}, {1, 1, 1}); })
                 .find("kernel_size must be in [1, 31]"),
             std::string::npos);
+}
+
+// out = relu(conv * scale + shift + residual) against the plain forward with the formula
+// applied here; on a GPU the CUDA kernels (Hopper's in-kernel where it takes the shapes, a
+// pass after the others) against the CPU. A scale of the wrong length is refused.
+TEST(Convolution, ForwardEpilogueIsTheFormulaAfterTheSums) {
+  const GridBatch grid = random_grid(300, 6);
+  const Tensor map = kernel_map(grid, grid, {});
+  const int64_t n = grid.total_voxels(), cin = 8, cout = 16;
+  const Tensor x = random_tensor({n, cin}), w = random_tensor({27, cin, cout});
+  const Tensor residual = random_tensor({n, cout});
+  Tensor scale = Tensor::empty({cout}, DType::Float32, Device::cpu());
+  Tensor shift = Tensor::empty({cout}, DType::Float32, Device::cpu());
+  for (int64_t c = 0; c < cout; ++c) {
+    static_cast<float*>(scale.data())[c] = 0.5f + 0.125f * float(c);
+    static_cast<float*>(shift.data())[c] = float(c % 5) - 2.0f;
+  }
+  Tensor plain = Tensor::empty({n, cout}, DType::Float64, Device::cpu());
+  Tensor fused = Tensor::empty({n, cout}, DType::Float64, Device::cpu());
+  sparse_conv_forward(map.view(), x.view(), w.view(), plain.view());
+  const ConvEpilogue epilogue{scale.view(), shift.view(), residual.view(), true};
+  sparse_conv_forward(map.view(), x.view(), w.view(), fused.view(), false, {}, {}, {}, false,
+                      &epilogue);
+  const double* p = static_cast<const double*>(plain.data());
+  const double* r = static_cast<const double*>(residual.data());
+  const double* f = static_cast<const double*>(fused.data());
+  int64_t clipped = 0;
+  for (int64_t e = 0; e < n * cout; ++e) {
+    const int64_t c = e % cout;
+    const double v = p[e] * static_cast<const float*>(scale.data())[c] +
+                     static_cast<const float*>(shift.data())[c] + r[e];
+    clipped += v < 0;
+    EXPECT_NEAR(f[e], v > 0 ? v : 0.0, 1e-12) << "element " << e;
+  }
+  EXPECT_GT(clipped, 0);  // the ReLU was exercised
+  Tensor short_scale = Tensor::empty({cout - 1}, DType::Float32, Device::cpu());
+  const ConvEpilogue bad{short_scale.view(), {}, {}, false};
+  EXPECT_NE(testing::error_message([&] {
+              sparse_conv_forward(map.view(), x.view(), w.view(), fused.view(), false, {}, {}, {},
+                                  false, &bad);
+            }).find("epilogue scale"),
+            std::string::npos);
+  if (!testing::cuda_available()) return;
+  const Device gpu = Device::cuda(0);
+  const GridBatch grid_gpu = grid.to(gpu);
+  const Tensor map_gpu = kernel_map(grid_gpu, grid_gpu, {});
+  const Tensor xg = x.to(gpu), wg = w.to(gpu), rg = residual.to(gpu);
+  const Tensor sg = scale.to(gpu), hg = shift.to(gpu);
+  Tensor yg = Tensor::empty({n, cout}, DType::Float64, gpu);
+  const ConvEpilogue on_gpu{sg.view(), hg.view(), rg.view(), true};
+  sparse_conv_forward(map_gpu.view(), xg.view(), wg.view(), yg.view(), false, {}, {}, {}, false,
+                      &on_gpu);
+  const Tensor back = yg.to(Device::cpu());
+  for (int64_t e = 0; e < n * cout; ++e)
+    EXPECT_NEAR(static_cast<const double*>(back.data())[e], f[e], 1e-12) << "element " << e;
 }
 
 TEST(Convolution, CudaMapsAndForwardEqualTheCpu) {
