@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from . import _C
@@ -26,9 +28,11 @@ def current_stream(where) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def dlpack(tensor: torch.Tensor):
+def dlpack(tensor: Optional[torch.Tensor]):
     """`tensor` as a DLPack capsule for the C++ module (which reads or writes it in place during
-    the call). Callers handle autograd around the call, as for every _C op."""
+    the call), None as None. Callers handle autograd around the call, as for every _C op."""
+    if tensor is None:
+        return None
     return _to_dlpack(tensor) if _to_dlpack is not None else tensor.detach().__dlpack__()
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from . import _C
-from ._torch import current_stream
+from ._torch import current_stream, dlpack
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -82,8 +82,9 @@ def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: 
     rows = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
     grad = (logits.to(_grad_dtype(logits.dtype), memory_format=torch.contiguous_format, copy=True)
             if want_grad else logits.new_empty(0))
-    _C.cross_entropy_loss_and_grad(grad if want_grad else logits, target, ignore_index, rows,
-                                   scale if want_grad else None, stream)
+    _C.cross_entropy_loss_and_grad(dlpack(grad if want_grad else logits), dlpack(target),
+                                   ignore_index, dlpack(rows), dlpack(scale) if want_grad else None,
+                                   stream)
     if reduction == "none":
         return rows, grad
     return reduce_rows(rows, count, scale, reduction == "mean"), grad

@@ -23,7 +23,7 @@ from typing import Optional
 import torch
 
 from . import _C
-from ._torch import current_stream
+from ._torch import current_stream, dlpack
 
 
 class Program:
@@ -104,9 +104,10 @@ def _matmul_epilogue_op(a: torch.Tensor, b: torch.Tensor, steps_spec: str, numbe
         return None if slot < 0 else (outputs if slot % 2 else inputs)[slot // 2]
 
     named = [step.split(":") for step in steps_spec.split(";")] if steps_spec else []
-    steps = [(kind, name, tensor(slots[2 * i]), tensor(slots[2 * i + 1]), numbers[i], counts[i], flags[i])
+    steps = [(kind, name, dlpack(tensor(slots[2 * i])), dlpack(tensor(slots[2 * i + 1])), numbers[i],
+              counts[i], flags[i])
              for i, (kind, name) in enumerate(named)]
-    _C.matmul_epilogue(a, b, steps, current_stream(a))
+    _C.matmul_epilogue(dlpack(a), dlpack(b), steps, current_stream(a))
 
 
 @_matmul_epilogue_op.register_fake

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _C
-from ._torch import current_stream
+from ._torch import current_stream, dlpack
 
 # Head dimensions the kernels are compiled for; others are padded to the next one.
 _KERNEL_HEAD_DIMS = (64, 96, 128, 192, 256)
@@ -135,8 +135,8 @@ def flash_attn_forward(
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     _C.flash_attn_forward(
-        q, k, v, softmax_scale, causal, window_left, window_right, softcap, out, lse,
-        current_stream(q),
+        dlpack(q), dlpack(k), dlpack(v), softmax_scale, causal, window_left, window_right, softcap,
+        dlpack(out), dlpack(lse), current_stream(q),
     )
     return out, lse
 
@@ -157,8 +157,9 @@ def flash_attn_backward(
     dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
     dlse = None if dlse is None else dlse.contiguous()  # autograd may pass expanded zeros
     _C.flash_attn_backward(
-        _kernel_ready(dout), q, k, v, out, lse, dlse, softmax_scale, causal, window_left,
-        window_right, softcap, deterministic, dq, dk, dv, current_stream(q),
+        dlpack(_kernel_ready(dout)), dlpack(q), dlpack(k), dlpack(v), dlpack(out), dlpack(lse),
+        dlpack(dlse), softmax_scale, causal, window_left, window_right, softcap, deterministic,
+        dlpack(dq), dlpack(dk), dlpack(dv), current_stream(q),
     )
     return dq, dk, dv
 
@@ -179,8 +180,9 @@ def flash_attn_varlen_forward(
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
     _C.flash_attn_varlen_forward(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-        window_left, window_right, softcap, out, lse, current_stream(q),
+        dlpack(q), dlpack(k), dlpack(v), dlpack(cu_seqlens_q), dlpack(cu_seqlens_k), max_seqlen_q,
+        max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, dlpack(out),
+        dlpack(lse), current_stream(q),
     )
     return out, lse
 
@@ -203,9 +205,10 @@ def flash_attn_varlen_backward(
     dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
     dlse = None if dlse is None else dlse.contiguous()
     _C.flash_attn_varlen_backward(
-        _kernel_ready(dout), q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-        max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-        dq, dk, dv, current_stream(q),
+        dlpack(_kernel_ready(dout)), dlpack(q), dlpack(k), dlpack(v), dlpack(out), dlpack(lse),
+        dlpack(dlse), dlpack(cu_seqlens_q), dlpack(cu_seqlens_k), max_seqlen_q, max_seqlen_k,
+        softmax_scale, causal, window_left, window_right, softcap, deterministic, dlpack(dq),
+        dlpack(dk), dlpack(dv), current_stream(q),
     )
     return dq, dk, dv
 

@@ -14,12 +14,12 @@ from typing import Optional
 import torch
 
 from . import _C
-from ._torch import current_stream
+from ._torch import current_stream, dlpack
 
 
 def _product(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     out = torch.empty((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
-    _C.matmul(a.detach(), b.detach(), out, current_stream(a))
+    _C.matmul(dlpack(a), dlpack(b), dlpack(out), current_stream(a))
     return out
 
 

@@ -43,7 +43,7 @@ from typing import Optional
 import torch
 
 from . import _C
-from ._torch import current_stream
+from ._torch import current_stream, dlpack
 from .cross_entropy import check_target_range, claim_the_backward, loss_scale, reduce_rows
 
 # The default chunk: as many rows, a multiple of the products' 128-row tile, as make one chunk's
@@ -82,10 +82,10 @@ def _accumulate_weight_grad(dw: torch.Tensor, dlogits: torch.Tensor, x: torch.Te
         else:
             dw.addmm_(dlogits.t(), x)
     elif first:
-        _C.matmul(dlogits.t(), x, dw, stream)
+        _C.matmul(dlpack(dlogits.t()), dlpack(x), dlpack(dw), stream)
     else:
         part = torch.empty_like(dw)
-        _C.matmul(dlogits.t(), x, part, stream)
+        _C.matmul(dlpack(dlogits.t()), dlpack(x), dlpack(part), stream)
         dw += part
 
 
@@ -118,12 +118,12 @@ def _linear_cross_entropy_op(x: torch.Tensor, weight: torch.Tensor, target: torc
         xc = x[start:start + chunk_rows]
         n = xc.shape[0]
         logits = buffer[:n]
-        _C.matmul(xc, weight.t(), logits, stream)
-        _C.cross_entropy_loss_and_grad(logits, target[start:start + n], ignore_index,
-                                       row_loss[start:start + n], kernel_scale if want_grad else None,
-                                       stream)
+        _C.matmul(dlpack(xc), dlpack(weight.t()), dlpack(logits), stream)
+        _C.cross_entropy_loss_and_grad(dlpack(logits), dlpack(target[start:start + n]), ignore_index,
+                                       dlpack(row_loss[start:start + n]),
+                                       dlpack(kernel_scale) if want_grad else None, stream)
         if want_dx:
-            _C.matmul(logits, weight, dx[start:start + n], stream)
+            _C.matmul(dlpack(logits), dlpack(weight), dlpack(dx[start:start + n]), stream)
         if want_dw:
             _accumulate_weight_grad(dw, logits, xc, i == 0, stream)
     return reduce_rows(row_loss, count, scale, mean), dx, dw, factor

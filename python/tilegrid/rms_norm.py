@@ -16,13 +16,13 @@ from typing import Optional
 import torch
 
 from . import _C
-from ._torch import current_stream
+from ._torch import current_stream, dlpack
 
 
 def _forward_impl(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float):
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-    _C.rms_norm_forward(x, weight, eps, y, rstd, current_stream(x))
+    _C.rms_norm_forward(dlpack(x), dlpack(weight), eps, dlpack(y), dlpack(rstd), current_stream(x))
     return y, rstd
 
 
@@ -31,7 +31,8 @@ def _backward_impl(dy, x, weight, rstd):
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     dweight = torch.empty_like(weight) if weight is not None else x.new_empty(0)
     _C.rms_norm_backward(
-        dy, x, weight, rstd, dx, dweight if weight is not None else None, current_stream(x)
+        dlpack(dy), dlpack(x), dlpack(weight), dlpack(rstd), dlpack(dx),
+        dlpack(dweight) if weight is not None else None, current_stream(x)
     )
     return dx, dweight
 

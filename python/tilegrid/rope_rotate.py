@@ -18,13 +18,14 @@ from typing import Optional
 import torch
 
 from . import _C
-from ._torch import current_stream
+from ._torch import current_stream, dlpack
 
 
 @torch.library.custom_op("tilegrid::rope_rotate", mutates_args=("out",))
 def _rope_rotate_op(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, inverse: bool,
                     out: torch.Tensor) -> None:
-    _C.rope_rotate(x, positions, inv_freq, inverse, out, current_stream(x))
+    _C.rope_rotate(dlpack(x), dlpack(positions), dlpack(inv_freq), inverse, dlpack(out),
+                   current_stream(x))
 
 
 @_rope_rotate_op.register_fake
@@ -52,5 +53,6 @@ def rope_rotate(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor
     if _tracing(x):
         _rope_rotate_op(x, positions, inv_freq, bool(inverse), out)
     else:
-        _C.rope_rotate(x, positions, inv_freq, bool(inverse), out, current_stream(x))
+        _C.rope_rotate(dlpack(x), dlpack(positions), dlpack(inv_freq), bool(inverse), dlpack(out),
+                       current_stream(x))
     return out
