@@ -17,9 +17,8 @@ from typing import Optional, Sequence
 import torch
 
 from . import _C
-from . import grid_derived, grid_pooling, grid_rays, grid_serialize, grid_tsdf
+from . import grid_derived, grid_pooling, grid_rays, grid_sampling, grid_serialize, grid_tsdf
 from ._torch import current_stream, dlpack_pair
-from .grid_sampling import SampleTrilinear, SplatTrilinear
 from .jagged_tensor import JaggedTensor, jcat_jagged
 from .sparse_conv import vec3
 
@@ -103,6 +102,11 @@ def _jagged(capsules) -> JaggedTensor:
 class GridBatch:
     def __init__(self, impl: "_C.GridBatch"):
         self._impl = impl
+        # Plain values for the ops that torch.compile traces (it cannot read the C++ object):
+        # the sampling ops' handle (grid_sampling.register_grid), the voxel count and offsets.
+        self._handle = grid_sampling.register_grid(self)
+        self._total_voxels = impl.total_voxels
+        self._voxel_offsets = torch.from_dlpack(impl.voxel_offsets())
 
     @classmethod
     def from_ijk(
@@ -221,7 +225,7 @@ class GridBatch:
 
     @property
     def total_voxels(self) -> int:
-        return self._impl.total_voxels
+        return self._total_voxels
 
     def num_voxels(self, grid: int) -> int:
         return self._impl.num_voxels(grid)
@@ -229,7 +233,7 @@ class GridBatch:
     @property
     def voxel_offsets(self) -> torch.Tensor:
         """int64 [B+1]: the joffsets of this batch's feature tensors."""
-        return torch.from_dlpack(self._impl.voxel_offsets())
+        return self._voxel_offsets
 
     @property
     def voxel_sizes(self) -> torch.Tensor:
@@ -288,7 +292,9 @@ class GridBatch:
         """Features (a [total_voxels, ...] tensor or JaggedTensor) trilinearly interpolated at
         the points; voxels that are not active count as zero. Differentiable in the features
         and in the points (same float dtype for both: float32 or float64)."""
-        _finite_points("sample_trilinear", _jagged_arg("sample_trilinear", "points", points))
+        _jagged_arg("sample_trilinear", "points", points)
+        if not torch.compiler.is_compiling():  # a value check: eager mode only
+            _finite_points("sample_trilinear", points)
         data = features.jdata if isinstance(features, JaggedTensor) else features
         if data.shape[0] != self.total_voxels:
             raise ValueError(
@@ -299,7 +305,7 @@ class GridBatch:
         pts, low = points.jdata, flat.dtype in (torch.float16, torch.bfloat16)
         if low:  # half-precision features: weights and sums in float32, result in their dtype
             flat, pts = flat.float(), pts.float()
-        out = SampleTrilinear.apply(self._impl, pts, points.joffsets, flat)
+        out = grid_sampling.sample_trilinear(self._handle, pts, points.joffsets, flat)
         if low:
             out = out.to(data.dtype)
         return points.jagged_like(out.reshape(points.jdata.shape[0], *data.shape[1:]))
@@ -308,7 +314,9 @@ class GridBatch:
         """Point values ([N, ...], jagged like points) spread over the 8 voxels around each
         point with trilinear weights; returns voxel features [total_voxels, ...].
         Differentiable in the values."""
-        _finite_points("splat_trilinear", _jagged_arg("splat_trilinear", "points", points))
+        _jagged_arg("splat_trilinear", "points", points)
+        if not torch.compiler.is_compiling():  # a value check: eager mode only
+            _finite_points("splat_trilinear", points)
         data = values.jdata if isinstance(values, JaggedTensor) else values
         if data.shape[0] != points.jdata.shape[0]:
             raise ValueError(
@@ -319,10 +327,10 @@ class GridBatch:
         pts, low = points.jdata, flat.dtype in (torch.float16, torch.bfloat16)
         if low:
             flat, pts = flat.float(), pts.float()
-        out = SplatTrilinear.apply(self._impl, self.total_voxels, pts, points.joffsets, flat)
+        out = grid_sampling.splat_trilinear(self._handle, self.total_voxels, pts, points.joffsets, flat)
         if low:
             out = out.to(data.dtype)
-        return JaggedTensor.from_data_and_offsets(out.reshape(-1, *data.shape[1:]), self.voxel_offsets)
+        return JaggedTensor._from_trusted(out.reshape(-1, *data.shape[1:]), self.voxel_offsets)
 
     def conv_grid(self, kernel_size, stride=1) -> "GridBatch":
         """The voxels a convolution of this grid writes (every output that some active voxel

@@ -97,3 +97,41 @@ class TestBadInputs:
         grid = tg.GridBatch.from_dense(1, (2, 2, 2))
         with pytest.raises(TypeError, match="features must be float32, got float64"):
             grid.sample_trilinear(tg.JaggedTensor([torch.zeros(1, 3)]), torch.zeros(8, 1, dtype=torch.float64))
+
+
+def test_torch_compile_traces_sampling_and_splatting_forward_and_backward():
+    """sample_trilinear / splat_trilinear are custom ops: a function of both traces whole
+    (fullgraph) with its backward, gives eager's values and gradients, and takes a second grid
+    of another size (the grid reaches the ops as a handle tensor, not a constant)."""
+    def step(grid, pts, features, values):
+        sampled = grid.sample_trilinear(pts, features).jdata
+        splatted = grid.splat_trilinear(pts, values).jdata
+        return (sampled * sampled).sum() + (splatted * features).sum()
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for n in (30, 55):
+        grid = tg.GridBatch.from_nearest_voxels_to_points(
+            tg.JaggedTensor([torch.rand(n, 3, dtype=torch.float64) * 3]), voxel_sizes=[0.5, 0.5, 0.5])
+        pts = tg.JaggedTensor([torch.rand(17, 3, dtype=torch.float64) * 3])
+        f = torch.randn(grid.total_voxels, 4, dtype=torch.float64)
+        v = torch.randn(17, 4, dtype=torch.float64)
+        want_f, want_v = f.clone().requires_grad_(), v.clone().requires_grad_()
+        want = step(grid, pts, want_f, want_v)
+        want.backward()
+        got_f, got_v = f.clone().requires_grad_(), v.clone().requires_grad_()
+        got = compiled(grid, pts, got_f, got_v)
+        got.backward()
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got_f.grad, want_f.grad)
+        torch.testing.assert_close(got_v.grad, want_v.grad)
+
+
+def test_a_sampling_op_on_a_grid_that_is_gone_says_so():
+    grid = tg.GridBatch.from_dense(1, (2, 2, 2))
+    handle = grid._handle
+    del grid
+    import gc
+    gc.collect()
+    with pytest.raises(ValueError, match="no longer exists"):
+        tg.grid_sampling.sample_trilinear(handle, torch.zeros(1, 3, dtype=torch.float64),
+                                          torch.tensor([0, 1]), torch.zeros(8, 1, dtype=torch.float64))
