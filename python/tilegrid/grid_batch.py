@@ -108,6 +108,14 @@ class GridBatch:
         self._total_voxels = impl.total_voxels
         self._voxel_offsets = torch.from_dlpack(impl.voxel_offsets())
 
+    # A copy is a new wrapper of the same (immutable) C++ grid with a handle of its own: a copied
+    # handle would name the original, which may be gone when the copy samples.
+    def __copy__(self) -> "GridBatch":
+        return GridBatch(self._impl)
+
+    def __deepcopy__(self, memo) -> "GridBatch":
+        return GridBatch(self._impl)
+
     @classmethod
     def from_ijk(
         cls,

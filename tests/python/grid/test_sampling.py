@@ -126,6 +126,20 @@ def test_torch_compile_traces_sampling_and_splatting_forward_and_backward():
         torch.testing.assert_close(got_v.grad, want_v.grad)
 
 
+def test_a_copied_grid_samples_after_the_original_is_gone():
+    import copy
+    import gc
+    grid = tg.GridBatch.from_dense(1, (3, 3, 3))
+    pts = tg.JaggedTensor([torch.rand(5, 3, dtype=torch.float64) * 2])
+    f = torch.randn(27, 2, dtype=torch.float64)
+    want = grid.sample_trilinear(pts, f).jdata
+    copies = [copy.copy(grid), copy.deepcopy(grid)]
+    del grid
+    gc.collect()
+    for c in copies:
+        torch.testing.assert_close(c.sample_trilinear(pts, f).jdata, want)
+
+
 def test_a_sampling_op_on_a_grid_that_is_gone_says_so():
     grid = tg.GridBatch.from_dense(1, (2, 2, 2))
     handle = grid._handle
