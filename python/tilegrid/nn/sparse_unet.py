@@ -29,18 +29,20 @@ def _folded(norm: BatchNorm):
     module until its statistics or affine parameters change (their version counters), since
     the half-dozen small kernels that make them cost more host time a layer than the fused
     epilogue saves; differentiable in weight and bias when made with autograd on."""
-    tensors = [norm.running_mean, norm.running_var] + ([norm.weight, norm.bias] if norm.affine else [])
-    key = tuple((t._version, t.data_ptr()) for t in tensors) + (torch.is_grad_enabled(),)
-    kept = getattr(norm, "_tilegrid_folded", None)
-    if kept is not None and kept[0] == key:
-        return kept[1]
+    cache = not torch.compiler.is_compiling() and not torch.is_grad_enabled()
+    if cache:  # (an autograd graph is not kept across calls; a traced one needs no cache)
+        tensors = [norm.running_mean, norm.running_var] + ([norm.weight, norm.bias] if norm.affine else [])
+        key = tuple((t._version, t.data_ptr()) for t in tensors)
+        kept = getattr(norm, "_tilegrid_folded", None)
+        if kept is not None and kept[0] == key:
+            return kept[1]
     scale = torch.rsqrt(norm.running_var.float() + norm.eps)
     if norm.affine:
         scale = scale * norm.weight.float()
     shift = -norm.running_mean.float() * scale
     if norm.affine:
         shift = shift + norm.bias.float()
-    if not torch.is_grad_enabled():  # an autograd graph is not kept across calls
+    if cache:
         norm._tilegrid_folded = (key, (scale, shift))
     return scale, shift
 
