@@ -1,6 +1,7 @@
 // RoPE rotation on CUDA: one read and one write of each element. Memory-bound: at the Llama-3
-// 8B QKV gradient's q and k columns (8192 x 5120 bfloat16) that is 168 MB, about 35 us at an
-// H200's 4.8 TB/s (an estimate; not yet timed); a pair's sine and cosine come from the
+// 8B QKV gradient's q and k columns (8192 x 5120 bfloat16) that is 168 MB; on an H200 the two
+// calls (q, then k) took 48 us a step together, 3.5 TB/s (profiled inside the layer:
+// bench/results/2026-12-04_h200_llama_block_kernels.txt); a pair's sine and cosine come from the
 // special-function unit (pairwise.h's sin_cos), 2 of its operations a pair: 1.2e12 a second at
 // that rate, against the H200's 4.2e12 (16 a clock an SM).
 //  - a thread owns one 16-byte vector of columns (VEC / 2 pairs; one pair when a row start is
