@@ -210,23 +210,12 @@ def _unfused_epilogue(out, scale, shift, residual, relu):
     return v.to(out.dtype)
 
 
-def _kernel_weight(weights: torch.Tensor, cout: int, cin: int, volume: int, dtype: torch.dtype,
-                   reuse: bool) -> torch.Tensor:
+def _kernel_weight(weights: torch.Tensor, cout: int, cin: int, volume: int,
+                   dtype: torch.dtype) -> torch.Tensor:
     """weights [C_out, C_in, taps...] as the kernels read them, [taps, C_in, C_out] in the
-    features' dtype: one small copy, differentiable. With reuse (inference), the copy is kept
-    on the weight tensor and made again only when the weight changes (its version counter:
-    an optimizer step, load_state_dict) or another dtype is asked for."""
-    def relayout():
-        return weights.reshape(cout, cin, volume).permute(2, 1, 0).to(dtype).contiguous()
-    if not reuse:
-        return relayout()
-    key = (weights._version, weights.data_ptr(), dtype, cout, cin, volume)
-    kept = getattr(weights, "_tilegrid_kernel_weight", None)
-    if kept is None or kept[0] != key:
-        with torch.no_grad():
-            kept = (key, relayout())
-        weights._tilegrid_kernel_weight = kept
-    return kept[1]
+    features' dtype: one small copy, differentiable. Made every call: a copy kept between calls
+    could not see a weight changed through .data (which no version counter records)."""
+    return weights.reshape(cout, cin, volume).permute(2, 1, 0).to(dtype).contiguous()
 
 
 class ConvolutionPlan:
@@ -435,14 +424,14 @@ class ConvolutionPlan:
                 f"{features.device}"
             )
         # Inference (no gradient wanted, not traced) skips what only autograd needs: the
-        # custom op's dispatch, and the weight's re-layout, kept beside the weight until it
-        # changes. A U-Net's inference is bound by such per-layer host costs on a GPU.
+        # custom op's dispatch. A U-Net's inference is bound by such per-layer host costs on
+        # a GPU.
         epilogue = _epilogue_args(scale, shift, residual, relu, features, cout,
                                   self.kernel_map.shape[1])
         inputs = (features, weights, *(epilogue[:3] if epilogue else ()))
         inference = not torch.compiler.is_compiling() and not (
             torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs))
-        w = _kernel_weight(weights, cout, cin, self.kernel_volume, features.dtype, inference)
+        w = _kernel_weight(weights, cout, cin, self.kernel_volume, features.dtype)
         fused = None
         if self.dense and features.dtype in (torch.float16, torch.bfloat16) and cin % 8 == 0 \
                 and cout % 8 == 0 and features.shape[0] > 0:

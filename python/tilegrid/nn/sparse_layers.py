@@ -47,7 +47,18 @@ MaxPool3d, AvgPool3d = MaxPool, AvgPool
 
 
 class BatchNorm(_OnFeatureRows, nn.BatchNorm1d):
-    """torch.nn.BatchNorm1d over every voxel of every grid of the batch (features [N, C])."""
+    """torch.nn.BatchNorm1d over every voxel of every grid of the batch (features [N, C]).
+
+    In eval mode a SparseUNet folds it into the preceding convolution's epilogue (a per-channel
+    scale and shift) and keeps the folded values until the statistics or affine parameters
+    change: by an in-place op (their version counters), by load_state_dict, or by training
+    (train() drops them; torch's training-mode update of the running statistics does not always
+    advance their version counters). A change made through .data in eval mode is not seen:
+    call train(False) again after one."""
+
+    def train(self, mode: bool = True):
+        self.__dict__.pop("_tilegrid_folded", None)
+        return super().train(mode)
 
 
 class SyncBatchNorm(BatchNorm):

@@ -26,9 +26,10 @@ from .sparse_layers import BatchNorm
 
 def _folded(norm: BatchNorm):
     """An eval-mode BatchNorm as float32 (scale, shift): y = x * scale + shift. Kept on the
-    module until its statistics or affine parameters change (their version counters), since
-    the half-dozen small kernels that make them cost more host time a layer than the fused
-    epilogue saves; differentiable in weight and bias when made with autograd on."""
+    module until its statistics or affine parameters change (see tg.nn.BatchNorm: version
+    counters, train()), since the half-dozen small kernels that make them cost more host time
+    a layer than the fused epilogue saves; differentiable in weight and bias when made with
+    autograd on."""
     cache = not torch.compiler.is_compiling() and not torch.is_grad_enabled()
     if cache:  # (an autograd graph is not kept across calls; a traced one needs no cache)
         tensors = [norm.running_mean, norm.running_var] + ([norm.weight, norm.bias] if norm.affine else [])
@@ -55,6 +56,7 @@ def _conv_norm_relu(conv, norm: BatchNorm, x: JaggedTensor, plan: ConvolutionPla
     if not norm.training and norm.track_running_stats and norm.running_var is not None:
         scale, shift = _folded(norm)
         return conv(x, plan, scale=scale, shift=shift, residual=residual, relu=True)
+    norm.__dict__.pop("_tilegrid_folded", None)  # training updates the statistics
     out = conv(x, plan)  # on the plan's target grid
     y = norm(out.jdata)
     if residual is not None:
