@@ -37,9 +37,9 @@ def dlpack(tensor: Optional[torch.Tensor]):
 
 
 def dlpack_pair(jdata: torch.Tensor, joffsets: torch.Tensor):
-    """A jagged tensor's storage as two DLPack capsules for the C++ module. Detached: DLPack
-    refuses tensors that require grad, and autograd is handled around the C++ calls."""
-    return jdata.detach().contiguous().__dlpack__(), joffsets.contiguous().__dlpack__()
+    """A jagged tensor's storage as two DLPack capsules for the C++ module (through dlpack;
+    autograd is handled around the C++ calls)."""
+    return dlpack(jdata.contiguous()), dlpack(joffsets.contiguous())
 
 
 def _alloc(nbytes: int, device: int, stream: int) -> int:

@@ -79,14 +79,10 @@ def _forward(features, weight, kernel_map, row_order, map_in_row_order, allow_tf
     """The forward's kernels, with the inference epilogue (see ConvolutionPlan.execute) where
     any part of it is given."""
     out = features.new_empty(kernel_map.shape[1], weight.shape[2])
-    order, ordered = _order(row_order), _order(map_in_row_order)
-
-    def optional(t):
-        return None if t is None else dlpack(t)
     _C.sparse_conv_forward(
         dlpack(kernel_map), dlpack(features), dlpack(weight), dlpack(out), False,
-        current_stream(features), optional(order), optional(ordered), allow_tf32,
-        optional(scale), optional(shift), optional(residual), relu,
+        current_stream(features), dlpack(_order(row_order)), dlpack(_order(map_in_row_order)),
+        allow_tf32, dlpack(scale), dlpack(shift), dlpack(residual), relu,
     )
     return out
 
