@@ -48,11 +48,11 @@ from tilegrid import _C  # noqa: E402
 from tilegrid._torch import current_stream  # noqa: E402
 
 TOKENS = 8192
-BF16 = torch.bfloat16
+DTYPE = torch.bfloat16  # a and b, and the stores (--dtype)
 
 
 def randn(*shape):
-    return torch.randn(*shape, device="cuda", dtype=BF16)
+    return torch.randn(*shape, device="cuda", dtype=DTYPE)
 
 
 class Case:
@@ -65,7 +65,7 @@ class Case:
     def make(self, i):
         """(a, b, plain_out, program, torch_fn) for input set i."""
         m, k, n = self.m, self.k, self.n
-        plain = torch.empty(m, n, device="cuda", dtype=BF16)
+        plain = torch.empty(m, n, device="cuda", dtype=DTYPE)
         if self.name in ("swiglu_grad", "gelu_grad_bias"):  # data-gradient layout: dy w
             return self.make_backward(plain)
         x, w = randn(m, k), randn(n, k)
@@ -84,7 +84,7 @@ class Case:
             prog = tg.epilogue.Program().per_row(scale).store(out)
 
             def torch_fn(x=x, w=w, scale=scale):
-                return ((x @ w.t()).float() * scale[:, None]).to(BF16)
+                return ((x @ w.t()).float() * scale[:, None]).to(DTYPE)
         elif self.name == "column_sum":
             out = torch.empty_like(plain)
             sums = torch.empty(n, device="cuda")
@@ -105,7 +105,7 @@ class Case:
                 t = positions.float()[:, None] * freqs[None, :]
                 c, s = torch.cos(t), torch.sin(t)
                 y0, y1 = y[..., 0], y[..., 1]
-                return torch.stack([y0 * c - y1 * s, y0 * s + y1 * c], -1).view(m, n).to(BF16)
+                return torch.stack([y0 * c - y1 * s, y0 * s + y1 * c], -1).view(m, n).to(DTYPE)
         elif self.name == "scalar":
             out = torch.empty_like(plain)
             prog = tg.epilogue.Program().scalar(0.125).store(out)
@@ -123,7 +123,7 @@ class Case:
                 y = x @ w.t()
                 return y, (y.float().amax(1) if op == "max" else torch.logsumexp(y.float(), 1))
         elif self.name in ("swiglu", "swiglu_aux"):
-            out = torch.empty(m, n // 2, device="cuda", dtype=BF16)
+            out = torch.empty(m, n // 2, device="cuda", dtype=DTYPE)
             prog = tg.epilogue.Program()
             if self.name == "swiglu_aux":
                 prog = prog.store(torch.empty_like(plain))
@@ -151,7 +151,7 @@ class Case:
         dy, w = randn(m, k), randn(k, n)
         if self.name == "swiglu_grad":
             pre = randn(m, 2 * n)
-            out = torch.empty(m, 2 * n, device="cuda", dtype=BF16)
+            out = torch.empty(m, 2 * n, device="cuda", dtype=DTYPE)
             prog = tg.epilogue.Program().glu_grad(pre, "silu").store(out)
 
             def torch_fn(dy=dy, w=w, pre=pre):
@@ -183,9 +183,13 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--tokens", type=int, default=TOKENS)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16",
+                        help="a and b's dtype (the programs store in it too)")
     parser.add_argument("--programs", nargs="*", default=None,
                         help="run only these programs (default: all)")
     args = parser.parse_args()
+    global DTYPE
+    DTYPE = getattr(torch, args.dtype)
     t = args.tokens
     report = harness.Report("gemm_epilogue")
     report.measure_ceilings()
@@ -213,7 +217,7 @@ def main() -> None:
         cases = [c for c in cases if c.name in args.programs]
     for case in cases:
         m, n, k = case.m, case.n, case.k
-        problem = f"{case.name} {case.layer} M{m} N{n} K{k} bfloat16"
+        problem = f"{case.name} {case.layer} M{m} N{n} K{k} {args.dtype}"
         nbytes = (m * k + k * n + m * n) * 2
         sets = harness.rotation_count(nbytes)
         data = [case.make(i) for i in range(sets)]

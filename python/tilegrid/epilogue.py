@@ -8,11 +8,11 @@ Outputs are tensors the caller allocates: stores take [M, W] tensors (float32, f
 bfloat16), row partials float32 [M, ceil(W / tile_n)], column sums float32 [W], where W is
 the width of the value tile at that step (a glu halves it, a glu_grad doubles it). Every
 program runs on CPU tensors (the unfused float64 reference). On CUDA tensors a program runs
-as one fused sm_90a kernel (H100/H200; bfloat16 a and b, b = w.t()) when its signature() is
-one of the compiled set, e.g.
-    "per_column(add, bfloat16) > store(bfloat16) > elementwise(gelu_tanh) > store(bfloat16)"
-    "per_row(multiply, float32) > store(bfloat16)"
-    "tile(add, bfloat16) > store(bfloat16) > row_partials(sum_squares, 256)"
+as one fused sm_90a kernel (H100/H200; bfloat16 or float16 a and b, b = w.t()) when its
+signature(), with a and b's dtype written T, is one of the compiled set, e.g.
+    "per_column(add, T) > store(T) > elementwise(gelu_tanh) > store(T)"
+    "per_row(multiply, float32) > store(T)"
+    "tile(add, T) > store(T) > row_partials(sum_squares, 256)"
 and is otherwise an error that lists them.
 """
 

@@ -20,15 +20,15 @@ What is fused today (forward and backward):
   gradient is the parameter's; q, k and v come out as column blocks of the product, so their
   gradients arrive apart and the product's gradient is written in one pass: dq and dk rotated
   back into their columns by tg.rope_rotate (a kernel of its own on CUDA), dv copied into its
-  columns (on CUDA for bfloat16 on Hopper; other CUDA GPUs and dtypes take tg.linear and
-  torch's RoPE on the three weights in Hugging Face's layout);
+  columns (on CUDA for bfloat16 and float16 on Hopper; other CUDA GPUs and dtypes take
+  tg.linear and torch's RoPE on the three weights in Hugging Face's layout);
 - attention is tg.flash_attn_func (forward and backward kernels, causal);
 - the O projection is tg.linear; RMSNorm is tg.nn.RMSNorm.
 Not fused yet (plain torch between the kernels): the residual additions and the norms' row
 statistics, which the issue wants in the O and down projections' epilogues.
 
-On CUDA the fused programs run on Hopper (sm_90a, bfloat16); elsewhere the program raises
-(see tg.epilogue). On the CPU every piece runs its reference.
+On CUDA the fused programs run on Hopper (sm_90a, bfloat16 or float16); elsewhere the
+program raises (see tg.epilogue). On the CPU every piece runs its reference.
 """
 
 from __future__ import annotations
@@ -158,8 +158,10 @@ def _from_pairs(w: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 
 def _fused_programs_run_on(x: torch.Tensor) -> bool:
-    """The fused epilogue programs run on the CPU (their reference) and on Hopper in bfloat16."""
-    return not x.is_cuda or (x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device) == (9, 0))
+    """The fused epilogue programs run on the CPU (their reference) and on Hopper in bfloat16 or
+    float16."""
+    return not x.is_cuda or (x.dtype in (torch.bfloat16, torch.float16)
+                             and torch.cuda.get_device_capability(x.device) == (9, 0))
 
 
 class _QkvRope(torch.autograd.Function):

@@ -60,34 +60,49 @@ const char* name(Reduce r) {
   return "sum";
 }
 
-std::string step_signature(const Step& step) {
+// `dtype(d)` names an operand's dtype: its name, or "T" where the caller asks for the
+// element-generic signature.
+template <class NameDType>
+std::string step_signature(const Step& step, const NameDType& dtype) {
   using detail::concat;
   return std::visit(
       Overloaded{
-          [](const PerRow& s) {
-            return concat("per_row(", name(s.combine), ", ", s.values.dtype, ")");
+          [&](const PerRow& s) {
+            return concat("per_row(", name(s.combine), ", ", dtype(s.values.dtype), ")");
           },
-          [](const PerColumn& s) {
-            return concat("per_column(", name(s.combine), ", ", s.values.dtype, ")");
+          [&](const PerColumn& s) {
+            return concat("per_column(", name(s.combine), ", ", dtype(s.values.dtype), ")");
           },
           [](const Scalar& s) { return concat("scalar(", name(s.combine), ")"); },
-          [](const Tile& s) { return concat("tile(", name(s.combine), ", ", s.values.dtype, ")"); },
+          [&](const Tile& s) {
+            return concat("tile(", name(s.combine), ", ", dtype(s.values.dtype), ")");
+          },
           [](const Elementwise& s) { return concat("elementwise(", name(s.fn), ")"); },
-          [](const ElementwiseGrad& s) {
-            return concat("elementwise_grad(", name(s.fn), ", ", s.input.dtype, ")");
+          [&](const ElementwiseGrad& s) {
+            return concat("elementwise_grad(", name(s.fn), ", ", dtype(s.input.dtype), ")");
           },
           [](const Glu& s) { return concat("glu(", name(s.act), ")"); },
-          [](const GluGrad& s) {
-            return concat("glu_grad(", name(s.act), ", ", s.input.dtype, ")");
+          [&](const GluGrad& s) {
+            return concat("glu_grad(", name(s.act), ", ", dtype(s.input.dtype), ")");
           },
           [](const Rope& s) { return std::string(s.inverse ? "rope(inverse)" : "rope"); },
           [](const RowPartials& s) {
             return concat("row_partials(", name(s.op), ", ", s.tile_n, ")");
           },
           [](const ColumnSum&) { return std::string("column_sum"); },
-          [](const Store& s) { return concat("store(", s.out.dtype, ")"); },
+          [&](const Store& s) { return concat("store(", dtype(s.out.dtype), ")"); },
       },
       step);
+}
+
+template <class NameDType>
+std::string join_signature(const Program& program, const NameDType& dtype) {
+  std::string s;
+  for (const Step& step : program.steps) {
+    if (!s.empty()) s += " > ";
+    s += step_signature(step, dtype);
+  }
+  return s.empty() ? "(empty)" : s;
 }
 
 // Checks of one step's operands; messages start "matmul_epilogue: step 2 (glu_grad)".
@@ -118,7 +133,7 @@ class StepChecker {
 
  private:
   static std::string step_name(const Step& step) {
-    const std::string s = step_signature(step);
+    const std::string s = step_signature(step, [](DType d) { return detail::concat(d); });
     return s.substr(0, s.find('('));
   }
 
@@ -190,12 +205,13 @@ bool check_steps(const Program& program, const TensorView& a, int64_t m, int64_t
 }  // namespace
 
 std::string signature(const Program& program) {
-  std::string s;
-  for (const Step& step : program.steps) {
-    if (!s.empty()) s += " > ";
-    s += step_signature(step);
-  }
-  return s.empty() ? "(empty)" : s;
+  return join_signature(program, [](DType d) { return detail::concat(d); });
+}
+
+std::string signature(const Program& program, DType element) {
+  return join_signature(program, [element](DType d) {
+    return d == element ? std::string("T") : detail::concat(d);
+  });
 }
 
 void finish_row_partials(Reduce op, const TensorView& partials, const TensorView& out,

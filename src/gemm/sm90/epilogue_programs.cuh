@@ -1,14 +1,15 @@
 #pragma once
-// Fused epilogue programs on the sm_90a GEMM (internal, sm_90a only): each program of the
-// compiled set (epilogue_programs.h) as a CUTLASS epilogue visitor tree over the float32
-// accumulator tile, composed from CUTLASS's nodes (broadcasts, TMA aux loads and stores, the
-// column reduction) and Sm90Compute nodes whose functors evaluate the formulas of the
+// What the fused epilogue programs (internal, sm_90a only; one file each in programs/, see
+// epilogue_programs.h) are built from. A program is a CUTLASS epilogue visitor tree over the
+// float32 accumulator tile, composed from CUTLASS's nodes (broadcasts, TMA aux loads and
+// stores, the reductions) and Sm90Compute nodes whose functors evaluate the formulas of the
 // primitive headers (include/tilegrid/gemm/epilogue/*.h), so that the CPU evaluator and the
 // kernels compute the same expressions.
 //
-// All programs run the bf16 forward product (a [M, K] row-major, b = w^T) with the
-// cooperative 128x256x64 configuration: the programs of a transformer block's forward sit on
-// the large token-count GEMMs, where that configuration is the fastest (docs/PERFORMANCE.md).
+// Programs run with the cooperative 128x256x64 configuration unless they name another: the
+// programs of a transformer block sit on the large token-count GEMMs, where that
+// configuration is the fastest (docs/PERFORMANCE.md). Each is compiled for bfloat16 and for
+// float16 a and b (`Element`), its matrix operands and stores in the same type.
 #include "gemm/sm90/gemm_sm90_kernel.cuh"  // first: it includes CUTLASS's collective builders
 //
 #include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
@@ -16,6 +17,8 @@
 #include "cutlass/functional.h"
 #include "gemm/sm90/epilogue_partials.h"
 #include "gemm/sm90/epilogue_programs.h"
+#include <type_traits>
+
 #include "tilegrid/core/tensor.h"
 #include "tilegrid/gemm/epilogue/elementwise.h"
 #include "tilegrid/gemm/epilogue/pairwise.h"
@@ -41,25 +44,6 @@ struct ActivationOp {
   };
 };
 
-// Rotation of adjacent column pairs by angle position[i] * frequency[j]. The fragment lists
-// the accumulator registers in wgmma's order, where values 2k and 2k + 1 are columns 2c and
-// 2c + 1 of one row, i.e. one pair of the interleaved layout; `frequency` holds each pair's
-// frequency at both of its columns (and negated for the inverse rotation).
-struct RopeOp {
-  template <class Fragment>
-  struct Op {
-    CUTLASS_DEVICE Fragment operator()(const Fragment& x, const Fragment& position,
-                                       const Fragment& frequency) const {
-      static_assert(Fragment::kElements % 2 == 0, "column pairs must stay in one fragment");
-      Fragment out = x;
-      CUTLASS_PRAGMA_UNROLL
-      for (int k = 0; k < Fragment::kElements; k += 2)
-        epilogue::rotate_pair(out[k], out[k + 1], position[k] * frequency[k]);
-      return out;
-    }
-  };
-};
-
 // A node whose visit() keeps no state and loads nothing: the tree hands each sub-tile's
 // fragments (the accumulator and the children's results) to Callbacks::visit.
 template <class Callbacks>
@@ -74,29 +58,30 @@ struct StatelessNode : fusion::Sm90VisitorImpl<> {
 
 // The gated pairs of an interleaved [g0, u0, g1, u1, ...] tile -> act(g_j) * u_j, half as
 // many values. CUTLASS's store writes the accumulator tile's shape (N columns), so the
-// halved bf16 result leaves as bytes: D is declared int8 [M, N] over the [M, N / 2] bf16
+// halved 16-bit result leaves as bytes: D is declared int8 [M, N] over the [M, N / 2] Element
 // output (row stride doubled), and pair j's two columns carry the two bytes of result j,
 // little-endian, so the bytes land at the result's address. The fragment lists the
 // accumulator registers in wgmma's order, values 2k and 2k + 1 being one pair (as for RoPE).
 // A node of its own rather than an Sm90Compute: that one converts its float result to the
 // output type element by element.
-template <epilogue::Activation Fn>
+template <epilogue::Activation Fn, class Element>
 struct GluBytes : fusion::EmptyConsumerStoreCallbacks {
+  static_assert(sizeof(Element) == 2, "two bytes a result: one per column of its pair");
   template <class ElementAccumulator, class ElementInput, int FragmentSize>
   CUTLASS_DEVICE cutlass::Array<int8_t, FragmentSize> visit(
       cutlass::Array<ElementAccumulator, FragmentSize> const&, int, int, int,
       cutlass::Array<ElementInput, FragmentSize> const& x) {
     static_assert(FragmentSize % 2 == 0, "column pairs must stay in one fragment");
-    cutlass::Array<cutlass::bfloat16_t, FragmentSize / 2> h;
+    cutlass::Array<Element, FragmentSize / 2> h;
     CUTLASS_PRAGMA_UNROLL
     for (int k = 0; k < FragmentSize / 2; ++k)
-      h[k] = cutlass::bfloat16_t(epilogue::glu(Fn, float(x[2 * k]), float(x[2 * k + 1])));
+      h[k] = Element(epilogue::glu(Fn, float(x[2 * k]), float(x[2 * k + 1])));
     return reinterpret_cast<cutlass::Array<int8_t, FragmentSize> const&>(h);
   }
 };
 
-template <epilogue::Activation Fn>
-using GluAsBytes = StatelessNode<GluBytes<Fn>>;
+template <epilogue::Activation Fn, class Element>
+using GluAsBytes = StatelessNode<GluBytes<Fn, Element>>;
 
 // The register stage of the row partials of Reduce::SumSquares: acc + x^2 per element; the
 // shuffle and shared-memory stages then add the per-thread sums (cutlass::plus).
@@ -117,16 +102,15 @@ inline MatrixStride matrix_stride(int64_t ld) {
   return s;
 }
 
-// A TMA store of the values it visits into an auxiliary [M, N] row-major bf16 matrix (e.g. a
-// pre-activation saved for the backward), staged like the main output.
-template <class Descriptor>
-using Bf16AuxStore = fusion::Sm90AuxStore<
-    Descriptor::StagesD, typename Descriptor::EpilogueTile, cutlass::bfloat16_t, kRound,
-    MatrixStride,
+// A TMA store of the values it visits into an auxiliary [M, N] row-major matrix of `Element`
+// (e.g. a pre-activation saved for the backward), staged like the main output.
+template <class Descriptor, class Element>
+using AuxStore = fusion::Sm90AuxStore<
+    Descriptor::StagesD, typename Descriptor::EpilogueTile, Element, kRound, MatrixStride,
     typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
-        Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::SmemLayoutAtom,
+        Descriptor, cutlass::layout::RowMajor, Element>::SmemLayoutAtom,
     typename cutlass::epilogue::collective::detail::AuxStoreDescriptor<
-        Descriptor, cutlass::layout::RowMajor, cutlass::bfloat16_t>::CopyOpR2S>;
+        Descriptor, cutlass::layout::RowMajor, Element>::CopyOpR2S>;
 
 // A TMA load of an auxiliary [M, N] row-major matrix of `Element` (a residual, a saved
 // pre-activation), staged like a source matrix C; visit() hands the raw elements on.
@@ -141,124 +125,28 @@ using AuxLoad = fusion::Sm90AuxLoad<
 // The default configuration of the fused programs (FusedGemm below).
 using Config = Cooperative128x256;
 
-// The fused GEMM in the forward layout (b K-contiguous: CUTLASS's ColumnMajor B) or, for the
-// backward programs, the data-gradient layout (b = w, [K, N] row-major: RowMajor B), with D
-// of type ElementD (bf16, or the bytes / words of a result whose width differs from N).
+// The CUTLASS element type of a/b dtype E (bfloat16 or float16).
+template <DType E>
+using ElementOf = std::conditional_t<E == DType::BFloat16, cutlass::bfloat16_t, cutlass::half_t>;
+
+// The fused GEMM of Element a and b in the forward layout (b K-contiguous: CUTLASS's
+// ColumnMajor B) or, for the backward programs, the data-gradient layout (b = w, [K, N]
+// row-major: RowMajor B), with D of type ElementD (Element, or the bytes / words of a result
+// whose width differs from N). The configuration is the cooperative 128x256 kernel unless a
+// program names another: the ping-pong 128x128 one overlaps one warpgroup's epilogue with
+// the other's mainloop, which pays where the epilogue moves as many bytes as the product
+// (the backward programs).
 using ForwardB = cutlass::layout::ColumnMajor;
 using DgradB = cutlass::layout::RowMajor;
-// The configuration is the cooperative 128x256 kernel unless a program names another: the
-// ping-pong 128x128 one overlaps one warpgroup's epilogue with the other's mainloop, which
-// pays where the epilogue moves as many bytes as the product (the backward programs).
-template <class Program, class LayoutB = ForwardB, class ElementD = cutlass::bfloat16_t,
+template <class Element, class Program, class LayoutB = ForwardB, class ElementD = Element,
           class Cfg = Config>
-using FusedGemm = Sm90Gemm<Cfg, cutlass::bfloat16_t, cutlass::layout::RowMajor, LayoutB,
-                           ElementD, Program>;
+using FusedGemm = Sm90Gemm<Cfg, Element, cutlass::layout::RowMajor, LayoutB, ElementD, Program>;
 
 // The output tile of a fused GEMM.
 template <class Gemm>
 constexpr int64_t tile_m = cute::size<0>(typename Gemm::TileShape{});
 template <class Gemm>
 constexpr int64_t tile_n = cute::size<1>(typename Gemm::TileShape{});
-
-// 1. per_column(add, bfloat16) > store(bfloat16) > elementwise(Fn) > store(bfloat16):
-//    a linear layer's bias and activation, with the pre-activation saved for the backward.
-//    D = Fn(aux), aux = acc + bias[j] (rounded to bf16 only where stored).
-template <epilogue::Activation Fn>
-struct BiasActivationAux {
-  template <class ElementD, class Descriptor>
-  using Callbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<ActivationOp<Fn>::template Op, ElementD, float, kRound>,
-      fusion::Sm90EVT<
-          Bf16AuxStore<Descriptor>,
-          fusion::Sm90EVT<
-              fusion::Sm90Compute<cutlass::plus, float, float, kRound>, fusion::Sm90AccFetch,
-              fusion::Sm90RowBroadcast<0, typename Descriptor::TileShape, cutlass::bfloat16_t,
-                                       float, ColumnVectorStride>>>>;
-};
-
-// 2. per_row(multiply, float32) > store(bfloat16): D = acc * scale[i] (e.g. an RMSNorm's
-//    1/rms folded in after the product).
-struct RowScale {
-  template <class ElementD, class Descriptor>
-  using Callbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, fusion::Sm90AccFetch,
-      fusion::Sm90ColBroadcast<0, typename Descriptor::TileShape, float, float, RowVectorStride>>;
-};
-
-// 3. tile(add, bfloat16) > store(bfloat16) > row_partials(sum_squares, 256): the residual
-//    stream h = acc + residual (TMA-loaded) and its per-tile row sums of squares, the RMSNorm
-//    statistic of the next norm. The column reduction node (non-final) writes one float32
-//    per (row, N tile) into an M-major [ceil(N / 256), round_up(M, 128)] buffer, which
-//    transpose_row_partials turns into the program's [M, ceil(N / 256)] layout.
-struct ResidualSumSquares {
-  template <class ElementD, class Descriptor>
-  // The reduction sees the float32 sum and the rounding to bf16 comes last (the root's
-  // output is what the collective stores, in D's type).
-  using Callbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>,
-      fusion::Sm90EVT<
-          fusion::Sm90ColReduction<SumSquaresOp, cutlass::plus, cutlass::plus, 0,
-                                   typename Descriptor::TileShape, float, float, kRound,
-                                   RowVectorStride, 4, true, /*FinalReduction=*/false>,
-          fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, float, kRound>,
-                          fusion::Sm90AccFetch, AuxLoad<Descriptor, cutlass::bfloat16_t>>>>;
-};
-
-// 4. rope > store(bfloat16): rotary position embedding on the product, e.g. the q and k
-//    columns of a fused QKV projection (pairs with frequency 0, such as v's, stay as they are).
-//    D = rotate(acc) with positions[i] (float32, per row) and frequencies per column.
-struct RopeRotation {
-  template <class ElementD, class Descriptor>
-  using Callbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<RopeOp::template Op, ElementD, float, kRound>, fusion::Sm90AccFetch,
-      fusion::Sm90ColBroadcast<0, typename Descriptor::TileShape, float, float, RowVectorStride>,
-      fusion::Sm90RowBroadcast<0, typename Descriptor::TileShape, float, float,
-                               ColumnVectorStride>>;
-};
-
-// 5. store(bfloat16) > column_sum (either order): the product and its sums along M, one
-//    float32 per column (a bias or norm-weight gradient). The row reduction node (in CUTLASS's
-//    naming: it reduces into a row vector) adds the float32 values in registers and across
-//    threads, and writes one partial row per M tile; sum_column_partials adds those. Not the
-//    node's own final reduction: there the CTA that finishes a column tile last reads the
-//    other tiles' partials one dependent volatile load at a time (64 at M = 8192), and the
-//    program took 1.11x the plain product's time
-//    (bench/results/2026-11-30_h200_gemm_epilogue_rope_column_sum.json).
-struct StoreColumnSum {
-  template <class ElementD, class Descriptor>
-  using Callbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>,
-      fusion::Sm90EVT<
-          fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0,
-                                   typename Descriptor::TileShape, float, float, kRound,
-                                   ColumnVectorStride, 4, true, /*FinalReduction=*/false>,
-          fusion::Sm90AccFetch>>;
-};
-
-// 6. glu(Fn) > store(bfloat16), and with the pre-activation saved for the backward,
-//    store(bfloat16) > glu(Fn) > store(bfloat16): SwiGLU (Silu) or GeGLU (GeluTanh) on the
-//    product of a fused gate+up projection whose weight rows interleave gate and up. D is
-//    the bytes of the [M, N / 2] result (GluAsBytes); the pre-activation, [M, N] bf16, is an
-//    auxiliary TMA store.
-template <epilogue::Activation Fn>
-struct GatedPairs {
-  template <class ElementD, class Descriptor>
-  using Callbacks = fusion::Sm90EVT<GluAsBytes<Fn>, fusion::Sm90AccFetch>;
-};
-
-template <epilogue::Activation Fn>
-struct StoreGatedPairs {
-  template <class ElementD, class Descriptor>
-  using Callbacks = fusion::Sm90EVT<
-      GluAsBytes<Fn>,
-      fusion::Sm90EVT<
-          Bf16AuxStore<Descriptor>,
-          fusion::Sm90AccFetch>>;
-};
-
-// The GEMM of a glu program: D as int8 (the result's bytes).
-template <class Program>
-using FusedGluGemm = FusedGemm<Program, ForwardB, int8_t>;
 
 // The product of `p` with D = the program's final store (out, ldo).
 inline Problem with_output(Problem p, const TensorView& out) {
@@ -268,7 +156,7 @@ inline Problem with_output(Problem p, const TensorView& out) {
   return p;
 }
 
-// The same with D = the bytes of a glu program's [M, N / 2] bf16 output: rows of N bytes,
+// The same with D = the bytes of a glu program's [M, N / 2] output: rows of N bytes,
 // the row stride doubled.
 inline Problem with_glu_output(const Problem& p, const TensorView& out) {
   Problem bytes = with_output(p, out);
@@ -315,3 +203,19 @@ void launch_with_row_partials(const Problem& p, const TensorView& out,
 }
 
 }  // namespace tilegrid::gemm::sm90::programs
+
+// A program file's launcher, `template <DType E> void NAME(const Problem&, const
+// epilogue::Program&, int device, Stream)`, compiled for both element types.
+#define TG_FUSED_LAUNCHER(NAME)                                                              \
+  namespace tilegrid::gemm::sm90 {                                                           \
+  template void NAME<DType::BFloat16>(const Problem&, const epilogue::Program&, int, Stream); \
+  template void NAME<DType::Float16>(const Problem&, const epilogue::Program&, int, Stream);  \
+  }
+
+// A signature that runs on a launcher (epilogue_programs.h): the build collects these lines
+// into the registry; in the program's own file the line is a declaration only.
+// (A launcher the line names but no file defines fails the library's link.)
+#define TG_FUSED_PROGRAM(LAUNCHER, LAYOUT, SIGNATURE)                                      \
+  static_assert(sizeof(SIGNATURE) > 1 &&                                                  \
+                    ::tilegrid::gemm::Layout::LAYOUT == ::tilegrid::gemm::Layout::LAYOUT, \
+                "a fused program names its launcher, a layout and a signature");

@@ -1,15 +1,19 @@
 #pragma once
 // The fused epilogue programs compiled for the sm_90a GEMM (internal; host code may include
-// this without CUTLASS). A program runs fused when its signature() is one of
-// fused_program_signatures(); anything else is an error that lists them (no unfused
-// fallback on the GPU: a program that silently ran as several kernels would hide the cost
-// the fusion exists to remove). Every fused program is compiled for bfloat16 a and b with
-// the cooperative 128x256x64 kernel (glu_grad: the ping-pong 128x128 one) in one layout: the forward programs in the forward
-// layout (a [M, K] row-major, b = w^T of a row-major w [N, K]), the backward ones (glu_grad,
-// elementwise_grad) in the data-gradient layout (b = w, [K, N] row-major), where their
-// products are. One file epilogue_<name>.cu per program (the glu ones hold the silu and the
-// gelu_tanh kernel), compiled in three unity units epilogue_batch_<family>.cu: a new program
-// goes into one of them.
+// this without CUTLASS). A program runs fused when its element-generic signature
+// (epilogue::signature(program, a's dtype)) is one of fused_program_signatures(); anything
+// else is an error that lists them (no unfused fallback on the GPU: a program that silently
+// ran as several kernels would hide the cost the fusion exists to remove).
+//
+// A program is one file in programs/: its epilogue visitor tree, its launcher `template
+// <DType E> void run_<name>(...)` (E = bfloat16 or float16: a, b and the program's T
+// operands), TG_FUSED_LAUNCHER(run_<name>) to compile it for both, and one line a signature
+// it runs,
+//   TG_FUSED_PROGRAM(run_<name>, Fprop, "rope > store(T)")
+// at the start of a line, where Fprop (a [M, K] row-major, b = w^T of a row-major w [N, K])
+// or Dgrad (b = w, [K, N] row-major) is the layout of the products it belongs to. The build
+// (src/CMakeLists.txt) collects those lines into the registry and compiles the files a few
+// to a translation unit; adding a program touches no other file.
 #include <string>
 #include <vector>
 
@@ -36,31 +40,7 @@ inline int64_t tma_row_stride(const TensorView& t) {
 void run_fused_program(const Problem& p, const epilogue::Program& program, int device,
                        Stream stream);
 
+// The compiled programs' element-generic signatures (T for the a/b dtype).
 std::vector<std::string> fused_program_signatures();
-
-// The launchers, one per translation unit; the operands are those of `program`, whose
-// signature matched.
-void run_bias_gelu_aux(const Problem& p, const epilogue::Program& program, int device,
-                       Stream stream);
-void run_row_scale(const Problem& p, const epilogue::Program& program, int device, Stream stream);
-void run_residual_sum_squares(const Problem& p, const epilogue::Program& program, int device,
-                              Stream stream);
-void run_rope(const Problem& p, const epilogue::Program& program, int device, Stream stream);
-void run_glu(const Problem& p, const epilogue::Program& program, int device, Stream stream);
-void run_store_glu(const Problem& p, const epilogue::Program& program, int device,
-                   Stream stream);
-void run_store_column_sum(const Problem& p, const epilogue::Program& program, int device,
-                          Stream stream);
-void run_scalar(const Problem& p, const epilogue::Program& program, int device, Stream stream);
-void run_store_row_sum(const Problem& p, const epilogue::Program& program, int device,
-                       Stream stream);
-void run_store_row_max(const Problem& p, const epilogue::Program& program, int device,
-                       Stream stream);
-void run_store_row_logsumexp(const Problem& p, const epilogue::Program& program, int device,
-                             Stream stream);
-void run_glu_grad(const Problem& p, const epilogue::Program& program, int device,
-                  Stream stream);
-void run_gelu_grad_column_sum(const Problem& p, const epilogue::Program& program, int device,
-                              Stream stream);
 
 }  // namespace tilegrid::gemm::sm90

@@ -1,8 +1,8 @@
 #pragma once
-// Fused programs store(bfloat16) > row_partials(op, 256) (either order) for op = sum, max and
+// Fused programs store(T) > row_partials(op, 256) (either order) for op = sum, max and
 // logsumexp (internal, sm_90a): the product and one float32 partial per (row, N tile), e.g.
 // the log-sum-exp of a language-model head's logits that a cross-entropy needs, without
-// reading the logits again. One translation unit per op (epilogue_row_<op>.cu).
+// reading the logits again. One program file per op (programs/store_row_<op>.cu).
 //
 // CUTLASS's column reduction node (in its naming: it reduces into a column vector) combines
 // in three stages - per thread in registers, across the lanes of a row with shuffles (pairs
@@ -101,10 +101,10 @@ struct StoreRowPartials {
 
 // The launcher of one op; `identity` is the combination's neutral element (0, -inf, or the
 // empty LseState).
-template <template <class> class Combine, class State>
+template <class Element, template <class> class Combine, class State>
 void run_store_row_partials(const Problem& p, const epilogue::Program& program, State identity,
                             int device, Stream stream) {
-  using Gemm = FusedGemm<StoreRowPartials<Combine, State>>;
+  using Gemm = FusedGemm<Element, StoreRowPartials<Combine, State>>;
   const TensorView* out = nullptr;
   const TensorView* partials = nullptr;
   for (const epilogue::Step& step : program.steps) {

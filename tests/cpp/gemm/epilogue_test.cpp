@@ -343,6 +343,13 @@ TEST(Epilogue, SignatureNamesStepsAndDtypes) {
   EXPECT_EQ(signature(program),
             "per_column(add, bfloat16) > store(float32) > glu(silu) > row_partials(logsumexp, "
             "128) > store(float32)");
+  // The fused kernels' key: operands of the product's element type written T.
+  EXPECT_EQ(signature(program, DType::BFloat16),
+            "per_column(add, T) > store(float32) > glu(silu) > row_partials(logsumexp, 128) > "
+            "store(float32)");
+  EXPECT_EQ(signature(program, DType::Float32),
+            "per_column(add, bfloat16) > store(T) > glu(silu) > row_partials(logsumexp, 128) > "
+            "store(T)");
 }
 
 TEST(Epilogue, CudaProgramWithoutAFusedKernelGetsAClearError) {

@@ -155,21 +155,23 @@ def test_attention_initializes_its_projections_as_linear_layers_do():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_decoder_layer_matches_the_reference_forward_and_backward(device):
-    sd = hf_state_dict()
-    layer = tg.nn.LlamaDecoderLayer(**CONFIG, dtype=torch.bfloat16).to(device)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_decoder_layer_matches_the_reference_forward_and_backward(device, dtype):
+    sd = hf_state_dict(dtype)
+    layer = tg.nn.LlamaDecoderLayer(**CONFIG, dtype=dtype).to(device)
     layer.load_state_dict(sd)
-    x = torch.randn(2, 40, CONFIG["hidden_size"]).bfloat16()
+    x = torch.randn(2, 40, CONFIG["hidden_size"]).to(dtype)
     xd = x.to(device).detach().requires_grad_()
     y = layer(xd)
     dy = torch.randn_like(y)
     y.backward(dy)
-    # The reference in float32 from the same bf16 weights and input, with autograd.
+    # The reference in float32 from the same 16-bit weights and input, with autograd.
     ref_sd = {k: v.float().requires_grad_() for k, v in sd.items()}
     xr = x.detach().float().requires_grad_()
     yr = reference_layer(ref_sd, xr)
     yr.backward(dy.float().cpu())
-    # bf16 storage between the kernels: errors of a few bf16 ulps (2^-8) in norm.
+    # 16-bit storage between the kernels: errors of a few bf16 ulps (2^-8) in norm (float16's
+    # are 8x smaller).
     assert rel(y.cpu(), yr) < 2e-2
     assert rel(xd.grad.cpu(), xr.grad) < 4e-2
     ours = hf_grads(layer, 4, 2)
@@ -179,9 +181,10 @@ def test_decoder_layer_matches_the_reference_forward_and_backward(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_mlp_gradients_against_autograd_of_the_unfused_mlp(device):
-    mlp = tg.nn.LlamaMLP(64, 192, dtype=torch.bfloat16).to(device)
-    x = torch.randn(3, 17, 64, dtype=torch.bfloat16, device=device, requires_grad=True)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_mlp_gradients_against_autograd_of_the_unfused_mlp(device, dtype):
+    mlp = tg.nn.LlamaMLP(64, 192, dtype=dtype).to(device)
+    x = torch.randn(3, 17, 64, dtype=dtype, device=device, requires_grad=True)
     y = mlp(x)
     dy = torch.randn_like(y)
     y.backward(dy)

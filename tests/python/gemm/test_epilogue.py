@@ -143,11 +143,19 @@ HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
 requires_hopper = pytest.mark.skipif(not HOPPER, reason="needs a compute capability 9.0 GPU")
 BF16 = dict(rtol=2**-7, atol=1e-2)
 SHAPES = [(200, 512, 64), (1000, 776, 136), (37, 264, 72), (1, 256, 8), (1100, 512, 256)]
+# Every fused program is compiled for bfloat16 and float16 a and b, its T operands and stores
+# in the same type; float16's 10-bit mantissa keeps the results well inside BF16's bounds.
+NAME = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
-def cuda_product(m, n, k):
-    x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-    w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+@pytest.fixture(params=[torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def dt(request):
+    return request.param
+
+
+def cuda_product(m, n, k, dt=torch.bfloat16):
+    x = torch.randn(m, k, dtype=dt, device="cuda")
+    w = torch.randn(n, k, dtype=dt, device="cuda")
     return x, w.t()
 
 
@@ -177,14 +185,15 @@ class Builder:
 @requires_hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", SHAPES)
-def test_fused_bias_gelu_aux(m, n, k):
-    a, b = cuda_product(m, n, k)
-    bias = torch.randn(n, dtype=torch.bfloat16, device="cuda")
+def test_fused_bias_gelu_aux(m, n, k, dt):
+    a, b = cuda_product(m, n, k, dt)
+    bias = torch.randn(n, dtype=dt, device="cuda")
     build = Builder(lambda bias, pre, out: tg.epilogue.Program().per_column(bias).store(pre)
                     .elementwise("gelu_tanh").store(out), bias)
-    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
-    assert build(*outs).signature() == ("per_column(add, bfloat16) > store(bfloat16) > "
-                                        "elementwise(gelu_tanh) > store(bfloat16)")
+    outs = [torch.empty(m, n, dtype=dt, device="cuda") for _ in range(2)]
+    t = NAME[dt]
+    assert build(*outs).signature() == (f"per_column(add, {t}) > store({t}) > "
+                                        f"elementwise(gelu_tanh) > store({t})")
     gpu, cpu = run_both(a, b, build, outs)
     for g, c in zip(gpu, cpu):
         torch.testing.assert_close(g.float(), c.float(), **BF16)
@@ -193,24 +202,24 @@ def test_fused_bias_gelu_aux(m, n, k):
 @requires_hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", SHAPES)
-def test_fused_row_scale(m, n, k):
-    a, b = cuda_product(m, n, k)
+def test_fused_row_scale(m, n, k, dt):
+    a, b = cuda_product(m, n, k, dt)
     scale = torch.rand(m, device="cuda") + 0.5
     build = Builder(lambda scale, out: tg.epilogue.Program().per_row(scale).store(out), scale)
-    gpu, cpu = run_both(a, b, build, [torch.empty(m, n, dtype=torch.bfloat16, device="cuda")])
+    gpu, cpu = run_both(a, b, build, [torch.empty(m, n, dtype=dt, device="cuda")])
     torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
 
 
 @requires_hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", SHAPES)
-def test_fused_residual_sum_squares(m, n, k):
-    a, b = cuda_product(m, n, k)
-    residual = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
+def test_fused_residual_sum_squares(m, n, k, dt):
+    a, b = cuda_product(m, n, k, dt)
+    residual = torch.randn(m, n, dtype=dt, device="cuda")
     count = math.ceil(n / 256)
     build = Builder(lambda r, out, partials: tg.epilogue.Program().tile(r).store(out)
                     .row_partials("sum_squares", partials, 256), residual)
-    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda"),
+    outs = [torch.empty(m, n, dtype=dt, device="cuda"),
             torch.empty(m, count, device="cuda")]
     gpu, cpu = run_both(a, b, build, outs)
     torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
@@ -224,11 +233,11 @@ def test_fused_residual_sum_squares(m, n, k):
 @pytest.mark.parametrize("m,n,k", SHAPES)
 @pytest.mark.parametrize("position_dtype", [torch.int32, torch.int64, torch.float32])
 @pytest.mark.parametrize("inverse", [False, True])
-def test_fused_rope(m, n, k, position_dtype, inverse):
+def test_fused_rope(m, n, k, position_dtype, inverse, dt):
     """RoPE frequencies of head dim 8 on the first two thirds of the columns (q and k), 0 on
     the last third (v); positions up to 2047, so angles up to 2047 radians (float32 angle
     error ~1e-4 rad, well inside the bf16 tolerance)."""
-    a, b = cuda_product(m, n, k)
+    a, b = cuda_product(m, n, k, dt)
     positions = torch.randint(0, 2048, (m,), device="cuda").to(position_dtype)
     inv = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float32) / 8)
     pairs = n // 2
@@ -237,9 +246,9 @@ def test_fused_rope(m, n, k, position_dtype, inverse):
     freqs = freqs.cuda()
     build = Builder(lambda pos, f, out: tg.epilogue.Program().rope(pos, f, inverse=inverse)
                     .store(out), positions, freqs)
-    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    out = torch.empty(m, n, dtype=dt, device="cuda")
     assert build(out).signature() == ("rope(inverse)" if inverse else "rope") + \
-        " > store(bfloat16)"
+        f" > store({NAME[dt]})"
     gpu, cpu = run_both(a, b, build, [out])
     torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
     # Pairs with frequency 0 are the plain product, rounded once.
@@ -251,48 +260,49 @@ def test_fused_rope(m, n, k, position_dtype, inverse):
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", SHAPES)
 @pytest.mark.parametrize("store_first", [True, False])
-def test_fused_store_column_sum(m, n, k, store_first):
+def test_fused_store_column_sum(m, n, k, store_first, dt):
     """The product and its float32 sums over M (across M tiles: the finishing kernel).
     Sums of up to 1100 values of size ~sqrt(K) <= 16 in float32: error ~1e-3."""
-    a, b = cuda_product(m, n, k)
+    a, b = cuda_product(m, n, k, dt)
 
     def program(out, sums):
         p = tg.epilogue.Program()
         return p.store(out).column_sum(sums) if store_first else p.column_sum(sums).store(out)
 
     build = Builder(program)
-    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda"),
+    outs = [torch.empty(m, n, dtype=dt, device="cuda"),
             torch.empty(n, device="cuda")]
-    assert build(*outs).signature() == ("store(bfloat16) > column_sum" if store_first
-                                        else "column_sum > store(bfloat16)")
+    t = NAME[dt]
+    assert build(*outs).signature() == (f"store({t}) > column_sum" if store_first
+                                        else f"column_sum > store({t})")
     gpu, cpu = run_both(a, b, build, outs)
     torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
     torch.testing.assert_close(gpu[1], cpu[1], rtol=1e-4, atol=1e-2)
     # Again: the final reduction's tile counters start from zero on every call, and the sums
     # come out the same bits (the M tiles are added in a fixed order).
     again = poison_(torch.empty(n, device="cuda"))
-    tg.epilogue.matmul(a, b, build(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"), again))
+    tg.epilogue.matmul(a, b, build(torch.empty(m, n, dtype=dt, device="cuda"), again))
     assert torch.equal(again.cpu(), gpu[1])
 
 
 @requires_hopper
 @pytest.mark.gpu
-def test_fused_column_sum_of_no_rows_is_zero():
-    a, b = cuda_product(0, 64, 64)
+def test_fused_column_sum_of_no_rows_is_zero(dt):
+    a, b = cuda_product(0, 64, 64, dt)
     sums = poison_(torch.empty(64, device="cuda"))
     tg.epilogue.matmul(a, b, tg.epilogue.Program().store(
-        torch.empty(0, 64, dtype=torch.bfloat16, device="cuda")).column_sum(sums))
+        torch.empty(0, 64, dtype=dt, device="cuda")).column_sum(sums))
     assert torch.equal(sums.cpu(), torch.zeros(64))
 
 
 @requires_hopper
 @pytest.mark.gpu
-def test_fused_residual_with_strided_output():
+def test_fused_residual_with_strided_output(dt):
     """Outputs and the residual may have a row stride above N (a multiple of 8)."""
     m, n, k = 300, 512, 64
-    a, b = cuda_product(m, n, k)
-    residual = torch.randn(m, n + 64, dtype=torch.bfloat16, device="cuda")[:, :n]
-    out_wide = torch.empty(m, n + 128, dtype=torch.bfloat16, device="cuda")
+    a, b = cuda_product(m, n, k, dt)
+    residual = torch.randn(m, n + 64, dtype=dt, device="cuda")[:, :n]
+    out_wide = torch.empty(m, n + 128, dtype=dt, device="cuda")
     build = Builder(lambda r, out, partials: tg.epilogue.Program().tile(r).store(out)
                     .row_partials("sum_squares", partials, 256), residual)
     gpu, cpu = run_both(a, b, build, [out_wide[:, :n], torch.empty(m, 2, device="cuda")])
@@ -309,10 +319,10 @@ GLU_SHAPES = [(200, 512, 64), (1000, 784, 136), (37, 272, 72), (1, 256, 8), (110
 @pytest.mark.parametrize("m,n,k", GLU_SHAPES)
 @pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
 @pytest.mark.parametrize("save_pre", [False, True])
-def test_fused_glu(m, n, k, act, save_pre):
+def test_fused_glu(m, n, k, act, save_pre, dt):
     """SwiGLU / GeGLU on an interleaved gate+up product, written at half the width, with or
     without the [M, N] pre-activation saved."""
-    a, b = cuda_product(m, n, k)
+    a, b = cuda_product(m, n, k, dt)
 
     def program(*outs):
         p = tg.epilogue.Program()
@@ -321,11 +331,12 @@ def test_fused_glu(m, n, k, act, save_pre):
         return p.glu(act).store(outs[-1])
 
     build = Builder(program)
-    outs = [torch.empty(m, n // 2, dtype=torch.bfloat16, device="cuda")]
+    outs = [torch.empty(m, n // 2, dtype=dt, device="cuda")]
     if save_pre:
-        outs.insert(0, torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+        outs.insert(0, torch.empty(m, n, dtype=dt, device="cuda"))
+    t = NAME[dt]
     assert build(*outs).signature() == (
-        ("store(bfloat16) > " if save_pre else "") + f"glu({act}) > store(bfloat16)")
+        (f"store({t}) > " if save_pre else "") + f"glu({act}) > store({t})")
     gpu, cpu = run_both(a, b, build, outs)
     for g, c in zip(gpu, cpu):
         torch.testing.assert_close(g.float(), c.float(), **BF16)
@@ -339,12 +350,12 @@ def test_fused_glu(m, n, k, act, save_pre):
 
 @requires_hopper
 @pytest.mark.gpu
-def test_fused_glu_with_strided_outputs():
+def test_fused_glu_with_strided_outputs(dt):
     """The halved output and the pre-activation may have row strides above their widths."""
     m, n, k = 300, 512, 64
-    a, b = cuda_product(m, n, k)
-    out_wide = torch.full((m, n // 2 + 64), 7.0, dtype=torch.bfloat16, device="cuda")
-    pre_wide = torch.full((m, n + 128), 7.0, dtype=torch.bfloat16, device="cuda")
+    a, b = cuda_product(m, n, k, dt)
+    out_wide = torch.full((m, n // 2 + 64), 7.0, dtype=dt, device="cuda")
+    pre_wide = torch.full((m, n + 128), 7.0, dtype=dt, device="cuda")
     build = Builder(lambda pre, out: tg.epilogue.Program().store(pre).glu("silu").store(out))
     gpu, cpu = run_both(a, b, build, [pre_wide[:, :n], out_wide[:, :n // 2]])
     for g, c in zip(gpu, cpu):
@@ -357,11 +368,11 @@ def test_fused_glu_with_strided_outputs():
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", SHAPES)
 @pytest.mark.parametrize("combine,value", [("multiply", 0.37), ("add", -2.5)])
-def test_fused_scalar(m, n, k, combine, value):
-    a, b = cuda_product(m, n, k)
+def test_fused_scalar(m, n, k, combine, value, dt):
+    a, b = cuda_product(m, n, k, dt)
     build = Builder(lambda out: tg.epilogue.Program().scalar(value, combine).store(out))
-    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-    assert build(out).signature() == f"scalar({combine}) > store(bfloat16)"
+    out = torch.empty(m, n, dtype=dt, device="cuda")
+    assert build(out).signature() == f"scalar({combine}) > store({NAME[dt]})"
     gpu, cpu = run_both(a, b, build, [out])
     torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
 
@@ -380,10 +391,10 @@ FINISH = {"sum": lambda y: y.sum(1), "max": lambda y: y.amax(1),
 @pytest.mark.parametrize("m,n,k", SHAPES)
 @pytest.mark.parametrize("op", ["sum", "max", "logsumexp"])
 @pytest.mark.parametrize("store_first", [True, False])
-def test_fused_store_row_partials(m, n, k, op, store_first):
+def test_fused_store_row_partials(m, n, k, op, store_first, dt):
     """The product and its per-256-column row partials; finished, they are torch's reduction
     of the float64 product."""
-    a, b = cuda_product(m, n, k)
+    a, b = cuda_product(m, n, k, dt)
 
     def program(out, partials):
         p = tg.epilogue.Program()
@@ -391,10 +402,11 @@ def test_fused_store_row_partials(m, n, k, op, store_first):
                 else p.row_partials(op, partials, 256).store(out))
 
     build = Builder(program)
-    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda"),
+    outs = [torch.empty(m, n, dtype=dt, device="cuda"),
             torch.empty(m, math.ceil(n / 256), device="cuda")]
-    assert build(*outs).signature() == ("store(bfloat16) > " if store_first else "") + \
-        f"row_partials({op}, 256)" + ("" if store_first else " > store(bfloat16)")
+    t = NAME[dt]
+    assert build(*outs).signature() == (f"store({t}) > " if store_first else "") + \
+        f"row_partials({op}, 256)" + ("" if store_first else f" > store({t})")
     gpu, cpu = run_both(a, b, build, outs)
     torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
     torch.testing.assert_close(gpu[1], cpu[1], **PARTIALS_TOL[op])
@@ -406,24 +418,24 @@ def test_fused_store_row_partials(m, n, k, op, store_first):
 @requires_hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["max", "logsumexp"])
-def test_fused_row_partials_skip_columns_past_n(op):
+def test_fused_row_partials_skip_columns_past_n(op, dt):
     """A negative product with a last N tile of 8 columns: were the tile's 248 columns past N
     (zeros in the accumulator) reduced, its max would be 0 and its log-sum-exp >= log 248."""
     m, n, k = 300, 264, 64
-    x = torch.randn(m, k, device="cuda").abs().bfloat16()
-    w = -torch.randn(n, k, device="cuda").abs().bfloat16()
+    x = torch.randn(m, k, device="cuda").abs().to(dt)
+    w = -torch.randn(n, k, device="cuda").abs().to(dt)
     partials = poison_(torch.empty(m, 2, device="cuda"))
-    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    out = torch.empty(m, n, dtype=dt, device="cuda")
     tg.epilogue.matmul(x, w.t(), tg.epilogue.Program().store(out).row_partials(op, partials))
     y = x.double() @ w.t().double()
     want = torch.stack([FINISH[op](y[:, :256]), FINISH[op](y[:, 256:])], 1)
     torch.testing.assert_close(partials.double(), want, **PARTIALS_TOL[op])
 
 
-def dgrad_product(m, n, k):
-    """bfloat16 operands in the data-gradient layout: dy [M, K] and w [K, N], both row-major."""
-    dy = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-    w = torch.randn(k, n, dtype=torch.bfloat16, device="cuda") / 4
+def dgrad_product(m, n, k, dt):
+    """dt operands in the data-gradient layout: dy [M, K] and w [K, N], both row-major."""
+    dy = torch.randn(m, k, dtype=dt, device="cuda")
+    w = torch.randn(k, n, dtype=dt, device="cuda") / 4
     return dy, w
 
 
@@ -435,14 +447,14 @@ def torch_act(act):
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", SHAPES)
 @pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
-def test_fused_glu_grad(m, n, k, act):
+def test_fused_glu_grad(m, n, k, act, dt):
     """The backward of SwiGLU / GeGLU on the down projection's data gradient dh = dy w: with
     the saved pre-activation pairs (g, u) [M, 2N], the interleaved (dg, du) [M, 2N]."""
-    dy, w = dgrad_product(m, n, k)
-    pre = torch.randn(m, 2 * n, dtype=torch.bfloat16, device="cuda") * 2
+    dy, w = dgrad_product(m, n, k, dt)
+    pre = torch.randn(m, 2 * n, dtype=dt, device="cuda") * 2
     build = Builder(lambda pre, out: tg.epilogue.Program().glu_grad(pre, act).store(out), pre)
-    out = torch.empty(m, 2 * n, dtype=torch.bfloat16, device="cuda")
-    assert build(out).signature() == f"glu_grad({act}, bfloat16) > store(bfloat16)"
+    out = torch.empty(m, 2 * n, dtype=dt, device="cuda")
+    assert build(out).signature() == f"glu_grad({act}, {NAME[dt]}) > store({NAME[dt]})"
     gpu, cpu = run_both(dy, w, build, [out])
     torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
     # Against torch's autograd of act(g) * u, in float64.
@@ -454,13 +466,13 @@ def test_fused_glu_grad(m, n, k, act):
 
 @requires_hopper
 @pytest.mark.gpu
-def test_fused_glu_grad_with_strided_operands():
+def test_fused_glu_grad_with_strided_operands(dt):
     """The saved pairs and the output may have row strides above 2N; the columns past the
     output view are not written."""
     m, n, k = 300, 256, 64
-    dy, w = dgrad_product(m, n, k)
-    pre = torch.randn(m, 2 * n + 64, dtype=torch.bfloat16, device="cuda")[:, :2 * n]
-    out_wide = torch.full((m, 2 * n + 128), 7.0, dtype=torch.bfloat16, device="cuda")
+    dy, w = dgrad_product(m, n, k, dt)
+    pre = torch.randn(m, 2 * n + 64, dtype=dt, device="cuda")[:, :2 * n]
+    out_wide = torch.full((m, 2 * n + 128), 7.0, dtype=dt, device="cuda")
     build = Builder(lambda pre, out: tg.epilogue.Program().glu_grad(pre, "silu").store(out), pre)
     gpu, cpu = run_both(dy, w, build, [out_wide[:, :2 * n]])
     torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
@@ -471,18 +483,18 @@ def test_fused_glu_grad_with_strided_operands():
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", SHAPES)
 @pytest.mark.parametrize("store_first", [True, False])
-def test_fused_gelu_grad_column_sum(m, n, k, store_first):
+def test_fused_gelu_grad_column_sum(m, n, k, store_first, dt):
     """The backward of bias + GELU on the next layer's data gradient: d(pre) = (dy w) *
     gelu'(pre), stored, and its sums over M (the bias gradient)."""
-    dy, w = dgrad_product(m, n, k)
-    pre = torch.randn(m, n, dtype=torch.bfloat16, device="cuda") * 2
+    dy, w = dgrad_product(m, n, k, dt)
+    pre = torch.randn(m, n, dtype=dt, device="cuda") * 2
 
     def program(pre, out, sums):
         p = tg.epilogue.Program().elementwise_grad("gelu_tanh", pre)
         return p.store(out).column_sum(sums) if store_first else p.column_sum(sums).store(out)
 
     build = Builder(program, pre)
-    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda"), torch.empty(n, device="cuda")]
+    outs = [torch.empty(m, n, dtype=dt, device="cuda"), torch.empty(n, device="cuda")]
     gpu, cpu = run_both(dy, w, build, outs)
     torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
     torch.testing.assert_close(gpu[1], cpu[1], rtol=1e-4, atol=1e-2)
@@ -501,7 +513,7 @@ class TestFusedConstraints:
         a, b = cuda_product(64, 64, 64)
         out = torch.empty(64, 64, dtype=torch.bfloat16, device="cuda")
         with pytest.raises(ValueError, match=r"(?s)no fused CUDA kernel.*per_row\(multiply, "
-                                             r"float32\) > store\(bfloat16\)"):
+                                             r"float32\) > store\(T\).*T: a and b's dtype"):
             tg.epilogue.matmul(a, b, tg.epilogue.Program().elementwise("relu").store(out))
 
     def test_data_gradient_layout(self):
@@ -516,8 +528,8 @@ class TestFusedConstraints:
         a, b = cuda_product(64, 64, 64)
         pre = torch.randn(64, 128, dtype=torch.bfloat16, device="cuda")
         out = torch.empty(64, 128, dtype=torch.bfloat16, device="cuda")
-        with pytest.raises(ValueError, match="glu_grad.* data-gradient layout .*got bfloat16 a "
-                                             "and b in the forward layout"):
+        with pytest.raises(ValueError, match="glu_grad.* data-gradient layout .*got a and b in "
+                                             "the forward layout"):
             tg.epilogue.matmul(a, b, tg.epilogue.Program().glu_grad(pre, "silu").store(out))
 
     def test_n_multiple_of_8(self):
@@ -540,4 +552,20 @@ class TestFusedConstraints:
         prog = (tg.epilogue.Program().tile(r).store(out)
                 .row_partials("sum_squares", torch.empty(64, 4, device="cuda"), 128))
         with pytest.raises(ValueError, match="no fused CUDA kernel"):
+            tg.epilogue.matmul(a, b, prog)
+
+    def test_float32_operands(self):
+        a = torch.randn(64, 64, device="cuda")
+        out = torch.empty(64, 64, device="cuda")
+        prog = tg.epilogue.Program().per_row(torch.ones(64, device="cuda")).store(out)
+        with pytest.raises(ValueError, match="bfloat16 or float16 a and b, got float32"):
+            tg.epilogue.matmul(a, a.t(), prog)
+
+    def test_store_in_another_dtype(self):
+        """Stores are in a and b's dtype: a float16 product stored as bfloat16 has no kernel."""
+        a, b = cuda_product(64, 64, 64, torch.float16)
+        out = torch.empty(64, 64, dtype=torch.bfloat16, device="cuda")
+        prog = tg.epilogue.Program().per_row(torch.ones(64, device="cuda")).store(out)
+        with pytest.raises(ValueError, match=r"no fused CUDA kernel.*on float16 a and b "
+                                             r"\(per_row\(multiply, float32\) > store\(bfloat16\)\)"):
             tg.epilogue.matmul(a, b, prog)

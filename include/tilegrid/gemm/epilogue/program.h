@@ -12,8 +12,8 @@
 // devices), naming the step that is wrong, then runs it. On the CPU it runs unfused: the
 // plain product in float64, then each step in float64 - the reference that the fused GPU
 // kernels are tested against. On CUDA tensors a program runs fused - its steps composed as a
-// CUTLASS epilogue visitor tree over the Hopper GEMM (compute capability 9.0, bfloat16, forward
-// layout) - when its signature is one of the small compiled set; any other program, or
+// CUTLASS epilogue visitor tree over the Hopper GEMM (compute capability 9.0, bfloat16 or
+// float16, forward layout) - when its signature is one of the small compiled set; any other program, or
 // another GPU, is an error that says which programs exist (never an unfused fallback).
 #include <string>
 #include <variant>
@@ -38,9 +38,13 @@ struct Program {
 };
 
 // The program's steps in words, without operands, e.g.
-// "per_column(add) > store(bfloat16) > glu(silu) > store(bfloat16)"; fused kernels are
-// looked up by this signature.
+// "per_column(add, bfloat16) > store(bfloat16) > glu(silu) > store(bfloat16)".
 std::string signature(const Program& program);
+
+// The same with every operand of dtype `element` written T, e.g. for bfloat16
+// "per_column(add, T) > store(T) > glu(silu) > store(T)": the fused kernels are looked up by
+// this signature with `element` the product's a and b dtype.
+std::string signature(const Program& program, DType element);
 
 }  // namespace tilegrid::epilogue
 

@@ -1,13 +1,41 @@
-// Fused programs: rope > store(bfloat16) and rope(inverse) > store(bfloat16) - rotary position
-// embedding applied to the product of a QKV projection before it is written (the pairs of v's
-// columns get frequency 0).
+// Fused programs: rope > store(T) and rope(inverse) > store(T) - rotary position embedding
+// applied to the product of a QKV projection before it is written (the pairs of v's columns
+// get frequency 0): D = rotate(acc), positions[i] (float32, per row), frequencies per column.
 #include <cstdint>
 
 #include "core/cuda_check.h"
 #include "gemm/sm90/epilogue_programs.cuh"
 
 namespace tilegrid::gemm::sm90 {
-namespace {
+namespace programs {
+
+// Rotation of adjacent column pairs by angle position[i] * frequency[j]. The fragment lists
+// the accumulator registers in wgmma's order, where values 2k and 2k + 1 are columns 2c and
+// 2c + 1 of one row, i.e. one pair of the interleaved layout; `frequency` holds each pair's
+// frequency at both of its columns (and negated for the inverse rotation).
+struct RopeOp {
+  template <class Fragment>
+  struct Op {
+    CUTLASS_DEVICE Fragment operator()(const Fragment& x, const Fragment& position,
+                                       const Fragment& frequency) const {
+      static_assert(Fragment::kElements % 2 == 0, "column pairs must stay in one fragment");
+      Fragment out = x;
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < Fragment::kElements; k += 2)
+        epilogue::rotate_pair(out[k], out[k + 1], position[k] * frequency[k]);
+      return out;
+    }
+  };
+};
+
+struct RopeRotation {
+  template <class ElementD, class Descriptor>
+  using Callbacks = fusion::Sm90EVT<
+      fusion::Sm90Compute<RopeOp::template Op, ElementD, float, kRound>, fusion::Sm90AccFetch,
+      fusion::Sm90ColBroadcast<0, typename Descriptor::TileShape, float, float, RowVectorStride>,
+      fusion::Sm90RowBroadcast<0, typename Descriptor::TileShape, float, float,
+                               ColumnVectorStride>>;
+};
 
 // The broadcast operands the epilogue reads: positions as float32 [M] (any position type of
 // the primitive; exact up to 2^24) and one frequency per column [N], each pair's twice and
@@ -21,11 +49,12 @@ __global__ void rope_operands(const Position* positions, int64_t m, const float*
   if (i < n) frequency_out[i] = inverse ? -frequencies[i / 2] : frequencies[i / 2];
 }
 
-}  // namespace
+}  // namespace programs
 
+template <DType E>
 void run_rope(const Problem& p, const epilogue::Program& program, int device, Stream stream) {
   using namespace programs;
-  using Gemm = FusedGemm<RopeRotation>;
+  using Gemm = FusedGemm<ElementOf<E>, RopeRotation>;
   const auto& rope = std::get<epilogue::Rope>(program.steps[0]);
   const TensorView& out = std::get<epilogue::Store>(program.steps[1]).out;
   CudaDeviceGuard guard(device);
@@ -66,3 +95,7 @@ void run_rope(const Problem& p, const epilogue::Program& program, int device, St
 }
 
 }  // namespace tilegrid::gemm::sm90
+
+TG_FUSED_LAUNCHER(run_rope)
+TG_FUSED_PROGRAM(run_rope, Fprop, "rope > store(T)")
+TG_FUSED_PROGRAM(run_rope, Fprop, "rope(inverse) > store(T)")  // the frequencies negated
