@@ -558,7 +558,7 @@ class TestFusedConstraints:
         a = torch.randn(64, 64, device="cuda")
         out = torch.empty(64, 64, device="cuda")
         prog = tg.epilogue.Program().per_row(torch.ones(64, device="cuda")).store(out)
-        with pytest.raises(ValueError, match="bfloat16 or float16 a and b, got float32"):
+        with pytest.raises(TypeError, match="a must be bfloat16 or float16, got float32"):
             tg.epilogue.matmul(a, a.t(), prog)
 
     def test_store_in_another_dtype(self):

@@ -9,18 +9,25 @@
 // as an int32 [M, N] matrix (an auxiliary TMA load), D is declared int32 [M, N] over the
 // [M, 2N] output (row strides halved), and word j of a row holds pair j, g (or dg) in its low
 // half - the little-endian layout of the pairs in memory.
+#include <type_traits>
+
 #include "gemm/sm90/epilogue_programs.cuh"
 
 namespace tilegrid::gemm::sm90 {
 namespace programs {
 
-// A word's two 16-bit values as float32, and two float32 values rounded into a word.
+// A word's two 16-bit values as float32, and two float32 values rounded into a word. A
+// bfloat16 is the high half of a float32, so its conversion is a shift or a mask (the kernel
+// as it was measured before float16 was added); a float16 converts through cvt.
 template <class Element>
 CUTLASS_DEVICE float low_half(uint32_t w) {
+  if constexpr (std::is_same_v<Element, cutlass::bfloat16_t>) return __uint_as_float(w << 16);
   return float(Element::bitcast(uint16_t(w & 0xffffu)));
 }
 template <class Element>
 CUTLASS_DEVICE float high_half(uint32_t w) {
+  if constexpr (std::is_same_v<Element, cutlass::bfloat16_t>)
+    return __uint_as_float(w & 0xffff0000u);
   return float(Element::bitcast(uint16_t(w >> 16)));
 }
 template <class Element>
