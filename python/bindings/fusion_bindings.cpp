@@ -22,12 +22,13 @@ void bind_fusion(nb::module_& m) {
   m.def(
       "rms_norm_backward",
       [](nb::ndarray<> dy, nb::ndarray<> x, std::optional<nb::ndarray<>> weight, nb::ndarray<> rstd,
-         nb::ndarray<> dx, std::optional<nb::ndarray<>> dweight, uintptr_t stream) {
+         nb::ndarray<> dx, std::optional<nb::ndarray<>> dweight, uintptr_t stream,
+         std::optional<nb::ndarray<>> dresidual) {
         rms_norm_backward(as_view(dy), as_view(x), as_view(weight), as_view(rstd), as_view(dx),
-                          as_view(dweight), as_stream(stream));
+                          as_view(dweight), as_stream(stream), as_view(dresidual));
       },
       nb::arg("dy"), nb::arg("x"), nb::arg("weight").none(), nb::arg("rstd"), nb::arg("dx"),
-      nb::arg("dweight").none(), nb::arg("stream") = 0);
+      nb::arg("dweight").none(), nb::arg("stream") = 0, nb::arg("dresidual").none() = nb::none());
 
   m.def(
       "cross_entropy_loss_and_grad",

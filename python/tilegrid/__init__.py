@@ -18,7 +18,7 @@ from .grid_io import load, save
 from .jagged_tensor import JaggedTensor
 from .linear_cross_entropy import linear_cross_entropy
 from .mesh_io import read_mesh, read_off, read_ply
-from .rms_norm import rms_norm
+from .rms_norm import rms_norm, rms_norm_keep_input
 from .rope_rotate import rope_rotate
 from .sparse_conv import ConvolutionPlan
 from .volume_render import volume_render
@@ -51,6 +51,7 @@ __all__ = [
     "read_off",
     "read_ply",
     "rms_norm",
+    "rms_norm_keep_input",
     "rope_rotate",
     "save",
     "uninstall_torch_allocator",

@@ -26,13 +26,15 @@ def _forward_impl(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float):
     return y, rstd
 
 
-def _backward_impl(dy, x, weight, rstd):
+def _backward_impl(dy, x, weight, rstd, dresidual=None):
     dy = dy.contiguous()  # autograd may hand us expanded or strided gradients
+    if dresidual is not None:
+        dresidual = dresidual.contiguous()
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     dweight = torch.empty_like(weight) if weight is not None else x.new_empty(0)
     _C.rms_norm_backward(
         dlpack(dy), dlpack(x), dlpack(weight), dlpack(rstd), dlpack(dx),
-        dlpack(dweight) if weight is not None else None, current_stream(x)
+        dlpack(dweight) if weight is not None else None, current_stream(x), dlpack(dresidual)
     )
     return dx, dweight
 
@@ -53,14 +55,16 @@ def _(x, weight, eps):
 
 @torch.library.custom_op("tilegrid::rms_norm_backward", mutates_args=())
 def rms_norm_backward(
-    dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], rstd: torch.Tensor
+    dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], rstd: torch.Tensor,
+    dresidual: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns (dx, dweight); dweight is an empty tensor when weight is None."""
-    return _backward_impl(dy, x, weight, rstd)
+    """Returns (dx, dweight); dweight is an empty tensor when weight is None. dresidual, when
+    given, is added to dx in the same pass."""
+    return _backward_impl(dy, x, weight, rstd, dresidual)
 
 
 @rms_norm_backward.register_fake
-def _(dy, x, weight, rstd):
+def _(dy, x, weight, rstd, dresidual=None):
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     return dx, torch.empty_like(weight) if weight is not None else x.new_empty(0)
 
@@ -90,6 +94,37 @@ class _RMSNormFunction(torch.autograd.Function):
         return dx, (dweight if weight is not None else None), None
 
 
+class _RMSNormKeepInputFunction(torch.autograd.Function):
+    """(norm(x), x): x comes back as a view, for a residual connection around the norm
+    (h = x + f(norm(x))); the gradient that reaches that view is added to dx inside the norm's
+    backward kernel instead of by autograd's accumulation (one pass over [rows, H] less)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        if _tracing(x):
+            y, rstd = rms_norm_forward(x, weight, eps)
+        else:
+            y, rstd = _forward_impl(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y, x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, dy, dresidual):
+        x, weight, rstd = ctx.saved_tensors
+        if _tracing(dy):
+            dx, dweight = rms_norm_backward(dy, x, weight, rstd, dresidual)
+        else:
+            dx, dweight = _backward_impl(dy, x, weight, rstd, dresidual)
+        return dx, (dweight if weight is not None else None), None
+
+
+def rms_norm_keep_input(x: torch.Tensor, weight: Optional[torch.Tensor],
+                        eps: Optional[float] = None):
+    """(rms_norm(x, weight, eps), x as a view) whose backward adds the view's gradient to x's
+    in the norm's own pass: for a pre-norm residual block, h = x_view + f(y)."""
+    return _RMSNormKeepInputFunction.apply(x, weight, default_eps(x, eps))
+
+
 def rms_norm(
     x: torch.Tensor, weight: Optional[torch.Tensor] = None, eps: Optional[float] = None
 ) -> torch.Tensor:
@@ -102,8 +137,13 @@ def rms_norm(
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"rms_norm: x must be a torch.Tensor, got {type(x).__name__}")
+    return _RMSNormFunction.apply(x, weight, default_eps(x, eps))
+
+
+def default_eps(x: torch.Tensor, eps: Optional[float]) -> float:
+    """eps, or torch.nn.functional.rms_norm's default for x when it is None."""
     if eps is None:
         # torch takes eps of the type it computes in: float32 for half-precision inputs.
         compute_dtype = torch.promote_types(x.dtype, torch.float32)
         eps = torch.finfo(compute_dtype).eps if compute_dtype.is_floating_point else 0.0
-    return _RMSNormFunction.apply(x, weight, float(eps))
+    return float(eps)

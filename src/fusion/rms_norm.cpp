@@ -115,7 +115,7 @@ void rms_norm_forward(const TensorView& x, const std::optional<TensorView>& weig
 void rms_norm_backward(const TensorView& dy, const TensorView& x,
                        const std::optional<TensorView>& weight, const TensorView& rstd,
                        const TensorView& dx, const std::optional<TensorView>& dweight,
-                       Stream stream) {
+                       Stream stream, const std::optional<TensorView>& dresidual) {
   check_dtype(kBackward, "x", x, {DType::Float32, DType::Float16, DType::BFloat16});
   TG_CHECK_VALUE(x.ndim() >= 1 && x.size(-1) >= 1, kBackward,
                  ": x must be [..., H] with H >= 1, got shape ", x.shape);
@@ -123,6 +123,7 @@ void rms_norm_backward(const TensorView& dy, const TensorView& x,
   check_x_like(kBackward, "dy", dy, "x", x);
   check_x_like(kBackward, "dx", dx, "x", x);
   check_contiguous(kBackward, "dx", dx);
+  if (dresidual) check_x_like(kBackward, "dresidual", *dresidual, "x", x);
   check_same_device(kBackward, "rstd", rstd, "x", x);
   check_dtype(kBackward, "rstd", rstd, {DType::Float32});
   check_shape(kBackward, "rstd", rstd, rows_shape(x));
@@ -145,6 +146,7 @@ void rms_norm_backward(const TensorView& dy, const TensorView& x,
   p.dy = as_rows(kBackward, "dy", dy);
   p.x = as_rows(kBackward, "x", x);
   p.dx = as_rows(kBackward, "dx", dx);
+  if (dresidual) p.dresidual = as_rows(kBackward, "dresidual", *dresidual);
   p.rstd = rstd.data_ptr<const float>();
   if (weight) {
     p.weight = weight->data;

@@ -38,6 +38,7 @@ void backward_cpu(const BackwardParams& p) {
   std::vector<double> dweight(p.weight ? static_cast<size_t>(p.hidden) : 0, 0.0);
   for (int64_t r = 0; r < p.rows; ++r) {
     const int64_t xo = r * p.x.row_stride, go = r * p.dy.row_stride, dxo = r * p.dx.row_stride;
+    const int64_t ro = r * p.dresidual.row_stride;
     const float rstd = p.rstd[r];
     double dot = 0;  // sum over the row of xhat * w * dy
     for (int64_t c = 0; c < p.hidden; ++c) {
@@ -52,7 +53,8 @@ void backward_cpu(const BackwardParams& p) {
       float w = p.weight ? load_f(p.weight_dtype, p.weight, c) : 1.f;
       float xhat = load_f(p.dtype, p.x.data, xo + c) * rstd;
       float dy = load_f(p.dtype, p.dy.data, go + c);
-      store_element(p.dtype, p.dx.data, dxo + c, rstd * (w * dy - xhat * mean_dot));
+      const float residual = p.dresidual.data ? load_f(p.dtype, p.dresidual.data, ro + c) : 0.f;
+      store_element(p.dtype, p.dx.data, dxo + c, rstd * (w * dy - xhat * mean_dot) + residual);
     }
   }
   if (p.weight)

@@ -27,6 +27,7 @@ struct BackwardParams {
   DType dtype = DType::Float32;
   DType weight_dtype = DType::Float32;
   RowMatrix dy, x, dx;
+  RowMatrix dresidual;  // added to dx; data null when absent
   const void* weight = nullptr;
   const float* rstd = nullptr;  // [rows]
   void* dweight = nullptr;      // [hidden], weight_dtype; null when weight is null

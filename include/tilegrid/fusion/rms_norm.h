@@ -18,13 +18,16 @@ void rms_norm_forward(const TensorView& x, const std::optional<TensorView>& weig
                       const TensorView& y, const std::optional<TensorView>& rstd,
                       Stream stream = {});
 
-// dx = rstd * (w*dy - xhat * mean(xhat * w*dy)) with xhat = x * rstd, and
+// dx = rstd * (w*dy - xhat * mean(xhat * w*dy)) [+ dresidual] with xhat = x * rstd, and
 // dweight = sum over rows of dy * xhat. dy and x as in the forward; rstd from the forward;
 // dx: contiguous, x's shape and dtype; dweight (required when weight is given): [H], weight's
-// dtype, contiguous.
+// dtype, contiguous. dresidual (optional): laid out as dy; the gradient that a residual
+// connection around the norm (h = x + f(norm(x))) carries to x, added to dx in the same
+// pass instead of by a separate accumulation (dx may be dresidual itself).
 void rms_norm_backward(const TensorView& dy, const TensorView& x,
                        const std::optional<TensorView>& weight, const TensorView& rstd,
                        const TensorView& dx, const std::optional<TensorView>& dweight,
-                       Stream stream = {});
+                       Stream stream = {},
+                       const std::optional<TensorView>& dresidual = std::nullopt);
 
 }  // namespace tilegrid

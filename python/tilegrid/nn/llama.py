@@ -23,9 +23,12 @@ What is fused today (forward and backward):
   columns (on CUDA for bfloat16 and float16 on Hopper; other CUDA GPUs and dtypes take
   tg.linear and torch's RoPE on the three weights in Hugging Face's layout);
 - attention is tg.flash_attn_func (forward and backward kernels, causal);
-- the O projection is tg.linear; RMSNorm is tg.nn.RMSNorm.
-Not fused yet (plain torch between the kernels): the residual additions and the norms' row
-statistics, which the issue wants in the O and down projections' epilogues.
+- the residual stream in LlamaDecoderLayer: each addition in the epilogue of the product
+  before it (`tile(add) > store` on O and down), and each residual gradient added inside the
+  backward kernel of the norm it bypasses (tg.rms_norm_keep_input), so neither makes a pass
+  of its own; RMSNorm is tg.nn.RMSNorm's kernel.
+Not fused yet: the norms' row statistics (computed by the norm kernel, not in the O and down
+products' epilogues).
 
 On CUDA the fused programs run on Hopper (sm_90a, bfloat16 or float16); elsewhere the
 program raises (see tg.epilogue). On the CPU every piece runs its reference.
@@ -40,20 +43,50 @@ import torch
 from .. import epilogue
 from ..flash_attn import flash_attn_func
 from ..gemm import linear, matmul
+from ..rms_norm import rms_norm_keep_input
 from ..rope_rotate import rope_rotate
 from .rms_norm import RMSNorm
 
 
-class _GluMLP(torch.autograd.Function):
-    """down(act(gate(x)) * up(x)) with the gate/up product's epilogue doing the activation and
-    the down product's data gradient doing its backward."""
+def _down_product(h: torch.Tensor, w: torch.Tensor, residual: Optional[torch.Tensor]):
+    """h w^T, plus residual (same dtype, [rows, w.shape[0]]) in the product's epilogue
+    (`tile(add) > store`) when one is given."""
+    if residual is None:
+        return matmul(h, w.t())
+    out = h.new_empty(h.shape[0], w.shape[0])
+    epilogue.matmul(h, w.t(), epilogue.Program().tile(residual.contiguous()).store(out))
+    return out
+
+
+class _LinearAddResidual(torch.autograd.Function):
+    """residual + x w^T with the addition in the product's epilogue; the residual's gradient
+    is the output's, passed on without a copy."""
 
     @staticmethod
-    def forward(ctx, x, gate_up, down, act):
+    def forward(ctx, x, w, residual):
+        ctx.save_for_backward(x, w)
+        return _down_product(x, w, residual)
+
+    @staticmethod
+    def backward(ctx, dout):
+        x, w = ctx.saved_tensors
+        dout = dout.to(x.dtype).contiguous()
+        dx = matmul(dout, w) if ctx.needs_input_grad[0] else None
+        dw = matmul(dout.t(), x) if ctx.needs_input_grad[1] else None
+        return dx, dw, dout if ctx.needs_input_grad[2] else None
+
+
+class _GluMLP(torch.autograd.Function):
+    """down(act(gate(x)) * up(x)) [+ residual] with the gate/up product's epilogue doing the
+    activation, the down product's the residual addition, and the down product's data
+    gradient doing the activation's backward."""
+
+    @staticmethod
+    def forward(ctx, x, gate_up, down, act, residual=None):
         pre = x.new_empty(x.shape[0], gate_up.shape[0])
         h = x.new_empty(x.shape[0], gate_up.shape[0] // 2)
         epilogue.matmul(x, gate_up.t(), epilogue.Program().store(pre).glu(act).store(h))
-        out = matmul(h, down.t())
+        out = _down_product(h, down, residual)
         ctx.save_for_backward(x, gate_up, down, pre, h)
         ctx.act = act
         return out
@@ -67,7 +100,7 @@ class _GluMLP(torch.autograd.Function):
         dx = matmul(dpre, gate_up) if ctx.needs_input_grad[0] else None
         dgate_up = matmul(dpre.t(), x) if ctx.needs_input_grad[1] else None
         ddown = matmul(dout.t(), h) if ctx.needs_input_grad[2] else None
-        return dx, dgate_up, ddown, None
+        return dx, dgate_up, ddown, None, dout if ctx.needs_input_grad[4] else None
 
 
 def _interleave(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -119,11 +152,18 @@ class LlamaMLP(torch.nn.Module):
         state_dict[prefix + "gate_proj.weight"] = w[0::2].contiguous()
         state_dict[prefix + "up_proj.weight"] = w[1::2].contiguous()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """down(act(gate(x)) * up(x)), plus `residual` (x's shape) added in the down product's
+        epilogue when given."""
         if x.shape[-1] != self.hidden_size:
             raise ValueError(f"LlamaMLP: input's last dimension must be {self.hidden_size}, got shape {list(x.shape)}")
+        if residual is not None and residual.shape != x.shape:
+            raise ValueError(f"LlamaMLP: residual must have the input's shape {list(x.shape)}, "
+                             f"got {list(residual.shape)}")
         rows = x.reshape(-1, self.hidden_size).contiguous()
-        out = _GluMLP.apply(rows, self.gate_up_weight, self.down_proj.weight, self._ACTS[self.hidden_act])
+        res = residual.reshape(-1, self.hidden_size).to(x.dtype) if residual is not None else None
+        out = _GluMLP.apply(rows, self.gate_up_weight, self.down_proj.weight, self._ACTS[self.hidden_act],
+                            res)
         return out.reshape(*x.shape[:-1], self.hidden_size)
 
 
@@ -297,12 +337,18 @@ class LlamaAttention(torch.nn.Module):
         for name in [n for n in state_dict if n.startswith(prefix + "o_proj.")]:
             state_dict[name] = state_dict.pop(name)
 
-    def forward(self, x: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, position_ids: Optional[torch.Tensor] = None,
+                residual: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Attention's output projection of x [batch, seq, hidden], plus `residual` (x's
+        shape) added in the O product's epilogue when given."""
         b, s, _ = x.shape
+        if residual is not None and residual.shape != x.shape:
+            raise ValueError(f"LlamaAttention: residual must have the input's shape {list(x.shape)}, "
+                             f"got {list(residual.shape)}")
         if position_ids is None:
             position_ids = torch.arange(s, device=x.device).expand(b, s)
         if _fused_programs_run_on(x):
-            return self._fused_forward(x, position_ids)
+            return self._fused_forward(x, position_ids, residual)
         wq, wk, wv = self._unpack(self.qkv_weight)
         q = linear(x, wq).view(b, s, self.num_heads, self.head_dim)
         k = linear(x, wk).view(b, s, self.num_kv_heads, self.head_dim)
@@ -312,9 +358,11 @@ class LlamaAttention(torch.nn.Module):
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         out = flash_attn_func(q, k, v, causal=True)
-        return linear(out.reshape(b, s, self.num_heads * self.head_dim), self.o_proj.weight)
+        out = linear(out.reshape(b, s, self.num_heads * self.head_dim), self.o_proj.weight)
+        return out if residual is None else residual + out
 
-    def _fused_forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    def _fused_forward(self, x: torch.Tensor, position_ids: torch.Tensor,
+                       residual: Optional[torch.Tensor]) -> torch.Tensor:
         """Q, K and V as one product with RoPE in its epilogue, on qkv_weight as it is (its q
         and k rows already in interleaved pairs): no copy of the weight in the forward, and its
         gradient is the product's weight gradient."""
@@ -327,7 +375,11 @@ class LlamaAttention(torch.nn.Module):
         q, k, v = _QkvRope.apply(rows, self.qkv_weight, positions, frequencies, inv_freq, self._widths())
         out = flash_attn_func(q.view(b, s, hq, d), k.view(b, s, hkv, d), v.view(b, s, hkv, d),
                               causal=True)
-        return linear(out.reshape(b, s, hq * d), self.o_proj.weight)
+        if residual is None:
+            return linear(out.reshape(b, s, hq * d), self.o_proj.weight)
+        h = _LinearAddResidual.apply(out.reshape(b * s, hq * d), self.o_proj.weight,
+                                     residual.reshape(b * s, -1).to(x.dtype))
+        return h.view(b, s, -1)
 
 
 class LlamaDecoderLayer(torch.nn.Module):
@@ -348,5 +400,14 @@ class LlamaDecoderLayer(torch.nn.Module):
         self.mlp = LlamaMLP(hidden_size, intermediate_size, hidden_act, **kw)
 
     def forward(self, x: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), position_ids)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        if not (_fused_programs_run_on(x) and x.shape[-1] % 8 == 0):
+            h = x + self.self_attn(self.input_layernorm(x), position_ids)
+            return h + self.mlp(self.post_attention_layernorm(h))
+        # The residual stream without a pass of its own: each addition in the epilogue of the
+        # product before it (O, down), and each residual gradient added inside the backward
+        # of the norm it bypasses.
+        norm1, norm2 = self.input_layernorm, self.post_attention_layernorm
+        y, x_res = rms_norm_keep_input(x, norm1.weight, norm1.eps)
+        h = self.self_attn(y, position_ids, residual=x_res)
+        z, h_res = rms_norm_keep_input(h, norm2.weight, norm2.eps)
+        return self.mlp(z, residual=h_res)

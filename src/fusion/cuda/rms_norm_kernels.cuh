@@ -194,14 +194,17 @@ __global__ void __launch_bounds__(kMaxRegisterThreads)
     const float mean_dot = row_sum(dot, scratch, parity) * inv_hidden;
     if (!active) continue;
     T* dx = static_cast<T*>(p.dx.data) + row * p.dx.row_stride;
+    const T* dres = static_cast<const T*>(p.dresidual.data);
+    if (dres != nullptr) dres += row * p.dresidual.row_stride;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int64_t col = (int64_t(i) * blockDim.x + threadIdx.x) * VEC;
       if (col >= hidden) continue;
-      float out[VEC];
+      float out[VEC], residual[VEC] = {};
+      if (dres != nullptr) load_vec<T, VEC>(dres + col, residual);
 #pragma unroll
       for (int k = 0; k < VEC; ++k)
-        out[k] = rstd * (to_float(w[i].v[k]) * dyv[i][k] - xhat[i][k] * mean_dot);
+        out[k] = rstd * (to_float(w[i].v[k]) * dyv[i][k] - xhat[i][k] * mean_dot) + residual[k];
       store_vec<T, VEC>(dx + col, out);
     }
   }
@@ -268,15 +271,18 @@ __global__ void __launch_bounds__(1024)
     }
     const float mean_dot = row_sum(dot, scratch, parity) / float(hidden);
     T* dx = static_cast<T*>(p.dx.data) + row * p.dx.row_stride;
+    const T* dres = static_cast<const T*>(p.dresidual.data);
+    if (dres != nullptr) dres += row * p.dresidual.row_stride;
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < hidden; col += step) {
-      float xv[VEC], dyv[VEC], w[VEC], out[VEC];
+      float xv[VEC], dyv[VEC], w[VEC], out[VEC], residual[VEC] = {};
       load_vec<T, VEC>(x + col, xv);
       load_vec<T, VEC>(dy + col, dyv);
       load_weight<W, VEC>(p.weight, col, w);
+      if (dres != nullptr) load_vec<T, VEC>(dres + col, residual);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const float xhat = xv[k] * rstd;
-        out[k] = rstd * (w[k] * dyv[k] - xhat * mean_dot);
+        out[k] = rstd * (w[k] * dyv[k] - xhat * mean_dot) + residual[k];
         if (partial) partial[col + k] += dyv[k] * xhat;
       }
       store_vec<T, VEC>(dx + col, out);

@@ -99,6 +99,15 @@ TEST_P(RmsNormMatchesFloat64Reference, ForwardAndBackward) {
   expect_close(to_doubles(dx), ref.dx, 4 * rtol, rtol, "dx");
   expect_close(to_doubles(dw), ref.dweight, 0.1 * rtol * std::sqrt(double(rows)) * 10,
                rtol_for(wtype) + 1e-4, "dweight");
+
+  // A residual gradient, added to dx in the same pass; dx may be the residual gradient itself.
+  Tensor dres = random_tensor({rows, hidden}, dtype);
+  Tensor dx_res = testing::to_device(dres, device);
+  rms_norm_backward(dyd, xd, wd.view(), rstd, dx_res, dw.view(), {}, dx_res.view());
+  std::vector<double> want = ref.dx;
+  const std::vector<double> added = to_doubles(dres);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += added[i];
+  expect_close(to_doubles(dx_res), want, 4 * rtol, rtol, "dx + dresidual");
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {

@@ -59,6 +59,42 @@ def test_matches_float64_reference(device, dtype, hidden, weight_dtype):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [7, 768, 4097, 40000])
+def test_keep_input_adds_the_residual_gradient_in_the_backward(device, dtype, hidden):
+    """h = x + g(norm(x)) through rms_norm_keep_input: its gradients are autograd's of the
+    float64 reference, the residual's gradient added to dx inside the norm's kernel (every
+    CUDA kernel family: registers, and streaming for 40000)."""
+    rows, eps = 37, 1e-6
+    x = torch.randn(rows, hidden, device=device, dtype=dtype)
+    weight = (1 + 0.5 * torch.randn(hidden, device=device)).to(dtype).requires_grad_()
+    scale = torch.randn(hidden, device=device, dtype=dtype)
+    dh = torch.randn_like(x)
+
+    xg = x.clone().requires_grad_()
+    y, x_view = tg.rms_norm_keep_input(xg, weight, eps)
+    assert torch.equal(x_view, x) and x_view.data_ptr() == xg.data_ptr()
+    (x_view + y * scale).backward(dh)
+
+    x64 = x.double().requires_grad_()
+    w64 = weight.detach().double().requires_grad_()
+    (x64 + F.rms_norm(x64, (hidden,), w64, eps) * scale.double()).backward(dh.double())
+    rtol = RTOL[dtype]
+    assert_close(xg.grad, x64.grad, rtol, 8 * rtol, "dx")
+    assert_close(weight.grad, w64.grad, rtol + 1e-4, 2 * rtol * rows**0.5, "dweight")
+
+
+def test_keep_input_with_the_residual_path_unused():
+    """Only the norm's output used: the residual's gradient is zeros and dx is the norm's."""
+    x = torch.randn(5, 64, requires_grad=True)
+    y, _ = tg.rms_norm_keep_input(x, None)
+    y.sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    tg.rms_norm(x2, None).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("hidden", [7, 4096])
 def test_every_output_element_is_written(device, dtype, hidden):
     """Calls the kernels with NaN-poisoned outputs: any unwritten element stays NaN."""

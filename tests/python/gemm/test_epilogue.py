@@ -297,6 +297,20 @@ def test_fused_column_sum_of_no_rows_is_zero(dt):
 
 @requires_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_fused_residual_add(m, n, k, dt):
+    """A residual connection added to the product: the sum rounded once."""
+    a, b = cuda_product(m, n, k, dt)
+    residual = torch.randn(m, n, dtype=dt, device="cuda")
+    build = Builder(lambda r, out: tg.epilogue.Program().tile(r).store(out), residual)
+    out = torch.empty(m, n, dtype=dt, device="cuda")
+    assert build(out).signature() == f"tile(add, {NAME[dt]}) > store({NAME[dt]})"
+    gpu, cpu = run_both(a, b, build, [out])
+    torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
+
+
+@requires_hopper
+@pytest.mark.gpu
 def test_fused_residual_with_strided_output(dt):
     """Outputs and the residual may have a row stride above N (a multiple of 8)."""
     m, n, k = 300, 512, 64
