@@ -1,13 +1,15 @@
 """Fused epilogue programs on the Hopper GEMM: for each program compiled for sm_90a, the GEMM
 with the program fused vs the plain tilegrid GEMM (same cooperative 128x256 kernel; the
 issue's target is at most 5% extra time) and vs the unfused torch sequence, eager and under
-torch.compile, on Llama-3-8B shapes with 8192 tokens (bfloat16, forward layout y = x w^T).
+torch.compile, on Llama-3-8B shapes with 8192 tokens (bfloat16 or float16: --dtype; forward
+layout y = x w^T).
 
     python bench/bench_gemm_epilogue.py --out results.json
 
 Programs and shapes:
   bias_gelu_aux      gate_up 4096 -> 28672: y = x w^T + bias, pre = y saved, out = gelu_tanh(y)
   row_scale          qkv 4096 -> 6144:      out = (x w^T) * scale[token]
+  residual_add       o 4096 -> 4096:        h = x w^T + residual
   residual_sum_sq    o 4096 -> 4096:        h = x w^T + residual, partial row sums of h^2
                                             (the next RMSNorm's statistic), finished on the GPU
   column_sum         o 4096 -> 4096:        out = x w^T stored, and its sums over the tokens
@@ -135,6 +137,13 @@ class Case:
             def torch_fn(x=x, w=w):
                 y = x @ w.t()
                 return y, F.silu(y[:, 0::2]) * y[:, 1::2]
+        elif self.name == "residual_add":
+            residual = randn(m, n)
+            out = torch.empty_like(plain)
+            prog = tg.epilogue.Program().tile(residual).store(out)
+
+            def torch_fn(x=x, w=w, residual=residual):
+                return x @ w.t() + residual
         else:
             residual = randn(m, n)
             out = torch.empty_like(plain)
@@ -203,6 +212,7 @@ def main() -> None:
 
     cases = [Case("bias_gelu_aux", "gate_up", t, 4096, 28672),
              Case("row_scale", "qkv", t, 4096, 6144),
+             Case("residual_add", "o", t, 4096, 4096),
              Case("residual_sum_sq", "o", t, 4096, 4096),
              Case("column_sum", "o", t, 4096, 4096),
              Case("rope", "qkv", t, 4096, 6144),
