@@ -58,11 +58,4 @@ void jagged_batch_index(const int64_t* offsets, int64_t num_tensors, int32_t* ji
   TG_CUDA_CHECK_LAUNCH();
 }
 
-void copy_to_host(void* dst, const void* src, size_t nbytes, int device, Stream stream) {
-  CudaDeviceGuard guard(device);
-  auto s = static_cast<cudaStream_t>(stream.handle);
-  TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s));
-  TG_CUDA_CHECK(cudaStreamSynchronize(s));
-}
-
 }  // namespace tilegrid::cuda

@@ -8,7 +8,6 @@ namespace tilegrid::cuda {
 
 void jagged_batch_index(const int64_t* offsets, int64_t num_tensors, int32_t* jidx,
                         int64_t num_rows, int device, Stream stream);
-void copy_to_host(void* dst, const void* src, size_t nbytes, int device, Stream stream);
 
 // Whether offsets [n + 1] start at 0, never decrease and end at `total`: one kernel and a
 // 4-byte read back (it waits for `stream`), where a copy of every offset to the host took

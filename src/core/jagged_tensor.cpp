@@ -4,6 +4,7 @@
 
 #include "tilegrid/core/checks.h"
 #ifdef TILEGRID_WITH_CUDA
+#include "core/cuda_copy.h"
 #include "core/jagged_cuda.h"
 #endif
 

@@ -95,10 +95,14 @@ GridBatch GridBatch::from_ijk(const JaggedTensor& ijk, const std::vector<Vec3d>&
     batch.upper_offsets_ = tree.upper_offsets;
     batch.voxel_offsets_ = tree.voxel_offsets;
     batch.voxel_counts_total_ = tree.num_voxels;
-    Tensor host_offsets = tree.voxel_offsets.to(Device::cpu(), stream);
-    const int64_t* h = static_cast<const int64_t*>(host_offsets.data());
-    batch.voxel_offsets_host_.assign(h, h + grids + 1);
-    batch.transforms_ = to_bytes(transforms).to(data.device, stream);
+    if (grids == 1) {  // known on the host already: no read-back (a wait)
+      batch.voxel_offsets_host_ = {0, tree.num_voxels};
+    } else {
+      Tensor host_offsets = tree.voxel_offsets.to(Device::cpu(), stream);
+      const int64_t* h = static_cast<const int64_t*>(host_offsets.data());
+      batch.voxel_offsets_host_.assign(h, h + grids + 1);
+    }
+    batch.transforms_ = to_bytes(transforms, data.device, stream);
     return batch;
 #else
     throw Error(detail::concat(kOp, ": tilegrid was built without CUDA"));

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "core/cuda_copy.h"
 #include "grid/grid_cuda.h"
 #include "tilegrid/core/jagged_index.h"
 
@@ -345,7 +346,7 @@ std::optional<CompactLayout> compact_layout(const int32_t* xyz, int64_t n, int64
                                             Scratch& scratch, cudaStream_t s) {
   int* bounds = scratch.get<int>(6);
   const int init[6] = {INT_MAX, INT_MAX, INT_MAX, INT_MIN, INT_MIN, INT_MIN};
-  TG_CUDA_CHECK(cudaMemcpyAsync(bounds, init, sizeof(init), cudaMemcpyHostToDevice, s));
+  ::tilegrid::cuda::copy_small_to_device(bounds, init, sizeof(init), scratch.device, scratch.stream);
   root_bounds<<<std::min(blocks_for(n), 4u * 132u), kThreads, 0, s>>>(xyz, n, bounds);
   TG_CUDA_CHECK_LAUNCH();
   int host[6];

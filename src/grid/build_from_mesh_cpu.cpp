@@ -38,7 +38,7 @@ JaggedTensor mesh_voxels_cuda(const JaggedTensor& vertices, const JaggedTensor& 
                               const std::vector<VoxelTransform>& transforms, Stream stream) {
 #ifdef TILEGRID_WITH_CUDA
   const Device device = vertices.device();
-  Tensor device_transforms = to_bytes(transforms).to(device, stream);
+  Tensor device_transforms = to_bytes(transforms, device, stream);
   const TensorView& v = vertices.jdata();
   const TensorView& f = faces.jdata();
   const cuda::MeshInput in{v.data,

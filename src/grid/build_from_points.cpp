@@ -68,7 +68,7 @@ JaggedTensor coordinates_of_points(const char* op, const JaggedTensor& points,
   if (points.device().is_cuda()) {
 #ifdef TILEGRID_WITH_CUDA
     const Device device = points.device();
-    Tensor device_transforms = to_bytes(transforms).to(device, stream);
+    Tensor device_transforms = to_bytes(transforms, device, stream);
     const TensorView& p = points.jdata();
     Tensor ijk = Tensor::empty({p.size(0) * corners, 3}, DType::Int32, device, stream);
     const cuda::PointsError error = cuda::points_to_ijk(

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cuda_copy.h"
 #include "tilegrid/core/tensor.h"
 #include "tilegrid/grid/grid_batch.h"
 
@@ -51,6 +52,22 @@ Tensor to_bytes(const std::vector<T>& items) {
     std::copy_n(reinterpret_cast<const uint8_t*>(items.data()), items.size() * sizeof(T),
                 static_cast<uint8_t*>(t.data()));
   return t;
+}
+
+// The same as a uint8 tensor on `device`. On a GPU, a few bytes (a batch's transforms) go in
+// stream order without a wait (cuda::copy_small_to_device): each grid a network derives waited
+// on its transforms' upload before.
+template <class T>
+Tensor to_bytes(const std::vector<T>& items, Device device, Stream stream) {
+  const size_t nbytes = items.size() * sizeof(T);
+#ifdef TILEGRID_WITH_CUDA
+  if (device.is_cuda() && nbytes <= ::tilegrid::cuda::kSmallCopyBytes) {
+    Tensor t = Tensor::empty({int64_t(nbytes)}, DType::UInt8, device, stream);
+    ::tilegrid::cuda::copy_small_to_device(t.data(), items.data(), nbytes, device.index, stream);
+    return t;
+  }
+#endif
+  return to_bytes(items).to(device, stream);
 }
 
 }  // namespace tilegrid::grid

@@ -11,6 +11,7 @@
 #include "tilegrid/core/error.h"
 #include "tilegrid/core/tensor.h"
 #ifdef TILEGRID_WITH_CUDA
+#include "core/cuda_copy.h"
 #include "core/jagged_cuda.h"
 #include "grid/volume_render_cuda.h"
 #endif

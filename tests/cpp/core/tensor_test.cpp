@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/cuda_copy.h"
 #include "test_util.h"
 #include "tilegrid/core/checks.h"
 
@@ -90,6 +95,31 @@ TEST(Tensor, CudaAllocationIsDeviceMemory) {
   cudaPointerAttributes attributes{};
   ASSERT_EQ(cudaPointerGetAttributes(&attributes, t.data()), cudaSuccess);
   EXPECT_EQ(attributes.type, cudaMemoryTypeDevice);
+#endif
+}
+
+// cuda::copy_small_to_device: every byte of sizes from 0 to its limit lands, in stream
+// order, and the host source may change as soon as the call returns.
+TEST(CudaCopy, SmallCopiesToTheDeviceLandEveryByte) {
+  TG_SKIP_WITHOUT_GPU();
+#ifdef TILEGRID_WITH_CUDA
+  for (size_t n : {size_t(0), size_t(1), size_t(48), size_t(255), size_t(257),
+                   cuda::kSmallCopyBytes}) {
+    std::vector<uint8_t> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = uint8_t(i * 7 + 3);
+    Tensor dev = Tensor::empty({int64_t(n) + 1}, DType::UInt8, Device::cuda(0));
+    ASSERT_EQ(cudaMemset(dev.data(), 0xee, n + 1), cudaSuccess);
+    cuda::copy_small_to_device(dev.data(), host.data(), n, 0, Stream{});
+    std::fill(host.begin(), host.end(), uint8_t(0));  // the copy took the bytes already
+    Tensor back = dev.to(Device::cpu());
+    const auto* b = static_cast<const uint8_t*>(back.data());
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(b[i], uint8_t(i * 7 + 3)) << "byte " << i << " of " << n;
+    EXPECT_EQ(b[n], 0xee) << "a byte past the copy was written (n = " << n << ")";
+  }
+  EXPECT_NE(testing::error_message([] {
+              cuda::copy_small_to_device(nullptr, nullptr, cuda::kSmallCopyBytes + 1, 0, Stream{});
+            }).find("at most"),
+            std::string::npos);
 #endif
 }
 
