@@ -42,11 +42,25 @@ def dlpack_pair(jdata: torch.Tensor, joffsets: torch.Tensor):
     return dlpack(jdata.contiguous()), dlpack(joffsets.contiguous())
 
 
+# The caching allocator's C entry points behind torch.cuda.caching_allocator_alloc / _delete,
+# which add a device lookup, a stream check and a device context a call: a sparse U-Net's call
+# allocates ~150 scratch buffers from C++ (its grids and plans), each through these
+# callbacks. Private to torch, so each has its public fallback.
+_raw_alloc = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", None)
+_raw_delete = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", None)
+_get_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
 def _alloc(nbytes: int, device: int, stream: int) -> int:
+    # The raw entry allocates on the current device (the public function sets `device` first).
+    if _raw_alloc is not None and _get_device is not None and _get_device() == device:
+        return _raw_alloc(nbytes, stream)
     return torch.cuda.caching_allocator_alloc(nbytes, device, stream)
 
 
 def _free(ptr: int) -> None:
+    if _raw_delete is not None:
+        return _raw_delete(ptr)
     torch.cuda.caching_allocator_delete(ptr)
 
 

@@ -24,6 +24,22 @@ def test_bad_dtype_name():
         _C.empty([2], "complex64", "cpu")
 
 
+def test_allocator_callbacks_take_the_raw_entry_on_the_current_device(monkeypatch):
+    """tilegrid's allocations call torch's raw caching-allocator entry when the device asked
+    for is the current one, and the public function (which sets the device) otherwise."""
+    from tilegrid import _torch
+
+    calls = []
+    monkeypatch.setattr(_torch, "_raw_alloc", lambda n, s: calls.append(("raw", n, s)) or 1)
+    monkeypatch.setattr(_torch, "_raw_delete", lambda p: calls.append(("raw delete", p)))
+    monkeypatch.setattr(_torch, "_get_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "caching_allocator_alloc",
+                        lambda n, d, s: calls.append(("public", n, d, s)) or 2)
+    assert _torch._alloc(256, 0, 7) == 1 and _torch._alloc(512, 1, 9) == 2
+    _torch._free(1)
+    assert calls == [("raw", 256, 7), ("public", 512, 1, 9), ("raw delete", 1)]
+
+
 @requires_cuda
 @pytest.mark.gpu
 def test_cuda_allocations_come_from_torch_caching_allocator():
