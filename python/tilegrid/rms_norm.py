@@ -74,24 +74,29 @@ def _tracing(t: torch.Tensor) -> bool:
     return torch.compiler.is_compiling() or type(t) is not torch.Tensor
 
 
+def _forward_either(x, weight, eps):
+    """The custom op under tracing, the C++ call directly in eager mode."""
+    return rms_norm_forward(x, weight, eps) if _tracing(x) else _forward_impl(x, weight, eps)
+
+
+def _backward_either(dy, x, weight, rstd, dresidual=None):
+    if _tracing(dy):
+        dx, dweight = rms_norm_backward(dy, x, weight, rstd, dresidual)
+    else:
+        dx, dweight = _backward_impl(dy, x, weight, rstd, dresidual)
+    return dx, (dweight if weight is not None else None), None
+
+
 class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
-        if _tracing(x):
-            y, rstd = rms_norm_forward(x, weight, eps)
-        else:
-            y, rstd = _forward_impl(x, weight, eps)
+        y, rstd = _forward_either(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd)
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, weight, rstd = ctx.saved_tensors
-        if _tracing(dy):
-            dx, dweight = rms_norm_backward(dy, x, weight, rstd)
-        else:
-            dx, dweight = _backward_impl(dy, x, weight, rstd)
-        return dx, (dweight if weight is not None else None), None
+        return _backward_either(dy, *ctx.saved_tensors)
 
 
 class _RMSNormKeepInputFunction(torch.autograd.Function):
@@ -101,21 +106,13 @@ class _RMSNormKeepInputFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, eps):
-        if _tracing(x):
-            y, rstd = rms_norm_forward(x, weight, eps)
-        else:
-            y, rstd = _forward_impl(x, weight, eps)
+        y, rstd = _forward_either(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd)
         return y, x.view_as(x)
 
     @staticmethod
     def backward(ctx, dy, dresidual):
-        x, weight, rstd = ctx.saved_tensors
-        if _tracing(dy):
-            dx, dweight = rms_norm_backward(dy, x, weight, rstd, dresidual)
-        else:
-            dx, dweight = _backward_impl(dy, x, weight, rstd, dresidual)
-        return dx, (dweight if weight is not None else None), None
+        return _backward_either(dy, *ctx.saved_tensors, dresidual)
 
 
 def rms_norm_keep_input(x: torch.Tensor, weight: Optional[torch.Tensor],

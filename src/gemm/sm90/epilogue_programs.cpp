@@ -3,6 +3,7 @@
 #include "gemm/sm90/epilogue_programs.h"
 
 #include <cstdint>
+#include <string>
 #include <variant>
 
 #include "core/cuda_check.h"
@@ -62,7 +63,7 @@ std::string available() {
   return s + "\n(T: a and b's dtype, bfloat16 or float16)";
 }
 
-// TMA moves 16-byte units: matrices need rows of a multiple of 8 bf16 elements and 16-byte
+// TMA moves 16-byte units: matrices need rows of a multiple of 8 16-bit elements and 16-byte
 // aligned bases; vectors are read in 16-byte pieces too.
 constexpr int64_t kAlignElements = 8;
 constexpr uintptr_t kAlignBytes = 16;
@@ -112,12 +113,6 @@ void zero_column_sums(const epilogue::Program& program, int device, Stream strea
 }
 
 }  // namespace
-
-std::vector<std::string> fused_program_signatures() {
-  std::vector<std::string> out;
-  for (const FusedProgram& f : kPrograms) out.emplace_back(f.signature);
-  return out;
-}
 
 void run_fused_program(const Problem& p, const epilogue::Program& program, int device,
                        Stream stream) {

@@ -1,8 +1,8 @@
 #pragma once
 // The fused epilogue programs compiled for the sm_90a GEMM (internal; host code may include
 // this without CUTLASS). A program runs fused when its element-generic signature
-// (epilogue::signature(program, a's dtype)) is one of fused_program_signatures(); anything
-// else is an error that lists them (no unfused fallback on the GPU: a program that silently
+// (epilogue::signature(program, a's dtype)) is one of the compiled set; anything else is an
+// error that lists them (no unfused fallback on the GPU: a program that silently
 // ran as several kernels would hide the cost the fusion exists to remove).
 //
 // A program is one file in programs/: its epilogue visitor tree, its launcher `template
@@ -12,11 +12,8 @@
 //   TG_FUSED_PROGRAM(run_<name>, Fprop, "rope > store(T)")
 // at the start of a line, where Fprop (a [M, K] row-major, b = w^T of a row-major w [N, K])
 // or Dgrad (b = w, [K, N] row-major) is the layout of the products it belongs to. The build
-// (src/CMakeLists.txt) collects those lines into the registry and compiles the files a few
-// to a translation unit; adding a program touches no other file.
-#include <string>
-#include <vector>
-
+// (src/CMakeLists.txt) collects those lines into the registry and compiles the files five
+// to a unity unit; adding a program touches no other file.
 #include "gemm/gemm_problem.h"
 #include "tilegrid/core/device.h"
 #include "tilegrid/core/tensor_view.h"
@@ -39,8 +36,5 @@ inline int64_t tma_row_stride(const TensorView& t) {
 // and one naming the constraint when the kernels cannot take p or an operand.
 void run_fused_program(const Problem& p, const epilogue::Program& program, int device,
                        Stream stream);
-
-// The compiled programs' element-generic signatures (T for the a/b dtype).
-std::vector<std::string> fused_program_signatures();
 
 }  // namespace tilegrid::gemm::sm90
