@@ -60,7 +60,10 @@ const char* name(Reduce r) {
   return "sum";
 }
 
-// `dtype(d)` names an operand's dtype: its name, or "T" where the caller asks for the
+// An operand's dtype in a signature, by name.
+std::string dtype_name(DType d) { return detail::concat(d); }
+
+// `dtype(d)` names an operand's dtype: dtype_name, or "T" where the caller asks for the
 // element-generic signature.
 template <class NameDType>
 std::string step_signature(const Step& step, const NameDType& dtype) {
@@ -133,7 +136,7 @@ class StepChecker {
 
  private:
   static std::string step_name(const Step& step) {
-    const std::string s = step_signature(step, [](DType d) { return detail::concat(d); });
+    const std::string s = step_signature(step, dtype_name);
     return s.substr(0, s.find('('));
   }
 
@@ -205,12 +208,12 @@ bool check_steps(const Program& program, const TensorView& a, int64_t m, int64_t
 }  // namespace
 
 std::string signature(const Program& program) {
-  return join_signature(program, [](DType d) { return detail::concat(d); });
+  return join_signature(program, dtype_name);
 }
 
 std::string signature(const Program& program, DType element) {
   return join_signature(program, [element](DType d) {
-    return d == element ? std::string("T") : detail::concat(d);
+    return d == element ? std::string("T") : dtype_name(d);
   });
 }
 

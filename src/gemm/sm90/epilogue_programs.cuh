@@ -122,6 +122,23 @@ using AuxLoad = fusion::Sm90AuxLoad<
     typename cutlass::epilogue::collective::detail::AuxLoadDescriptor<
         Descriptor, cutlass::layout::RowMajor, Element>::CopyOpS2R>;
 
+// The root of a program whose other nodes see float32 values: the value rounded to D's type,
+// which the collective stores.
+template <class ElementD>
+using RoundToD = fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>;
+
+// Column sums of the values it visits, one float32 partial row per M tile (CUTLASS's row
+// reduction node: it reduces into a row vector), which sum_column_partials adds up. Not the
+// node's own final reduction: there the CTA that finishes a column tile last reads the other
+// tiles' partials one dependent volatile load at a time (64 at M = 8192), and the program
+// took 1.11x the plain product's time
+// (bench/results/2026-11-30_h200_gemm_epilogue_rope_column_sum.json).
+template <class Descriptor>
+using ColumnSumPartials =
+    fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0,
+                             typename Descriptor::TileShape, float, float, kRound,
+                             ColumnVectorStride, 4, true, /*FinalReduction=*/false>;
+
 // The default configuration of the fused programs (FusedGemm below).
 using Config = Cooperative128x256;
 

@@ -91,7 +91,7 @@ template <template <class> class Combine, class State>
 struct StoreRowPartials {
   template <class ElementD, class Descriptor>
   using Callbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>,
+      RoundToD<ElementD>,
       fusion::Sm90EVT<
           fusion::Sm90ColReduction<Combine, Combine, Combine, 0, typename Descriptor::TileShape,
                                    float, State, kRound, RowVectorStride, 4, true,

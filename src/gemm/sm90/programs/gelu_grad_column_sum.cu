@@ -28,11 +28,9 @@ template <class Element>
 struct GeluGradColumnSum {
   template <class ElementD, class Descriptor>
   using Callbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>,
+      RoundToD<ElementD>,
       fusion::Sm90EVT<
-          fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0,
-                                   typename Descriptor::TileShape, float, float, kRound,
-                                   ColumnVectorStride, 4, true, /*FinalReduction=*/false>,
+          ColumnSumPartials<Descriptor>,
           fusion::Sm90EVT<fusion::Sm90Compute<ActivationGradOp<epilogue::Activation::GeluTanh>::Op,
                                               float, float, kRound>,
                           fusion::Sm90AccFetch, AuxLoad<Descriptor, Element>>>>;

@@ -15,7 +15,7 @@ template <class Element>
 struct ResidualSumSquares {
   template <class ElementD, class Descriptor>
   using Callbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>,
+      RoundToD<ElementD>,
       fusion::Sm90EVT<
           fusion::Sm90ColReduction<SumSquaresOp, cutlass::plus, cutlass::plus, 0,
                                    typename Descriptor::TileShape, float, float, kRound,

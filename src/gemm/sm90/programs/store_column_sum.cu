@@ -5,21 +5,10 @@
 namespace tilegrid::gemm::sm90 {
 namespace programs {
 
-// The row reduction node (in CUTLASS's naming: it reduces into a row vector) adds the float32
-// values in registers and across threads, and writes one partial row per M tile;
-// sum_column_partials adds those. Not the node's own final reduction: there the CTA that
-// finishes a column tile last reads the other tiles' partials one dependent volatile load at
-// a time (64 at M = 8192), and the program took 1.11x the plain product's time
-// (bench/results/2026-11-30_h200_gemm_epilogue_rope_column_sum.json).
 struct StoreColumnSum {
   template <class ElementD, class Descriptor>
   using Callbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>,
-      fusion::Sm90EVT<
-          fusion::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0,
-                                   typename Descriptor::TileShape, float, float, kRound,
-                                   ColumnVectorStride, 4, true, /*FinalReduction=*/false>,
-          fusion::Sm90AccFetch>>;
+      RoundToD<ElementD>, fusion::Sm90EVT<ColumnSumPartials<Descriptor>, fusion::Sm90AccFetch>>;
 };
 
 }  // namespace programs
