@@ -97,13 +97,13 @@ __device__ __forceinline__ void load_row(const RowMatrix& m, int64_t row, int64_
 
 // This thread's ITEMS vectors of the weight, kept in the weight's storage type (8 bf16 values
 // take 4 registers) and converted where used; ones where there is no weight or past the end.
-template <class W, int VEC, int ITEMS>
-__device__ __forceinline__ void load_weight_slice(const void* weight, int64_t hidden,
+template <class W, int VEC, int ITEMS, bool EXACT = false>
+__device__ __forceinline__ void load_weight_slice(const void* weight, int hidden,
                                                   Vec<W, VEC> (&w)[ITEMS]) {
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
-    const int64_t col = (int64_t(i) * blockDim.x + threadIdx.x) * VEC;
-    if (weight != nullptr && col < hidden) {
+    const int col = (i * int(blockDim.x) + int(threadIdx.x)) * VEC;
+    if (weight != nullptr && (EXACT || col < hidden)) {
       w[i] = *reinterpret_cast<const Vec<W, VEC>*>(static_cast<const W*>(weight) + col);
     } else {
 #pragma unroll
@@ -112,45 +112,115 @@ __device__ __forceinline__ void load_weight_slice(const void* weight, int64_t hi
   }
 }
 
-// One block per group of blockDim.y rows. x and the weight are both loaded before the
-// reduction, so their latencies overlap (loading the weight only after the reduction put an
-// extra dependent load on every row and held the forward near 81% of copy bandwidth).
-// The register cap matters most here. [32768, 4096] bf16 on an H200, 256-thread blocks,
-// steady state (bench/cuda/rms_norm_forward_shapes.cu, bench/results/*forward_shapes.txt):
-// the compiler's free choice, 65 registers and 3 blocks a SM: 0.192 ms; capped at 48
-// registers, 5 blocks: 0.147 ms (88% of copy); at 40, 6 blocks with spills: 0.156 ms.
-// Liger-Kernel's Triton kernel runs at 38 registers, 6 blocks a SM. The launcher picks
-// <256, 5> for blocks of up to 256 threads and <512, 2> (64 registers) for larger ones.
+// This thread's ITEMS vectors of `row` in their storage type (8 bf16 values in 4 registers,
+// converted where used; zeros past the row's end or the last row). Column offsets are 32-bit:
+// the register-resident kernels take rows of at most kMaxRegisterThreads * 8 * VEC elements.
+template <class T, int VEC, int ITEMS>
+__device__ __forceinline__ void load_packed_row(const RowMatrix& m, int64_t row, int64_t rows,
+                                                int hidden, Vec<T, VEC> (&v)[ITEMS]) {
+  const T* base = static_cast<const T*>(m.data) + row * m.row_stride;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int col = (i * int(blockDim.x) + int(threadIdx.x)) * VEC;
+    if (row < rows && col < hidden) {
+      v[i] = *reinterpret_cast<const Vec<T, VEC>*>(base + col);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) v[i].v[k] = from_float<T>(0.f);
+    }
+  }
+}
+
+// One block per group of blockDim.y rows, for any hidden size that fits in registers. x and
+// the weight are both loaded before the reduction, so their latencies overlap (loading the
+// weight only after the reduction put an extra dependent load on every row and held the
+// forward near 81% of copy bandwidth). x and the weight stay packed in their storage types
+// (a 16-byte vector is 4 registers, against 8 as floats) and column offsets are 32-bit.
+// Rows of exactly THREADS * ITEMS 16-byte vectors take forward_row_kernel below instead.
+// The launcher caps it at 48 registers for blocks of up to 256 threads (5 blocks a SM; at
+// 40 it spills 22 bytes) and 64 for larger ones.
 template <class T, class W, int VEC, int ITEMS, int MAX_THREADS, int MIN_BLOCKS>
 __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) forward_kernel(ForwardParams p) {
   __shared__ float scratch[2][kMaxRowsPerBlock][32];
-  const int64_t hidden = p.hidden;
-  const float inv_hidden = 1.f / float(hidden);
-  int parity = 0;
-  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < p.rows;
-       base += int64_t(gridDim.x) * blockDim.y, parity ^= 1) {
-    const int64_t row = base + threadIdx.y;
-    float v[ITEMS][VEC];
-    Vec<W, VEC> w[ITEMS];
-    load_row<T, VEC, ITEMS>(p.x, row, p.rows, hidden, v);
-    load_weight_slice<W, VEC, ITEMS>(p.weight, hidden, w);
-    float sum_sq = 0.f;
+  const int hidden = static_cast<int>(p.hidden);
+  const int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  Vec<T, VEC> x[ITEMS];
+  Vec<W, VEC> w[ITEMS];
+  load_packed_row<T, VEC, ITEMS>(p.x, row, p.rows, hidden, x);
+  load_weight_slice<W, VEC, ITEMS>(p.weight, hidden, w);
+  float sum_sq = 0.f;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i)
+  for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) sum_sq += v[i][k] * v[i][k];
-    const float rstd = rsqrtf(row_sum(sum_sq, scratch, parity) * inv_hidden + p.eps);
-    if (row >= p.rows) continue;
-    if (p.rstd != nullptr && threadIdx.x == 0) p.rstd[row] = rstd;
-    T* y = static_cast<T*>(p.y.data) + row * p.y.row_stride;
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int64_t col = (int64_t(i) * blockDim.x + threadIdx.x) * VEC;
-      if (col >= hidden) continue;
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) v[i][k] *= rstd * to_float(w[i].v[k]);
-      store_vec<T, VEC>(y + col, v[i]);
+    for (int k = 0; k < VEC; ++k) {
+      const float v = to_float(x[i].v[k]);
+      sum_sq += v * v;
     }
+  const float rstd = rsqrtf(row_sum(sum_sq, scratch, 0) / float(hidden) + p.eps);
+  if (row >= p.rows) return;
+  if (p.rstd != nullptr && threadIdx.x == 0) p.rstd[row] = rstd;
+  T* y = static_cast<T*>(p.y.data) + row * p.y.row_stride;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int col = (i * int(blockDim.x) + int(threadIdx.x)) * VEC;
+    if (col >= hidden) continue;
+    float out[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = to_float(x[i].v[k]) * (rstd * to_float(w[i].v[k]));
+    store_vec<T, VEC>(y + col, out);
+  }
+}
+
+// The common hidden sizes (a row of exactly THREADS * ITEMS 16-byte vectors: 2048, 4096 and
+// 8192 in bf16/fp16) with a weight take a kernel with nothing to check: one row per block,
+// block size and row length known at compile time. Registers decide the speed (checking for
+// a null weight alone costs 2 registers and a spill at the 40-register cap). [32768, 4096] bf16 on an
+// H200, steady state (bench/cuda/rms_norm_forward_lean.cu): the general kernel with x held as
+// floats, 48 registers and 5 blocks a SM: 88.4% of copy bandwidth; this shape with x packed,
+// 42 registers, 5 blocks: 96.1%; at 38 registers, 6 blocks: 97.6% (Liger-Kernel's Triton
+// kernel's occupancy); at 32, 8 blocks: 96.5%.
+template <class T, class W, int ITEMS, int THREADS, int MIN_BLOCKS>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) forward_row_kernel(ForwardParams p) {
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int kHidden = THREADS * ITEMS * VEC;
+  __shared__ float warp_sums[THREADS / 32];
+  const int64_t row = blockIdx.x;
+  const T* xr = static_cast<const T*>(p.x.data) + row * p.x.row_stride;
+  Vec<T, VEC> x[ITEMS];
+  Vec<W, VEC> w[ITEMS];
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i)
+    x[i] = *reinterpret_cast<const Vec<T, VEC>*>(xr + (i * THREADS + int(threadIdx.x)) * VEC);
+  const W* weight = static_cast<const W*>(p.weight);  // never null here (see the launcher)
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i)
+    w[i] = *reinterpret_cast<const Vec<W, VEC>*>(weight + (i * THREADS + int(threadIdx.x)) * VEC);
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float v = to_float(x[i].v[k]);
+      sum_sq += v * v;
+    }
+  // The same additions in the same order as row_sum, so both kernels give the same bits.
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum_sq;
+  __syncthreads();
+  sum_sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < THREADS / 32; ++k) sum_sq += warp_sums[k];
+  const float rstd = rsqrtf(sum_sq * (1.f / float(kHidden)) + p.eps);
+  if (p.rstd != nullptr && threadIdx.x == 0) p.rstd[row] = rstd;
+  T* y = static_cast<T*>(p.y.data) + row * p.y.row_stride;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    float out[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = to_float(x[i].v[k]) * (rstd * to_float(w[i].v[k]));
+    store_vec<T, VEC>(y + (i * THREADS + int(threadIdx.x)) * VEC, out);
   }
 }
 

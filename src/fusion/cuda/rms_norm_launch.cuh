@@ -78,12 +78,35 @@ void (*forward_kernel_for(int threads))(ForwardParams) {
   return kernels::forward_kernel<T, W, VEC, ITEMS, kernels::kMaxRegisterThreads, 2>;
 }
 
+// forward_row_kernel where it applies (16-byte vectors, one row of exactly 256 or 512 threads
+// times `items` vectors, a weight), else null. 40 registers either way: 6 blocks of 256 or 3
+// of 512 a SM.
+template <class T, class W, int VEC>
+void (*forward_row_kernel_for(const ForwardParams& p, const LaunchShape& s))(ForwardParams) {
+  if constexpr (VEC * sizeof(T) != 16) {
+    return nullptr;
+  } else {
+    const bool exact = p.weight != nullptr && s.rows_per_block == 1 &&
+                       p.hidden == int64_t(s.threads_per_row) * s.items * VEC;
+    if (!exact) return nullptr;
+    if (s.threads_per_row == 256 && s.items == 1)
+      return kernels::forward_row_kernel<T, W, 1, 256, 6>;
+    if (s.threads_per_row == 256 && s.items == 2)
+      return kernels::forward_row_kernel<T, W, 2, 256, 6>;
+    if (s.threads_per_row == 512 && s.items == 2)
+      return kernels::forward_row_kernel<T, W, 2, 512, 3>;
+    return nullptr;
+  }
+}
+
 template <class T, class W, int VEC>
 void launch_forward_vec(const ForwardParams& p, const LaunchShape& s, cudaStream_t stream) {
   const dim3 block(s.threads_per_row, s.rows_per_block);
   const int threads = int(block.x * block.y);
-  void (*kernel)(ForwardParams) = nullptr;
-  switch (s.items) {
+  void (*kernel)(ForwardParams) = forward_row_kernel_for<T, W, VEC>(p, s);
+  switch (kernel != nullptr ? -1 : s.items) {
+    case -1:
+      break;
     case 0:
       kernel = kernels::forward_streaming_kernel<T, W, VEC>;
       break;
@@ -101,10 +124,12 @@ void launch_forward_vec(const ForwardParams& p, const LaunchShape& s, cudaStream
       break;
   }
   TG_CHECK(kernel != nullptr, "rms_norm: no forward kernel holds ", s.items, " vectors of ", VEC);
-  // One block per row group; the kernel loops only past the grid-size limit.
+  // One block per row group (the register-resident kernels do not loop over rows).
   const int64_t groups = (p.rows + s.rows_per_block - 1) / s.rows_per_block;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, 0x7fffffff));
-  kernel<<<grid, block, 0, stream>>>(p);
+  TG_CHECK(groups <= 0x7fffffff, "rms_norm: at most 2^31 - 1 row groups a call, got ", groups,
+           " (", p.rows, " rows)");
+  if (groups == 0) return;
+  kernel<<<static_cast<unsigned>(groups), block, 0, stream>>>(p);
   TG_CUDA_CHECK_LAUNCH();
 }
 

@@ -118,11 +118,13 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 // Hidden sizes chosen to reach every CUDA kernel: one element per access (1, 7, 4095 in
 // registers; 4097 streaming), 16-byte accesses with several rows a block (64), one row over
-// several warps (768, 8192), and rows too long for registers (40000: streaming kernels).
+// several warps (768), rows of exactly 256 or 512 threads' 16-byte vectors (2048, 4096, 8192
+// in half types with a weight: the forward's row kernel), and rows too long for registers
+// (40000: streaming kernels).
 INSTANTIATE_TEST_SUITE_P(
     Shapes, RmsNormMatchesFloat64Reference,
     ::testing::Combine(::testing::Values(DType::Float32, DType::Float16, DType::BFloat16),
-                       ::testing::Values(1, 7, 64, 768, 4095, 4097, 8192, 40000),
+                       ::testing::Values(1, 7, 64, 768, 2048, 4095, 4096, 4097, 8192, 40000),
                        ::testing::Values(false, true), ::testing::Values(false, true)),
     case_name);
 

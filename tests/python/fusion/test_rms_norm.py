@@ -8,7 +8,7 @@ from conftest import DEVICES, poison_, requires_cuda
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Sizes that reach every CUDA kernel (see tests/cpp/fusion/rms_norm_test.cpp).
-HIDDEN = [1, 7, 64, 768, 4095, 4097, 8192, 40000]
+HIDDEN = [1, 7, 64, 768, 2048, 4095, 4096, 4097, 8192, 40000]
 
 # Relative tolerance of an output rounded once to its storage type (bf16: 8 mantissa bits,
 # fp16: 11) on top of float32 math; gradients get a few roundings more.
