@@ -31,7 +31,7 @@ constexpr int max_items(int vec) {
 // several per SM); longer rows get up to 512 threads at max_items; longer still, the
 // streaming kernels. bf16 rows stay in registers up to 512 * 2 * 8 = 8192 elements, float32
 // up to 512 * 4 * 4 = 8192, unaligned rows (one element per access) up to 512 * 8 = 4096.
-// The forward prefers 256 threads (2 x 16 bytes a thread at 48 registers: 5 blocks a SM);
+// The forward prefers 256 threads (2 x 16 bytes a thread: 6 blocks a SM on the row kernel);
 // the backward 512 (1 x 16 bytes, 64 registers, where 2 x 16 bytes took 95 registers and left
 // only 512 threads a SM).
 inline LaunchShape choose_shape(int64_t hidden, int vec, int preferred_threads) {
