@@ -2,9 +2,9 @@
 // against lean variants on [32768, 4096] bf16 (one row per block, x and the weight kept packed
 // as bf16 in registers, 32-bit column offsets, no row loop), with and without streaming cache
 // hints (x read and y written with evict-first); this found what separated the library's
-// kernel (86.5% of copy) from Liger-Kernel's Triton kernel (96.6%): registers. Same timing as rms_norm_forward_shapes.cu: CUDA events around
-// batches of 20 back-to-back launches, median of 10 batches, two 256 MB input sets
-// alternating. Not part of the library.
+// kernel (86.5% of copy) from Liger-Kernel's Triton kernel (96.6%): registers. Same timing
+// as rms_norm_forward_shapes.cu: CUDA events around batches of 20 back-to-back launches,
+// median of 10 batches, two 256 MB input sets alternating. Not part of the library.
 //
 //   nvcc -std=c++20 -O3 -gencode arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        --expt-relaxed-constexpr bench/cuda/rms_norm_forward_lean.cu -o rms_norm_lean
@@ -140,8 +140,7 @@ template <int THREADS, int ITEMS, int MIN_BLOCKS, bool HINTS>
 void run_lean(const char* name, const Lean* p, int64_t rows, int64_t bytes, float copy_ms,
               const bf16* want) {
   auto kernel = lean_forward<THREADS, ITEMS, MIN_BLOCKS, HINTS>;
-  const float ms = time_batches(
-      [&](int i) { kernel<<<unsigned(rows), THREADS>>>(p[i]); });
+  const float ms = time_batches([&](int i) { kernel<<<unsigned(rows), THREADS>>>(p[i]); });
   report(name, kernel, THREADS, ms, bytes, copy_ms);
   // How many elements differ from the library kernel's (the lean kernels round x * rstd * w
   // in another order).
@@ -194,7 +193,8 @@ int main() {
               bytes / (copy_ms * 1e-3) / 1e12);
 
   auto library = kernels::forward_row_kernel<bf16, bf16, 2, 256, 6>;
-  const float lib_ms = time_batches([&](int i) { library<<<unsigned(rows), dim3(256, 1)>>>(p[i]); });
+  const float lib_ms =
+      time_batches([&](int i) { library<<<unsigned(rows), dim3(256, 1)>>>(p[i]); });
   report("library row kernel 2x16B, 256 thr", library, 256, lib_ms, bytes, copy_ms);
   CHECK(cudaMemcpy(reference, p[0].y.data, n * sizeof(bf16), cudaMemcpyDeviceToDevice));
   auto general = kernels::forward_kernel<bf16, bf16, 8, 2, 256, 5>;
@@ -239,7 +239,8 @@ int main() {
   }
   bf16* wide_weight = nullptr;
   CHECK(cudaMalloc(&wide_weight, 2 * hidden * sizeof(bf16)));
-  CHECK(cudaMemcpy(wide_weight, host.data() + 7, 2 * hidden * sizeof(bf16), cudaMemcpyHostToDevice));
+  CHECK(
+      cudaMemcpy(wide_weight, host.data() + 7, 2 * hidden * sizeof(bf16), cudaMemcpyHostToDevice));
   p[0].weight = p[1].weight = wide_weight;
   std::printf("[16384, 8192]\n");
   auto wide2 = kernels::forward_row_kernel<bf16, bf16, 2, 512, 2>;

@@ -174,11 +174,11 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) forward_kernel(Forwar
 // The common hidden sizes (a row of exactly THREADS * ITEMS 16-byte vectors: 2048, 4096 and
 // 8192 in bf16/fp16) with a weight take a kernel with nothing to check: one row per block,
 // block size and row length known at compile time. Registers decide the speed (checking for
-// a null weight alone costs 2 registers and a spill at the 40-register cap). [32768, 4096] bf16 on an
-// H200, steady state (bench/cuda/rms_norm_forward_lean.cu): the general kernel with x held as
-// floats, 48 registers and 5 blocks a SM: 88.4% of copy bandwidth; this shape with x packed,
-// 42 registers, 5 blocks: 96.1%; at 38 registers, 6 blocks: 97.6% (Liger-Kernel's Triton
-// kernel's occupancy); at 32, 8 blocks: 96.5%.
+// a null weight alone costs 2 registers and a spill at the 40-register cap). [32768, 4096]
+// bf16 on an H200, steady state (bench/cuda/rms_norm_forward_lean.cu): the general kernel
+// with x held as floats, 48 registers and 5 blocks a SM: 88.4% of copy bandwidth; this shape
+// with x packed, 42 registers, 5 blocks: 96.1%; at 38 registers, 6 blocks: 97.6% (Liger-
+// Kernel's Triton kernel's occupancy); at 32, 8 blocks: 96.5%.
 template <class T, class W, int ITEMS, int THREADS, int MIN_BLOCKS>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) forward_row_kernel(ForwardParams p) {
   constexpr int VEC = 16 / sizeof(T);
@@ -197,12 +197,13 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) forward_row_kernel(Forwar
     w[i] = *reinterpret_cast<const Vec<W, VEC>*>(weight + (i * THREADS + int(threadIdx.x)) * VEC);
   float sum_sq = 0.f;
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i)
+  for (int i = 0; i < ITEMS; ++i) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       const float v = to_float(x[i].v[k]);
       sum_sq += v * v;
     }
+  }
   // The same additions in the same order as row_sum, so both kernels give the same bits.
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1)

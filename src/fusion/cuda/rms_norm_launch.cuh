@@ -126,8 +126,8 @@ void launch_forward_vec(const ForwardParams& p, const LaunchShape& s, cudaStream
   TG_CHECK(kernel != nullptr, "rms_norm: no forward kernel holds ", s.items, " vectors of ", VEC);
   // One block per row group (the register-resident kernels do not loop over rows).
   const int64_t groups = (p.rows + s.rows_per_block - 1) / s.rows_per_block;
-  TG_CHECK(groups <= 0x7fffffff, "rms_norm: at most 2^31 - 1 row groups a call, got ", groups,
-           " (", p.rows, " rows)");
+  TG_CHECK(groups <= 0x7fffffff, "rms_norm: at most 2^31 - 1 row groups a call, got ", groups, " (",
+           p.rows, " rows)");
   if (groups == 0) return;
   kernel<<<static_cast<unsigned>(groups), block, 0, stream>>>(p);
   TG_CUDA_CHECK_LAUNCH();
