@@ -24,10 +24,10 @@ float16 in the backward (twice d W's memory; this float16 path is tested on the 
 H200, not timed).
 
 Measured on an H200 (Llama-3's LM head, T = 8192, bf16, forward + backward, chunks of 4096):
-42.5 ms against 37.0 ms for the three products alone on cuBLAS, 40.4 ms for torch.compile,
-50.2 ms eager and 55.5 ms for Liger-Kernel 0.8.5, with 2.0 GiB allocated beyond the inputs
+42.2 ms against 37.7 ms for the three products alone on cuBLAS, 39.4 ms for torch.compile,
+49.1 ms eager and 55.0 ms for Liger-Kernel 0.8.5, with 2.0 GiB allocated beyond the inputs
 (1.0 GiB beyond the two gradients) where compile takes 3.0 GiB and eager 11.7 GiB
-(bench/results/2026-12-03_h200_linear_cross_entropy_liger.json).
+(bench/results/2026-12-04_h200_linear_cross_entropy_final.json).
 
 ignore_index rows add nothing and count for nothing in the mean (all ignored: NaN, as torch);
 the gradients that autograd will not ask for are not formed; reduction "mean" or "sum";
