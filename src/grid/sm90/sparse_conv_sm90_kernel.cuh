@@ -146,8 +146,17 @@ __global__ void __launch_bounds__(Traits::kThreads, kMinBlocks)
     }
   __syncthreads();
 
-  const int k_chunks = int((cin + kBlockK - 1) / kBlockK);
-  const int steps = tap_count * k_chunks;
+  // Taps a K step packs. Where C_in fills a fraction of a step's 64 channels, several taps
+  // share one step: a step's channel k is channel k % width of its (k / width)-th tap, and the
+  // weight rows follow the same order (C_in = 32: 2 taps a step, 16: 4, 8: 8). Unpacked, a
+  // C_in of 32 left half of every step's products and shared memory zeros and took as long as
+  // C_in = 64 (0.181 and 0.194 ms on the 485k-voxel scene, 14 steps a tile either way): the
+  // steps, not the products, set the time at few channels.
+  const int step_taps = cin <= 8 ? 8 : cin <= 16 ? 4 : cin <= 32 ? 2 : 1;
+  const int tap_shift = cin <= 8 ? 3 : cin <= 16 ? 4 : cin <= 32 ? 5 : 6;
+  const int tap_width = 1 << tap_shift;  // channels of one tap in a step: kBlockK / step_taps
+  const int k_chunks = step_taps > 1 ? 1 : int((cin + kBlockK - 1) / kBlockK);
+  const int steps = step_taps > 1 ? (tap_count + step_taps - 1) / step_taps : tap_count * k_chunks;
 
   // The steps are loaded in order, one call of load_next() each: a cursor (tap slot, chunk,
   // stage) moves on by one, with no division. What a thread copies is fixed but for the tap's
@@ -156,14 +165,16 @@ __global__ void __launch_bounds__(Traits::kThreads, kMinBlocks)
   // column part of its global sources are computed once. (Computed a step at a time, with a
   // division by the chunk count, the integer work bound the kernel: IMAD was a third of the
   // instructions and the issue slots 50% busy at 64 channels.)
-  // A: 4 chunks a thread, rows tid / 8 + 32 j, channels 8 (tid % 8) of the step's 64.
+  // A: 4 chunks a thread, rows tid / 8 + 32 j, channels 8 (tid % 8) of the step's 64: in a
+  // packed step, channel a_channel % tap_width of the step's (a_channel / tap_width)-th tap.
   constexpr int kRowsA = kBlockM / 32;
   const int a_stage_stride = int(&sA(0, 0, 1) - &sA(0, 0, 0));
   const int a_channel = 8 * (tid % 8);
+  const int a_tap = a_channel >> tap_shift, a_tap_channel = a_channel & (tap_width - 1);
   Element* a_dst[kRowsA];
   CUTE_UNROLL
   for (int j = 0; j < kRowsA; ++j) a_dst[j] = &sA(tid / 8 + 32 * j, a_channel, 0);
-  const Element* a_src = features + a_channel;
+  const Element* a_src = features + a_tap_channel;
   // B: the tap's weight slice, 64 x kBlockN.
   constexpr int kChunksPerRowB = Traits::kTransposedWeight ? 8 : kBlockN / 8;
   constexpr int kRowsPerPassB = kThreads / kChunksPerRowB;
@@ -216,6 +227,52 @@ __global__ void __launch_bounds__(Traits::kThreads, kMinBlocks)
     }
     if (++load_stage == kStages) load_stage = 0;
   };
+  // A packed step: taps load_slot .. load_slot + step_taps - 1 (those past the tile's last
+  // tap load zeros), channels 0 .. tap_width - 1 of each.
+  auto load_next_packed = [&]() {
+    const int a_off = load_stage * a_stage_stride, b_off = load_stage * b_stage_stride;
+    {
+      const int slot = load_slot + a_tap;
+      const bool channel_in = slot < tap_count && a_tap_channel < cin;
+      const int t = smem.taps[channel_in ? slot : 0];
+      CUTE_UNROLL
+      for (int j = 0; j < kRowsA; ++j) {
+        const int32_t n = smem.map[t][tid / 8 + 32 * j];
+        const bool valid = n >= 0 && channel_in;
+        cp_async_16(a_dst[j] + a_off, valid ? a_src + int64_t(n) * cin : features, valid);
+      }
+    }
+    if constexpr (!Traits::kTransposedWeight) {
+      // Step row k is row k % tap_width of weight[tap (k / tap_width)], [cin][cout].
+      const bool col_in = col0 + b_chunk < cout;
+      CUTE_UNROLL
+      for (int j = 0; j < kPassesB; ++j) {
+        const int k = b_row + kRowsPerPassB * j;
+        const int slot = load_slot + (k >> tap_shift), channel = k & (tap_width - 1);
+        const bool valid = col_in && slot < tap_count && channel < cin;
+        const int t = smem.taps[valid ? slot : 0];
+        cp_async_16(b_dst[j] + b_off,
+                    valid ? weight + (int64_t(t) * cin + channel) * cout + col0 + b_chunk : weight,
+                    valid);
+      }
+    } else {
+      // Step chunk b_chunk is channels b_chunk % tap_width.. of weight[tap (b_chunk /
+      // tap_width)], [cout][cin].
+      const int slot = load_slot + (b_chunk >> tap_shift), channel = b_chunk & (tap_width - 1);
+      const bool channel_in = slot < tap_count && channel < cin;
+      const int t = smem.taps[channel_in ? slot : 0];
+      const Element* src = weight + (int64_t(t) * cout + col0 + b_row) * cin + channel;
+      CUTE_UNROLL
+      for (int j = 0; j < kPassesB; ++j) {
+        const bool valid = channel_in && col0 + b_row + kRowsPerPassB * j < cout;
+        cp_async_16(b_dst[j] + b_off, valid ? src + int64_t(kRowsPerPassB * j) * cin : weight,
+                    valid);
+      }
+    }
+    load_slot += step_taps;
+    if (++load_stage == kStages) load_stage = 0;
+  };
+  const bool packed = step_taps > 1;
 
   typename Traits::TiledMma mma;
   auto thr = mma.get_thread_slice(tid);
@@ -227,14 +284,19 @@ __global__ void __launch_bounds__(Traits::kThreads, kMinBlocks)
 
   CUTE_UNROLL
   for (int it = 0; it < kAhead; ++it) {
-    if (it < steps) load_next();
+    if (it < steps) packed ? load_next_packed() : load_next();
     cp_async_fence();
   }
   for (int it = 0; it < steps; ++it) {
     cp_async_wait<kAhead - 1>();               // this thread's copies of step `it` have landed
     cutlass::arch::fence_view_async_shared();  // ... and are visible to wgmma (async proxy)
-    __syncthreads();  // every thread's; and every product of step it - 2 has completed
-    if (it + kAhead < steps) load_next();  // step it + kAhead, into step it - 2's stage
+    __syncthreads();            // every thread's; and every product of step it - 2 has completed
+    if (it + kAhead < steps) {  // step it + kAhead, into step it - 2's stage
+      if (packed)
+        load_next_packed();
+      else
+        load_next();
+    }
     cp_async_fence();
     const int stage = it % kStages;
     hopper::wgmma<false>(mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), acc);

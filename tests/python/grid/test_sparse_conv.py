@@ -336,12 +336,15 @@ def test_every_gpu_kernel_applies_the_epilogue(monkeypatch, kernel, dtype, cout,
 @pytest.mark.parametrize("kernel", ["auto", "mma", "simt"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize(
-    "cin,cout,k", [(64, 64, 3), (64, 128, 3), (72, 256, 3), (128, 64, 2), (32, 48, 1), (24, 32, 3)]
+    "cin,cout,k",
+    [(64, 64, 3), (64, 128, 3), (72, 256, 3), (128, 64, 2), (32, 48, 1), (24, 32, 3), (16, 8, 3),
+     (8, 16, 2)],
 )
 def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout, k):
     """Each GPU kernel family on the same convolution, forward, input and weight gradients:
     `auto` is the Hopper (wgmma) kernels on an H200 (tiles of 64 and 128 channels, channels
-    with a remainder, k 1/2/3), mma the WMMA tiles, simt the CUDA cores; float32 is asked for
+    with a remainder, k 1/2/3; 8 to 32 channels gathered, which pack 8 to 2 taps into a K
+    step, in the forward and in the input gradient), mma the WMMA tiles, simt the CUDA cores; float32 is asked for
     as TF32 (the WMMA tiles under auto and mma). Outputs and gradients are poisoned first (NaN
     where an element was not written)."""
     monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", kernel)
