@@ -9,7 +9,8 @@
 //    (kernel_map_row_order) make the tiles' tap sets close to each row's own (9.5 of 27 taps
 //    a row on a surface scene): the order is the caller's, `row_order[i]` being the output
 //    row that the tile's i-th row computes (identity without one).
-//  - The K loop runs over (tap present, 64 input channels). A step gathers 128 rows x 64
+//  - The K loop runs over (tap present, 64 input channels); below 64 channels (8 to 32) a
+//    step packs 2 to 8 taps side by side in its 64 channels. A step gathers 128 rows x 64
 //    channels of the features (16-byte cp.async, zero-filled for absent rows and channels
 //    past C_in) and the tap's 64 x kBlockN weight slice into one stage of a kStages ring,
 //    both in the 128-byte swizzled layouts wgmma reads. kStages - 2 steps are loaded ahead:
