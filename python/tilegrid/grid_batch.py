@@ -235,7 +235,13 @@ class GridBatch:
     def total_voxels(self) -> int:
         return self._total_voxels
 
-    def num_voxels(self, grid: int) -> int:
+    @property
+    def num_voxels(self) -> torch.Tensor:
+        """int64 [B] on the grid's device: each grid's voxel count (fVDB's property)."""
+        return self._voxel_offsets.diff()
+
+    def num_voxels_at(self, grid: int) -> int:
+        """The voxel count of grid `grid` of the batch (fVDB's name)."""
         return self._impl.num_voxels(grid)
 
     @property
@@ -445,24 +451,48 @@ class GridBatch:
         """This grid's features copied to `fine_grid` (this grid refined by factor)."""
         return grid_derived.refine_features(self, fine_grid, features, factor)
 
-    def points_to_ijk(self, points: JaggedTensor) -> JaggedTensor:
-        """The coordinates of the voxel containing each world point (int32), rounded as
-        from_points rounds: (p - origin) / voxel_size in float64, halves away from zero."""
-        p = _jagged_arg("points_to_ijk", "points", points)
+    def _rounded_voxel_coordinates(self, op: str, points) -> tuple[JaggedTensor, torch.Tensor]:
+        """(points, float64 [N, 3]): the coordinates of the voxel containing each point, rounded
+        as from_points rounds, (p - origin) / voxel_size in float64 with halves away from zero
+        (std::round; trunc(u) + sign(u) where |u - trunc(u)| >= 0.5 is exactly that, where
+        floor(|u| + 0.5) is not: 0.49999999999999994 + 0.5 rounds to 1 in float64)."""
+        p = _jagged_arg(op, "points", points)
         b = p.jidx.long()
         sizes, origins = (t.to(p.jdata.device) for t in (self.voxel_sizes, self.origins))
         u = (p.jdata.double() - origins[b]) / sizes[b]
-        rounded = torch.sign(u) * torch.floor(u.abs() + 0.5)  # std::round, not torch.round
+        whole = torch.trunc(u)
+        return p, whole + torch.sign(u) * ((u - whole).abs() >= 0.5)
+
+    def points_to_ijk(self, points: JaggedTensor) -> JaggedTensor:
+        """The coordinates of the voxel containing each world point (int32), rounded as
+        from_points rounds: (p - origin) / voxel_size in float64, halves away from zero. A
+        point whose voxel has no int32 coordinates (NaN, infinite or too far) is an error
+        (checked in eager mode: one flag read back)."""
+        p, rounded = self._rounded_voxel_coordinates("points_to_ijk", points)
+        limit = torch.iinfo(torch.int32)
+        capturing = rounded.is_cuda and torch.cuda.is_current_stream_capturing()
+        if rounded.numel() and not torch.compiler.is_compiling() and not capturing:
+            bad = ~((rounded >= limit.min) & (rounded <= limit.max)).all(1)  # NaN is bad too
+            if bool(bad.any()):
+                n = int(bad.nonzero()[0, 0])
+                raise ValueError(f"points_to_ijk: point {n}, {p.jdata[n].tolist()}, lies in no "
+                                 f"voxel with int32 coordinates (voxel {rounded[n].tolist()})")
         return p.jagged_like(rounded.to(torch.int32))
 
     def points_to_index(self, points: JaggedTensor, cumulative: bool = False) -> JaggedTensor:
-        """The row of the voxel containing each point (int64, -1 where inactive): within its
-        grid, or in the batch's features with cumulative=True (as ijk_to_index)."""
-        return self.ijk_to_index(self.points_to_ijk(points), cumulative)
+        """The row of the voxel containing each point (int64, -1 where inactive, and for NaN,
+        infinite or far points, which are in no voxel): within its grid, or in the batch's
+        features with cumulative=True (as ijk_to_index)."""
+        p, rounded = self._rounded_voxel_coordinates("points_to_index", points)
+        # Outside int32 (NaN included): one past int32's range, which ijk_to_index finds in no
+        # grid, and no int64 overflow for huge values.
+        outside = ~((rounded >= torch.iinfo(torch.int32).min) & (rounded <= torch.iinfo(torch.int32).max))
+        ijk = rounded.masked_fill(outside, 2.0**31).to(torch.int64)
+        return self.ijk_to_index(p.jagged_like(ijk), cumulative)
 
     def points_in_grid(self, points: JaggedTensor) -> JaggedTensor:
         """Whether the voxel containing each point is active (bool); every point that built a
-        grid with from_points tests inside it."""
+        grid with from_points tests inside it, and NaN, infinite or far points test outside."""
         return points.jagged_like(self.points_to_index(points, cumulative=True).jdata >= 0)
 
     def bbox(self) -> torch.Tensor:

@@ -92,7 +92,7 @@ TG_HOST_DEVICE void cube_write(const CubeInputs& in, int64_t r, const uint8_t* c
     // edge's direction towards the outside.
     double g[3] = {0, 0, 0};
     const TrilinearCell cell = TrilinearCell::at(u);
-    bool whole = true;
+    bool whole = cell.in_range;
     for (int c = 0; c < 8 && whole; ++c) {
       const int64_t cr = lookup.index_of(cell.voxel(c));
       if (cr < 0) {

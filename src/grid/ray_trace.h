@@ -84,6 +84,7 @@ TG_HOST_DEVICE bool field_at(CachedLookup& lookup, const void* scalars, bool flo
   const double u[3] = {w[0] - 0.5, w[1] - 0.5, w[2] - 0.5};
   const TrilinearCell cell = TrilinearCell::at(u);
   value = 0;
+  if (!cell.in_range) return false;
   for (int c = 0; c < 8; ++c) {
     const int64_t row = lookup.index_of(cell.voxel(c));
     if (row < 0) return false;

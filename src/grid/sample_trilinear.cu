@@ -33,7 +33,7 @@ __device__ void locate(const TreeView& tree, const VoxelTransform* transforms,
   transforms[grid].world_to_voxel(world, u);
   cell = TrilinearCell::at(u);
   CachedLookup lookup(tree, grid);  // the 8 corners mostly share a leaf
-  for (int c = 0; c < 8; ++c) rows[c] = lookup.index_of(cell.voxel(c));
+  for (int c = 0; c < 8; ++c) rows[c] = cell.in_range ? lookup.index_of(cell.voxel(c)) : -1;
 }
 
 template <class S>
@@ -108,7 +108,7 @@ __device__ void locate_grouped(const TreeView& tree, const VoxelTransform* trans
   double u[3];
   transforms[grid].world_to_voxel(world, u);
   const TrilinearCell cell = TrilinearCell::at(u);
-  const int64_t row = tree.index_of(grid, cell.voxel(lane));
+  const int64_t row = cell.in_range ? tree.index_of(grid, cell.voxel(lane)) : -1;
   const float weight = float(cell.weight(lane));
   for (int c = 0; c < 8; ++c) {
     rows[c] = __shfl_sync(group, row, c, kLanes);

@@ -63,7 +63,7 @@ void for_each_point(const GridBatch& grid, const JaggedTensor& points, Visit vis
       const TrilinearCell cell = TrilinearCell::at(u);
       int64_t rows[8];
       CachedLookup lookup(tree, b);  // the 8 corners mostly share a leaf
-      for (int c = 0; c < 8; ++c) rows[c] = lookup.index_of(cell.voxel(c));
+      for (int c = 0; c < 8; ++c) rows[c] = cell.in_range ? lookup.index_of(cell.voxel(c)) : -1;
       visit(n, t, cell, rows);
     }
   }

@@ -13,12 +13,20 @@ namespace tilegrid::grid {
 struct TrilinearCell {
   Coord corner;
   double frac[3];
+  // False where the cell's corners leave int32 coordinates (a point at 1e30, or NaN): no
+  // voxel of any grid is there, so the point reads and writes nothing. (Converted to int32
+  // unchecked, such a corner wrapped onto a voxel at -2^31.)
+  bool in_range;
 
   TG_HOST_DEVICE static TrilinearCell at(const double u[3]) {
     TrilinearCell c;
-    const double fl[3] = {::floor(u[0]), ::floor(u[1]), ::floor(u[2])};
+    c.in_range = true;
+    for (int a = 0; a < 3; ++a)  // corner and corner + 1 both in int32; NaN fails the test
+      c.in_range = c.in_range && u[a] >= -2147483648.0 && u[a] < 2147483647.0;
+    const double fl[3] = {c.in_range ? ::floor(u[0]) : 0.0, c.in_range ? ::floor(u[1]) : 0.0,
+                          c.in_range ? ::floor(u[2]) : 0.0};
     c.corner = {int32_t(fl[0]), int32_t(fl[1]), int32_t(fl[2])};
-    for (int a = 0; a < 3; ++a) c.frac[a] = u[a] - fl[a];
+    for (int a = 0; a < 3; ++a) c.frac[a] = c.in_range ? u[a] - fl[a] : 0.0;
     return c;
   }
 

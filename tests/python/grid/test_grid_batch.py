@@ -30,7 +30,7 @@ def test_active_voxels_are_unique_coordinates_in_documented_order(sizes, high):
     for b, (given, got) in enumerate(zip(ijk.unbind(), active.unbind())):
         unique = torch.unique(given, dim=0)
         expected = unique[torch.argsort(order_key(unique))]
-        assert grid.num_voxels(b) == unique.shape[0]
+        assert grid.num_voxels_at(b) == unique.shape[0]
         assert torch.equal(got, expected)
 
 

@@ -81,7 +81,7 @@ def test_gpu_construction_matches_the_cpu(grids, points, spread):
     gpu = tg.GridBatch.from_ijk(tg.JaggedTensor([p.cuda() for p in parts]))
     assert gpu.device.type == "cuda"
     assert gpu.total_voxels == cpu.total_voxels
-    assert [gpu.num_voxels(b) for b in range(grids)] == [cpu.num_voxels(b) for b in range(grids)]
+    assert [gpu.num_voxels_at(b) for b in range(grids)] == [cpu.num_voxels_at(b) for b in range(grids)]
     assert (gpu._impl.num_upper_nodes, gpu._impl.num_lower_nodes, gpu._impl.num_leaves) == (
         cpu._impl.num_upper_nodes, cpu._impl.num_lower_nodes, cpu._impl.num_leaves)
     assert torch.equal(gpu.ijk().jdata.cpu(), cpu.ijk().jdata)
@@ -129,7 +129,7 @@ def test_gpu_construction_from_mesh_matches_the_cpu(dtype, index_dtype):
     cpu = tg.GridBatch.from_mesh(vertices, faces, **args)
     gpu = tg.GridBatch.from_mesh(vertices.to("cuda"), faces.to("cuda"), **args)
     assert gpu.device.type == "cuda" and cpu.total_voxels > 1000
-    assert [gpu.num_voxels(b) for b in range(3)] == [cpu.num_voxels(b) for b in range(3)]
+    assert [gpu.num_voxels_at(b) for b in range(3)] == [cpu.num_voxels_at(b) for b in range(3)]
     assert torch.equal(gpu.ijk().jdata.cpu(), cpu.ijk().jdata)
 
 

@@ -96,3 +96,53 @@ def test_inject_refuses_features_on_another_device():
 
 
 test_inject_refuses_features_on_another_device = pytest.mark.gpu(test_inject_refuses_features_on_another_device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_far_points_read_and_write_no_voxel(device):
+    """A point whose cell leaves int32 coordinates (1e30, 3e9, -1e30) is in no grid: it samples
+    zeros and splats nothing. (Converted to int32 unchecked, its corner wrapped onto i = -2^31,
+    where this grid has voxels.) A point inside the block at i = -2^31 still samples it."""
+    low = -(2**31)
+    block = torch.tensor([[low + a, b, c] for a in (0, 1) for b in (0, 1) for c in (0, 1)], dtype=torch.int32)
+    ijk = torch.cat([block, torch.tensor([[0, 0, 0], [1, 0, 0]], dtype=torch.int32)]).to(device)
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk]))
+    feats = torch.ones(grid.total_voxels, 2, device=device, dtype=torch.float64)
+    pts = torch.tensor([[1e30, 0.5, 0.5], [3e9, 0.5, 0.5], [-1e30, 0.5, 0.5], [low + 0.5, 0.5, 0.5]],
+                       dtype=torch.float64, device=device)
+    got = grid.sample_trilinear(tg.JaggedTensor([pts]), feats).jdata
+    assert torch.equal(got[:3].cpu(), torch.zeros(3, 2, dtype=torch.float64))
+    assert bool((got[3] > 0.99).all())
+    splat = grid.splat_trilinear(tg.JaggedTensor([pts[:3]]),
+                                 tg.JaggedTensor([torch.ones(3, 2, device=device, dtype=torch.float64)]))
+    assert float(splat.jdata.abs().sum()) == 0.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_points_outside_int32_are_in_no_voxel(device):
+    grid = tg.GridBatch.from_dense(1, [3, 3, 3], device=device)
+    pts = torch.tensor([[1.0, 1.0, 1.0], [float("nan"), 1.0, 1.0], [float("inf"), 1, 1], [1e30, 1, 1],
+                        [1, -3e9, 1]], dtype=torch.float64, device=device)
+    inside = grid.points_in_grid(tg.JaggedTensor([pts])).jdata.cpu()
+    assert inside.tolist() == [True, False, False, False, False]
+    assert grid.points_to_index(tg.JaggedTensor([pts])).jdata.cpu().tolist() == [13, -1, -1, -1, -1]
+    with pytest.raises(ValueError, match="point 1, .* lies in no voxel with int32 coordinates"):
+        grid.points_to_ijk(tg.JaggedTensor([pts]))
+
+
+def test_rounding_is_std_round_at_the_last_double_below_a_half():
+    """0.49999999999999994 rounds to 0 (std::round, as from_points); floor(|u| + 0.5) gave 1."""
+    pts = tg.JaggedTensor([torch.tensor([[0.49999999999999994, -0.49999999999999994, 2.5]], dtype=torch.float64)])
+    grid = tg.GridBatch.from_points(pts, voxel_sizes=1.0)
+    assert grid.ijk().jdata.tolist() == [[0, 0, 3]]
+    assert grid.points_to_ijk(pts).jdata.tolist() == [[0, 0, 3]]
+    assert bool(grid.points_in_grid(pts).jdata.all())
+
+
+def test_num_voxels_is_fvdbs_per_grid_tensor():
+    ijk = [torch.randint(-20, 20, (n, 3), dtype=torch.int32) for n in (50, 0, 7)]
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor(ijk))
+    counts = grid.num_voxels
+    assert counts.dtype == torch.int64 and counts.shape == (3,)
+    assert counts.tolist() == [grid.num_voxels_at(b) for b in range(3)]
+    assert counts.tolist() == [torch.unique(t, dim=0).shape[0] for t in ijk]

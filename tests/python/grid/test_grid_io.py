@@ -104,7 +104,7 @@ def test_file_is_a_nanovdb_index_grid_file(tmp_path):
     grid_size, file_size, _, voxel_count, grid_type, grid_class = record
     name_size = struct.unpack_from("<I", data, 16 + 136)[0]
     assert data[16 + 176 : 16 + 176 + name_size] == b"first\0"
-    assert (voxel_count, grid_type, grid_class) == (grid.num_voxels(0), 19, 8)
+    assert (voxel_count, grid_type, grid_class) == (grid.num_voxels_at(0), 19, 8)
     assert grid_size == file_size
 
 
@@ -112,7 +112,7 @@ def test_bad_arguments_and_files_get_clear_errors(tmp_path):
     grid = random_grid([20, 10])
     with pytest.raises(ValueError, match="one row per active voxel"):
         tg.save(tmp_path / "a.nvdb", grid, features=torch.zeros(grid.total_voxels + 1))
-    n0, n1 = grid.num_voxels(0), grid.num_voxels(1)
+    n0, n1 = grid.num_voxels_at(0), grid.num_voxels_at(1)
     wrong_split = tg.JaggedTensor([torch.zeros(n0 - 1), torch.zeros(n1 + 1)])
     with pytest.raises(ValueError, match="jagged as"):
         tg.save(tmp_path / "a.nvdb", grid, features=wrong_split)
