@@ -14,19 +14,11 @@
 #include <cstdio>
 #include <vector>
 
+#include "batch_timing.cuh"
 #include "fusion/cuda/rms_norm_kernels.cuh"
 
 using namespace tilegrid::rms_norm;
 using bf16 = __nv_bfloat16;
-
-#define CHECK(call)                                                 \
-  do {                                                              \
-    cudaError_t e = (call);                                         \
-    if (e != cudaSuccess) {                                         \
-      std::printf("%s failed: %s\n", #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                 \
-    }                                                               \
-  } while (0)
 
 struct Lean {
   const bf16* x;
@@ -105,27 +97,6 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) lean_forward(Lean p) {
   }
 }
 
-template <class Launch>
-float time_batches(Launch launch) {
-  cudaEvent_t start, end;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&end));
-  std::vector<float> ms;
-  constexpr int kBatch = 20;
-  for (int b = 0; b < 12; ++b) {
-    CHECK(cudaEventRecord(start));
-    for (int i = 0; i < kBatch; ++i) launch(i % 2);
-    CHECK(cudaEventRecord(end));
-    CHECK(cudaEventSynchronize(end));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, start, end));
-    if (b >= 2) ms.push_back(t / kBatch);
-  }
-  CHECK(cudaGetLastError());
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 template <class Kernel>
 void report(const char* name, Kernel kernel, int threads, float ms, int64_t bytes, float copy_ms) {
   cudaFuncAttributes attr{};
@@ -140,7 +111,7 @@ template <int THREADS, int ITEMS, int MIN_BLOCKS, bool HINTS>
 void run_lean(const char* name, const Lean* p, int64_t rows, int64_t bytes, float copy_ms,
               const bf16* want) {
   auto kernel = lean_forward<THREADS, ITEMS, MIN_BLOCKS, HINTS>;
-  const float ms = time_batches([&](int i) { kernel<<<unsigned(rows), THREADS>>>(p[i]); });
+  const float ms = time_batches([&](int i) { kernel<<<unsigned(rows), THREADS>>>(p[i % 2]); });
   report(name, kernel, THREADS, ms, bytes, copy_ms);
   // How many elements differ from the library kernel's (the lean kernels round x * rstd * w
   // in another order).
@@ -187,19 +158,20 @@ int main() {
   }
   const int64_t bytes = 2 * n * int64_t(sizeof(bf16));
   const float copy_ms = time_batches([&](int i) {
-    CHECK(cudaMemcpyAsync(p[i].y.data, p[i].x.data, n * sizeof(bf16), cudaMemcpyDeviceToDevice));
+    CHECK(cudaMemcpyAsync(p[i % 2].y.data, p[i % 2].x.data, n * sizeof(bf16),
+                          cudaMemcpyDeviceToDevice));
   });
   std::printf("%-40s %.4f ms  %.2f TB/s\n", "copy x -> y (ceiling)", copy_ms,
               bytes / (copy_ms * 1e-3) / 1e12);
 
   auto library = kernels::forward_row_kernel<bf16, bf16, 2, 256, 6>;
   const float lib_ms =
-      time_batches([&](int i) { library<<<unsigned(rows), dim3(256, 1)>>>(p[i]); });
+      time_batches([&](int i) { library<<<unsigned(rows), dim3(256, 1)>>>(p[i % 2]); });
   report("library row kernel 2x16B, 256 thr", library, 256, lib_ms, bytes, copy_ms);
   CHECK(cudaMemcpy(reference, p[0].y.data, n * sizeof(bf16), cudaMemcpyDeviceToDevice));
   auto general = kernels::forward_kernel<bf16, bf16, 8, 2, 256, 5>;
   const float general_ms =
-      time_batches([&](int i) { general<<<unsigned(rows), dim3(256, 1)>>>(p[i]); });
+      time_batches([&](int i) { general<<<unsigned(rows), dim3(256, 1)>>>(p[i % 2]); });
   report("library general kernel 2x16B, 256 thr", general, 256, general_ms, bytes, copy_ms);
   {
     std::vector<bf16> a(n), b(n);
@@ -247,13 +219,13 @@ int main() {
   auto wide3 = kernels::forward_row_kernel<bf16, bf16, 2, 512, 3>;
   auto wide4 = kernels::forward_row_kernel<bf16, bf16, 2, 512, 4>;
   report("library 2x16B, 512 thr, >=2 blocks/SM", wide2, 512,
-         time_batches([&](int i) { wide2<<<unsigned(rows / 2), dim3(512, 1)>>>(p[i]); }), bytes,
+         time_batches([&](int i) { wide2<<<unsigned(rows / 2), dim3(512, 1)>>>(p[i % 2]); }), bytes,
          copy_ms);
   report("library 2x16B, 512 thr, >=3 blocks/SM", wide3, 512,
-         time_batches([&](int i) { wide3<<<unsigned(rows / 2), dim3(512, 1)>>>(p[i]); }), bytes,
+         time_batches([&](int i) { wide3<<<unsigned(rows / 2), dim3(512, 1)>>>(p[i % 2]); }), bytes,
          copy_ms);
   report("library 2x16B, 512 thr, >=4 blocks/SM", wide4, 512,
-         time_batches([&](int i) { wide4<<<unsigned(rows / 2), dim3(512, 1)>>>(p[i]); }), bytes,
+         time_batches([&](int i) { wide4<<<unsigned(rows / 2), dim3(512, 1)>>>(p[i % 2]); }), bytes,
          copy_ms);
   return 0;
 }

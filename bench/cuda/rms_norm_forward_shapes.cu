@@ -12,19 +12,11 @@
 #include <cstdio>
 #include <vector>
 
+#include "batch_timing.cuh"
 #include "fusion/cuda/rms_norm_kernels.cuh"
 
 using namespace tilegrid::rms_norm;
 using bf16 = __nv_bfloat16;
-
-#define CHECK(call)                                                 \
-  do {                                                              \
-    cudaError_t e = (call);                                         \
-    if (e != cudaSuccess) {                                         \
-      std::printf("%s failed: %s\n", #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                 \
-    }                                                               \
-  } while (0)
 
 template <class Kernel>
 void time_variant(const char* name, Kernel kernel, int threads, int items,
@@ -33,23 +25,8 @@ void time_variant(const char* name, Kernel kernel, int threads, int items,
   CHECK(cudaFuncGetAttributes(&attr, kernel));
   int per_sm = 0;
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
-  cudaEvent_t start, end;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&end));
-  std::vector<float> ms;
-  constexpr int kBatch = 20;
-  for (int b = 0; b < 12; ++b) {
-    CHECK(cudaEventRecord(start));
-    for (int i = 0; i < kBatch; ++i)
-      kernel<<<unsigned(base[i % 2].rows), dim3(threads, 1)>>>(base[i % 2]);
-    CHECK(cudaEventRecord(end));
-    CHECK(cudaEventSynchronize(end));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, start, end));
-    if (b >= 2) ms.push_back(t / kBatch);
-  }
-  std::sort(ms.begin(), ms.end());
-  const float med = ms[ms.size() / 2];
+  const float med = time_batches(
+      [&](int i) { kernel<<<unsigned(base[i % 2].rows), dim3(threads, 1)>>>(base[i % 2]); });
   std::printf("%-34s threads %4d items %d regs %3d blocks/SM %2d  %.4f ms  %.2f TB/s\n", name,
               threads, items, attr.numRegs, per_sm, med, bytes / (med * 1e-3) / 1e12);
   (void)items;
@@ -83,27 +60,16 @@ int main() {
   }
   const int64_t bytes = 2 * n * int64_t(sizeof(bf16));
   {  // the ceiling: a device-to-device copy of x into y, same batching
-    cudaEvent_t start, end;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&end));
-    std::vector<float> ms;
-    for (int b = 0; b < 12; ++b) {
-      CHECK(cudaEventRecord(start));
-      for (int i = 0; i < 20; ++i)
-        CHECK(cudaMemcpyAsync(p[i % 2].y.data, p[i % 2].x.data, n * sizeof(bf16),
-                              cudaMemcpyDeviceToDevice));
-      CHECK(cudaEventRecord(end));
-      CHECK(cudaEventSynchronize(end));
-      float t = 0;
-      CHECK(cudaEventElapsedTime(&t, start, end));
-      if (b >= 2) ms.push_back(t / 20);
-    }
-    std::sort(ms.begin(), ms.end());
-    std::printf("%-34s %.4f ms  %.2f TB/s\n", "copy x -> y (ceiling)", ms[ms.size() / 2],
-                bytes / (ms[ms.size() / 2] * 1e-3) / 1e12);
+    const float ms = time_batches([&](int i) {
+      CHECK(cudaMemcpyAsync(p[i % 2].y.data, p[i % 2].x.data, n * sizeof(bf16),
+                            cudaMemcpyDeviceToDevice));
+    });
+    std::printf("%-34s %.4f ms  %.2f TB/s\n", "copy x -> y (ceiling)", ms,
+                bytes / (ms * 1e-3) / 1e12);
   }
-  time_variant("2x16B, 256 thr (general kernel)",
-               kernels::forward_kernel<bf16, bf16, 8, 2, 256, 5>, 256, 2, p, bytes);
+
+  time_variant("2x16B, 256 thr (general kernel)", kernels::forward_kernel<bf16, bf16, 8, 2, 256, 5>,
+               256, 2, p, bytes);
   time_variant("2x16B, 256 thr, no register cap", kernels::forward_kernel<bf16, bf16, 8, 2, 512, 1>,
                256, 2, p, bytes);
   time_variant("2x16B, 256 thr, >=6 blocks/SM", kernels::forward_kernel<bf16, bf16, 8, 2, 256, 6>,
