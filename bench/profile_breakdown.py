@@ -3,13 +3,15 @@
     python bench/profile_breakdown.py llama-no-core [--out table.txt]
     python bench/profile_breakdown.py unet-with-maps [--out table.txt]
     python bench/profile_breakdown.py unet-with-maps --host   # where the host's time goes
+    python bench/profile_breakdown.py conv-plan [--out table.txt]
 
 
 llama-no-core: tg.nn.LlamaDecoderLayer forward + backward at Llama-3-8B shapes (T = 8192,
 bf16) with bench_llama.py's pass-through core, beside its twelve GEMMs on cuBLAS, the gap
 between the two being what the fusion issue's block must remove. unet-with-maps:
 tg.nn.SparseUNet inference (channels 32-256, fp16) on bench_sparse_conv.py's 485k-voxel scene
-with its level plans built in the call. One warm-up, then --iters profiled iterations; the
+with its level plans built in the call. conv-plan: the submanifold 3x3x3 ConvolutionPlan of
+that scene (its map, row order and map in row order), the issue's kernel-map benchmark. One warm-up, then --iters profiled iterations; the
 table's times are totals over them, sorted by GPU time. --host: the Python profile of the
 same iterations instead (cProfile, by time spent in each function itself), for workloads whose
 wall time exceeds their GPU time.
@@ -70,7 +72,13 @@ def unet_with_maps():
             "SparseUNet level plans": lambda: tg.nn.SparseUNetPlans(grid, net.levels)}
 
 
-WORKLOADS = {"llama-no-core": llama_no_core, "unet-with-maps": unet_with_maps}
+def conv_plan():
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([scene(20, 0.05)]))
+    return {"3x3x3 ConvolutionPlan": lambda: tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)}
+
+
+WORKLOADS = {"llama-no-core": llama_no_core, "unet-with-maps": unet_with_maps,
+             "conv-plan": conv_plan}
 
 
 def main() -> None:

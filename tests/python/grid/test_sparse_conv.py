@@ -385,6 +385,43 @@ def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout,
 
 @pytest.mark.gpu
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cin,cout", [(64, 64), (16, 8), (64, 128), (72, 256), (136, 72)])
+def test_the_hopper_kernel_on_thousands_of_tiles_equals_the_wmma_tiles(monkeypatch, dtype, cin, cout):
+    """~120k voxels (about a thousand tiles of 128 rows, several a CTA slot), rows sorted by
+    their taps so that neighbouring tiles have different tap sets: the Hopper kernel's forward
+    and input gradient equal the WMMA tiles' (an independent kernel) on the same inputs; a
+    convolution onto a grid the source does not reach (every tile without taps) writes zeros."""
+    gen = torch.Generator().manual_seed(0)
+    box = torch.randint(0, 64, (160000, 3), dtype=torch.int32, generator=gen)
+    far = torch.randint(0, 8, (3000, 3), dtype=torch.int32, generator=gen) + 10**6
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([torch.cat([box, far])])).to("cuda")
+    assert grid.total_voxels > 3 * (2 * 132) * 128  # three tiles a CTA slot or more on an H200
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    x = (torch.randn(grid.total_voxels, cin, generator=gen) * 0.5).to("cuda", dtype)
+    w = (torch.randn(cout, cin, 3, 3, 3, generator=gen) / (27 * cin) ** 0.5).to("cuda", dtype)
+    g = torch.randn(grid.total_voxels, cout, generator=gen).to("cuda", dtype)
+    results = {}
+    for kernel in ("auto", "mma"):
+        monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", kernel)
+        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = plan.execute(xr, wr)
+        out.backward(g)
+        results[kernel] = (out.float(), xr.grad.float())
+    tol = {torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
+    for a, b in zip(results["auto"], results["mma"]):
+        assert not a.isnan().any()
+        assert (a - b).abs().max().item() <= tol * b.abs().max().item()
+    monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", "auto")
+    elsewhere = tg.GridBatch.from_ijk(tg.JaggedTensor([box + 10**4])).to("cuda")
+    apart = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, elsewhere)
+    assert not (apart.kernel_map >= 0).any()
+    out = apart.execute(x, w)
+    assert out.shape == (elsewhere.total_voxels, cout) and not out.any()
+
+
+@pytest.mark.gpu
+@requires_cuda
 def test_float32_follows_torchs_tf32_setting(monkeypatch):
     """float32 features multiply as TF32 on tensor cores when torch.backends.cudnn.allow_tf32
     (torch's own convolutions' switch) is on, exactly on CUDA cores when it is off: the first
