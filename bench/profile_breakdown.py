@@ -4,6 +4,7 @@
     python bench/profile_breakdown.py unet-with-maps [--out table.txt]
     python bench/profile_breakdown.py unet-with-maps --host   # where the host's time goes
     python bench/profile_breakdown.py conv-plan [--out table.txt]
+    python bench/profile_breakdown.py conv-train [--out table.txt]
 
 
 llama-no-core: tg.nn.LlamaDecoderLayer forward + backward at Llama-3-8B shapes (T = 8192,
@@ -11,7 +12,9 @@ bf16) with bench_llama.py's pass-through core, beside its twelve GEMMs on cuBLAS
 between the two being what the fusion issue's block must remove. unet-with-maps:
 tg.nn.SparseUNet inference (channels 32-256, fp16) on bench_sparse_conv.py's 485k-voxel scene
 with its level plans built in the call. conv-plan: the submanifold 3x3x3 ConvolutionPlan of
-that scene (its map, row order and map in row order), the issue's kernel-map benchmark. One warm-up, then --iters profiled iterations; the
+that scene (its map, row order and map in row order), the issue's kernel-map benchmark.
+conv-train: one submanifold 3x3x3 C -> C convolution's forward and backward (both gradients)
+on that scene at C = 64 and 128, fp16, the plan built once. One warm-up, then --iters profiled iterations; the
 table's times are totals over them, sorted by GPU time. --host: the Python profile of the
 same iterations instead (cProfile, by time spent in each function itself), for workloads whose
 wall time exceeds their GPU time.
@@ -77,8 +80,20 @@ def conv_plan():
     return {"3x3x3 ConvolutionPlan": lambda: tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)}
 
 
+def conv_train():
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([scene(20, 0.05)]))
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    runs = {}
+    for c in (64, 128):
+        x = torch.randn(grid.total_voxels, c, device="cuda", dtype=torch.float16, requires_grad=True)
+        w = (torch.randn(c, c, 3, 3, 3, device="cuda") / (27 * c) ** 0.5).half().requires_grad_()
+        g = torch.randn(grid.total_voxels, c, device="cuda", dtype=torch.float16)
+        runs[f"C={c} forward + backward"] = lambda x=x, w=w, g=g: plan.execute(x, w).backward(g)
+    return runs
+
+
 WORKLOADS = {"llama-no-core": llama_no_core, "unet-with-maps": unet_with_maps,
-             "conv-plan": conv_plan}
+             "conv-plan": conv_plan, "conv-train": conv_train}
 
 
 def main() -> None:
