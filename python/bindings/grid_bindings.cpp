@@ -271,6 +271,17 @@ void bind_grid(nb::module_& m) {
       nb::arg("source"), nb::arg("target"), nb::arg("kernel_size"), nb::arg("stride"),
       nb::arg("transposed"), nb::arg("stream") = 0);
   m.def(
+      "kernel_map_with_row_order",
+      [](const GridBatch& source, const GridBatch& target, grid::Vec3i kernel_size,
+         grid::Vec3i stride, bool transposed, uintptr_t stream) {
+        const grid::OrderedKernelMap m = grid::kernel_map_with_row_order(
+            source, target, {kernel_size, stride, transposed}, as_stream(stream));
+        return nb::make_tuple(to_capsule(m.map), to_capsule(m.row_order),
+                              to_capsule(m.map_in_row_order));
+      },
+      nb::arg("source"), nb::arg("target"), nb::arg("kernel_size"), nb::arg("stride"),
+      nb::arg("transposed"), nb::arg("stream") = 0);
+  m.def(
       "invert_kernel_map",
       [](nb::ndarray<> map, int64_t source_rows, uintptr_t stream) {
         return to_capsule(grid::invert_kernel_map(as_view(map), source_rows, as_stream(stream)));

@@ -238,10 +238,18 @@ class ConvolutionPlan:
         self.source_voxels = source_grid.total_voxels
         self.target_offsets = target_grid.voxel_offsets
         stream = current_stream(source_grid.device)
-        self.kernel_map = torch.from_dlpack(_C.kernel_map(
-            source_grid._impl, target_grid._impl, list(self.kernel_size), list(self.stride),
-            self.transposed, stream,
-        ))
+        args = (source_grid._impl, target_grid._impl, list(self.kernel_size), list(self.stride),
+                self.transposed, stream)
+        # On the GPU the map comes with its row order and its columns in that order (see
+        # below) from one call, which builds the rows' tap masks (the sort's keys) with the map
+        # instead of reading the map again for them.
+        row_orders = _row_orders and source_grid.device.type == "cuda"
+        if row_orders:
+            self.kernel_map, row_order, map_in_row_order = (
+                torch.from_dlpack(t) for t in _C.kernel_map_with_row_order(*args)
+            )
+        else:
+            self.kernel_map = torch.from_dlpack(_C.kernel_map(*args))
         # A submanifold convolution with a centred (odd) stencil: tap t looks the opposite way
         # of tap taps - 1 - t, so its inverse map is the map with the taps reversed (a copy,
         # no scatter), and rows that share their taps in the map share them (reversed) in the
@@ -266,11 +274,8 @@ class ConvolutionPlan:
         # none of its rows has. The CPU reference needs none.
         # And the maps' columns in those orders, so that a tile reads its rows' entries as one
         # contiguous run a tap (two more maps' worth of memory).
-        if self.kernel_map.is_cuda and _row_orders:
-            self.row_order = torch.from_dlpack(_C.kernel_map_row_order(self.kernel_map, stream))
-            self.map_in_row_order = torch.from_dlpack(
-                _C.kernel_map_in_row_order(self.kernel_map, self.row_order, stream)
-            )
+        if row_orders:
+            self.row_order, self.map_in_row_order = row_order, map_in_row_order
             if submanifold:
                 self.inverse_row_order = self.row_order
                 self._inverse_map_in_row_order = None

@@ -31,15 +31,21 @@ void kernel_map(const TreeView& source, const int32_t* target_xyz, const int64_t
 // (stride 1, not transposed, kernel sizes up to 17; leaf_map_applies): one CTA a leaf of the
 // target, over the 27 source leaves around it held in shared memory. Returns false, writing
 // nothing, where it does not apply.
+// order and ordered (both null, or both given): also kernel_map_row_order of the map into order
+// and kernel_map_in_row_order into ordered [volume, n_out], from the rows' tap masks the leaf
+// kernel builds with the map (no second pass over the map for the sort's keys).
 bool leaf_map_applies(const Taps& taps);
 void kernel_map_by_leaf(const TreeView& source, const LeafNode* target_leaves, int64_t num_leaves,
                         const int64_t* target_offsets, int64_t num_grids, int64_t n_out,
-                        const Taps& taps, int32_t* map, int device, Stream stream);
+                        const Taps& taps, int32_t* map, int32_t* order, int32_t* ordered,
+                        int device, Stream stream);
 void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_t n_in,
                        int32_t* inverse, int device, Stream stream);
-// order [n_out]: the rows sorted stably by the bits t < 64 of (map[t][o] >= 0).
+// order [n_out]: the rows sorted stably by the bits t < 64 of (map[t][o] >= 0). ordered (or
+// null): also kernel_map_in_row_order(map, order) into it, reading only the entries the sorted
+// keys mark present (the others are -1 in a map that kernel_map built).
 void kernel_map_row_order(const int32_t* map, int64_t volume, int64_t n_out, int32_t* order,
-                          int device, Stream stream);
+                          int32_t* ordered, int device, Stream stream);
 // out[t][i] = map[t][order[i]], [volume, n_out].
 void kernel_map_in_row_order(const int32_t* map, const int32_t* order, int64_t volume,
                              int64_t n_out, int32_t* out, int device, Stream stream);

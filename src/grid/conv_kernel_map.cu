@@ -102,23 +102,84 @@ __global__ void kernel_map_kernel(TreeView source, const int32_t* __restrict__ t
 }
 
 // The 27 source leaves around a target leaf (its own 8^3 block and the 26 next to it), as
-// kernel_map_by_leaf_kernel keeps them: slot ((di + 1) * 3 + dj + 1) * 3 + dk + 1.
+// kernel_map_by_leaf_kernel keeps them: word w (the i-plane of 8 x 8 voxels at i = w) of slot
+// ((di + 1) * 3 + dj + 1) * 3 + dk + 1 at words[slot * 8 + w].
 struct NeighbourLeaves {
-  uint64_t bits[27][8];
-  uint32_t before[27][8];
-  int64_t first_voxel[27];  // -1: no leaf there
-  int16_t position[512];    // the target leaf's active positions, in row order
+  struct Word {
+    uint64_t bits;       // 0 where there is no leaf, so that no tap finds a voxel in it
+    int32_t row_before;  // first_voxel + before[w] - 1 (rows are int32: kernel_map checks)
+    int32_t unused;
+  };
+  Word words[27 * 8];     // a tap's mask word and row at one address
+  int16_t position[512];  // the target leaf's active positions, in row order
 };
 
-// One CTA a target leaf. A 3x3x3 stencil's inputs all lie in the 27 leaves around its output's
-// leaf, so they are found once a leaf (27 tree walks for up to 512 outputs) and each tap of
-// each output is then a bit test and a popcount in shared memory. Threads take the leaf's
-// outputs in row order, so each tap's stores are runs of consecutive rows.
-__global__ void kernel_map_by_leaf_kernel(TreeView source, const LeafNode* __restrict__ leaves,
-                                          int64_t num_leaves,
-                                          const int64_t* __restrict__ target_offsets,
-                                          int64_t num_grids, int64_t n_out, Taps taps,
-                                          int32_t* __restrict__ map) {
+// Row (pi, pj, pk) of the target leaf over its taps: tap t's entry at out[t * n_out], and its
+// tap mask returned (bit t: the tap finds a voxel, for t below Key's bits; the sort key of
+// kernel_map_row_order). The taps run as three nested loops, so t = (di * Kj + dj) * Kk + dk
+// counts up as Taps::split numbers them, and each axis's part of a tap's word index and bit is
+// found once an index of its loop: no division of t. A tap is ~17 instructions and no branch
+// (sm_90 SASS), against ~150 with Taps::split's three 64-bit divisions (a reciprocal sequence
+// each at best), most of this kernel's issue slots before. K: the kernel size in every axis,
+// its pad K / 2, known at compile time (3: the 27 taps unrolled, the axes' parts computed once
+// a row); 0: taps'.
+template <int K, typename Key>
+__device__ Key leaf_row_map(const NeighbourLeaves& near, int pi, int pj, int pk, const Taps& taps,
+                            int32_t* out, int64_t n_out) {
+  const int size_i = K ? K : taps.size[0], size_j = K ? K : taps.size[1];
+  const int size_k = K ? K : taps.size[2];
+  const int pad_i = K ? K / 2 : taps.pad[0], pad_j = K ? K / 2 : taps.pad[1];
+  const int pad_k = K ? K / 2 : taps.pad[2];
+  Key key = 0;
+  int t = 0;
+#pragma unroll(K ? K : 1)
+  for (int di = 0; di < size_i; ++di) {
+    // x in [-8, 16) (leaf_map_applies): the slot's index on the axis (x >> 3) + 1 (arithmetic
+    // shift: 0, 1 or 2), the voxel's x & 7 (its word); likewise y and z, its bit (y & 7) * 8
+    // + (z & 7).
+    const int x = pi + di - pad_i, word_i = ((x >> 3) + 1) * 72 + (x & 7);
+#pragma unroll(K ? K : 1)
+    for (int dj = 0; dj < size_j; ++dj) {
+      const int y = pj + dj - pad_j, word_ij = word_i + ((y >> 3) + 1) * 24;
+      const int shift_j = 63 - ((y & 7) << 3);
+#pragma unroll(K ? K : 1)
+      for (int dk = 0; dk < size_k; ++dk, ++t, out += n_out) {
+        const int z = pk + dk - pad_k;
+        const NeighbourLeaves::Word& word = near.words[word_ij + ((z >> 3) + 1) * 8];
+        // The word's bits up to the voxel's, shifted to the top: the voxel's bit is the sign,
+        // and the popcount is the voxel's rank among the active ones, plus one.
+        const uint64_t upto = word.bits << (shift_j - (z & 7));
+        const bool found = int32_t(upto >> 32) < 0;
+        *out = found ? word.row_before + popcount64(upto) : -1;
+        if (t < int(8 * sizeof(Key))) key |= Key(found) << t;
+      }
+    }
+  }
+  return key;
+}
+
+// One CTA a target leaf. A stencil's inputs all lie in the 27 leaves around its output's leaf,
+// so they are found once a leaf (27 tree walks for up to 512 outputs) and each tap of each
+// output is then a bit test and a popcount in shared memory. Threads take the leaf's outputs
+// in row order, so each tap's stores are runs of consecutive rows.
+// 64 threads a CTA: with the taps cheap (leaf_row_map) a CTA's life is mostly the walkers'
+// ~6 dependent loads down the tree, so the kernel goes as fast as leaves are in flight:
+// 64-thread CTAs at <= 40 registers (ptxas, sm_90) put 25 leaves on an SM, where 128-thread
+// ones at 64 registers put 8 (46.8% achieved occupancy); a surface leaf's ~73 rows still keep
+// 64 threads busy, and its 27 walkers are 42% of them, not 21%. Writing the map (52 MB for a
+// 485k-voxel scene, ~17 us at ~3 TB/s) is then most of what is left.
+// Where keys is not null, also keys[row] = the row's tap mask and values[row] = row: the input
+// of kernel_map_row_order's sort, made here from the bits in hand instead of by a second pass
+// over the map (row_keys_kernel: 18.7 us reading the 52 MB map of a 485k-voxel scene).
+constexpr int kLeafThreads = 64;
+
+template <int K, typename Key>
+__global__ void __launch_bounds__(kLeafThreads)
+    kernel_map_by_leaf_kernel(TreeView source, const LeafNode* __restrict__ leaves,
+                              int64_t num_leaves, const int64_t* __restrict__ target_offsets,
+                              int64_t num_grids, int64_t n_out, Taps taps,
+                              int32_t* __restrict__ map, Key* __restrict__ keys,
+                              int32_t* __restrict__ values) {
   __shared__ NeighbourLeaves near;
   for (int64_t l = blockIdx.x; l < num_leaves; l += gridDim.x) {
     const LeafNode& leaf = leaves[l];
@@ -133,37 +194,29 @@ __global__ void kernel_map_by_leaf_kernel(TreeView source, const LeafNode* __res
           in_range ? source.leaf_of(tensor_of_row(target_offsets, num_grids, leaf.first_voxel),
                                     {int32_t(c[0]), int32_t(c[1]), int32_t(c[2])})
                    : nullptr;
-      near.first_voxel[s] = n ? n->first_voxel : -1;
-      for (int w = 0; w < 8; ++w) {
-        near.bits[s][w] = n ? n->voxels.bits[w] : 0;
-        near.before[s][w] = n ? n->voxels.before[w] : 0;
-      }
+      for (int w = 0; w < 8; ++w)
+        near.words[s * 8 + w] = {n ? n->voxels.bits[w] : 0,
+                                 n ? int32_t(n->first_voxel + n->voxels.before[w]) - 1 : 0, 0};
     }
-    for (int p = int(threadIdx.x); p < 512; p += int(blockDim.x))
-      if (leaf.voxels.test(uint32_t(p))) near.position[leaf.voxels.rank(uint32_t(p))] = int16_t(p);
+    // The positions in row order: a thread a byte of the leaf's mask (64 bytes, one each), its
+    // set bits in turn from the byte's rank (instead of a test and a rank a position: 512).
+    for (int e = int(threadIdx.x); e < 64; e += int(blockDim.x)) {
+      const int w = e >> 3, shift = (e & 7) * 8;
+      const uint64_t word = leaf.voxels.bits[w];
+      int rank = int(leaf.voxels.before[w]) + popcount64(word & ((uint64_t(1) << shift) - 1));
+      for (uint32_t byte = uint32_t(word >> shift) & 0xffu; byte != 0; byte &= byte - 1)
+        near.position[rank++] = int16_t(w * 64 + shift + __ffs(int(byte)) - 1);
+    }
     __syncthreads();
     const int count = int(leaf.voxels.before[7]) + popcount64(leaf.voxels.bits[7]);
     for (int r = int(threadIdx.x); r < count; r += int(blockDim.x)) {
       const int p = near.position[r];
-      const int pos[3] = {p >> 6, (p >> 3) & 7, p & 7};
       const int64_t row = leaf.first_voxel + r;
-      for (int64_t t = 0; t < taps.volume; ++t) {
-        int32_t d[3];
-        taps.split(t, d);
-        int slot = 0, q = 0;
-        for (int a = 0; a < 3; ++a) {
-          const int x = pos[a] + d[a] - taps.pad[a];  // in [-8, 16): leaf_map_applies
-          slot = slot * 3 + (x >> 3) + 1;             // arithmetic shift: -1, 0 or 1
-          q = (q << 3) | (x & 7);
-        }
-        int32_t index = -1;
-        if (near.first_voxel[slot] >= 0) {
-          const uint64_t word = near.bits[slot][q >> 6];
-          if ((word >> (q & 63)) & 1u)
-            index = int32_t(near.first_voxel[slot] + near.before[slot][q >> 6] +
-                            popcount64(word & ((uint64_t(1) << (q & 63)) - 1)));
-        }
-        map[t * n_out + row] = index;
+      const Key key =
+          leaf_row_map<K, Key>(near, p >> 6, (p >> 3) & 7, p & 7, taps, map + row, n_out);
+      if (keys != nullptr) {
+        keys[row] = key;
+        values[row] = int32_t(row);
       }
     }
     __syncthreads();  // `near` is refilled for the next leaf
@@ -184,6 +237,118 @@ __global__ void invert_kernel(const int32_t* __restrict__ map, int64_t volume, i
     // One writer per (tap, input): a tap's map is one-to-one (convolution.h).
     if (i >= 0 && i < n_in) inverse[(p / n_out) * n_in + i] = int32_t(p % n_out);
   }
+}
+
+// keys[o] = the bits t < Key's bits of (map[t][o] >= 0); values[o] = o: the sort's input where
+// the leaf kernel did not make it with the map.
+template <typename Key>
+__global__ void row_keys_kernel(const int32_t* __restrict__ map, int64_t volume, int64_t n_out,
+                                Key* __restrict__ keys, int32_t* __restrict__ values) {
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n_out;
+       o += int64_t(gridDim.x) * blockDim.x) {
+    Key key = 0;
+    for (int64_t t = 0; t < volume && t < int64_t(8 * sizeof(Key)); ++t)
+      if (map[t * n_out + o] >= 0) key |= Key(1) << t;
+    keys[o] = key;
+    values[o] = int32_t(o);
+  }
+}
+
+// out[t][i] = map[t][order[i]]: a thread an output row i over its taps. A warp's store of a tap
+// is 32 consecutive ints (one 128-byte line); its loads are 32 gathered ints, a 32-byte sector
+// each wherever its rows lie apart in the map (the rows of one tap mask are increasing in the
+// sorted order but spread over the grid). Those sectors are the cost: 27 a row, ~420 MB for a
+// 485k-voxel scene's 13M entries, which L2 serves in about the 75 us that a thread an (i, t)
+// took. A thread a row reads order[i] once (not once a tap), splits no element index into
+// (t, i) (a 64-bit division and remainder an entry before), and keeps its taps' independent
+// loads in flight together; but it gathers the same sectors.
+// keys (or null): the sorted keys, bit t of keys[i] set where map[t][order[i]] >= 0 (t below
+// Key's bits) and that entry -1 where not, as in the maps kernel_map_by_leaf and kernel_map
+// build. An absent entry is then written -1 unread: a surface row has 9.5 of its 27 taps, so
+// it gathers 9.5 sectors instead of 27 (~150 MB instead of ~420 MB). The keys are the sort's
+// output, already in order: 4 bytes a row. A warp's rows mostly share one mask (they are
+// sorted by it), so a tap's loads are skipped by the whole warp at once.
+template <typename Key>
+__global__ void map_in_row_order_kernel(const int32_t* __restrict__ map,
+                                        const int32_t* __restrict__ order,
+                                        const Key* __restrict__ keys, int64_t volume, int64_t n_out,
+                                        int32_t* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_out;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t o = order[i];
+    const bool in_range = o >= 0 && o < n_out;  // a GPU kernel skips order's entries out of range
+    const Key present = keys != nullptr ? keys[i] : ~Key(0);
+    const int32_t* from = map + (in_range ? o : 0);
+    int32_t* to = out + i;
+#pragma unroll 9
+    for (int64_t t = 0; t < volume; ++t, from += n_out, to += n_out)
+      *to = in_range && (t >= int64_t(8 * sizeof(Key)) || ((present >> t) & 1u)) ? *from : -1;
+  }
+}
+
+// kernel_map_row_order into `order`, and kernel_map_in_row_order into `ordered` where that is
+// not null, once make_keys(keys, values) has queued the sort's input on the stream (keys[o] =
+// row o's tap mask, values[o] = o).
+template <typename Key, typename MakeKeys>
+void sort_rows(const int32_t* map, int64_t volume, int64_t n_out, int32_t* order, int32_t* ordered,
+               int device, Stream stream, MakeKeys make_keys) {
+  const cudaStream_t s = raw(stream);
+  const Device where = Device::cuda(device);
+  // keys in, keys out, the iota values.
+  Tensor keys = Tensor::empty({2 * n_out * int64_t(sizeof(Key))}, DType::UInt8, where, stream);
+  Tensor values = Tensor::empty({n_out}, DType::Int32, where, stream);
+  auto* keys_in = static_cast<Key*>(keys.data());
+  auto* keys_out = keys_in + n_out;
+  auto* values_in = static_cast<int32_t*>(values.data());
+  make_keys(keys_in, values_in);
+  // LSD radix sort: stable, over the bits the taps use.
+  const int end_bit = int(std::min<int64_t>(std::max<int64_t>(volume, 1), 8 * sizeof(Key)));
+  size_t bytes = 0;
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys_in, keys_out, values_in, order,
+                                                n_out, 0, end_bit, s));
+  Tensor temp = Tensor::empty({int64_t(std::max<size_t>(bytes, 1))}, DType::UInt8, where, stream);
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data(), bytes, keys_in, keys_out, values_in,
+                                                order, n_out, 0, end_bit, s));
+  if (ordered != nullptr) {
+    map_in_row_order_kernel<<<blocks_for(n_out), kThreads, 0, s>>>(map, order, keys_out, volume,
+                                                                   n_out, ordered);
+    TG_CUDA_CHECK_LAUNCH();
+  }
+}
+
+// sort_rows with 32-bit keys where the volume is <= 32 (a 3x3x3 kernel's 27 taps): each of the
+// sort's four 8-bit passes then moves 4 + 4 bytes a row each way instead of 8 + 4 (10.6 us a
+// pass on a 485k-voxel scene with 64-bit keys), over the same bits, so to the same order.
+// make_keys is called with a Key* and an int32_t*.
+template <typename MakeKeys>
+void order_rows(const int32_t* map, int64_t volume, int64_t n_out, int32_t* order, int32_t* ordered,
+                int device, Stream stream, MakeKeys make_keys) {
+  if (volume <= 32)
+    sort_rows<uint32_t>(map, volume, n_out, order, ordered, device, stream, make_keys);
+  else
+    sort_rows<uint64_t>(map, volume, n_out, order, ordered, device, stream, make_keys);
+}
+
+// kernel_map_by_leaf_kernel with the taps unrolled where the kernel is 3x3x3 (pads 1), its keys
+// and values as it takes them (null: the map alone).
+template <typename Key>
+void launch_by_leaf(const TreeView& source, const LeafNode* leaves, int64_t num_leaves,
+                    const int64_t* target_offsets, int64_t num_grids, int64_t n_out,
+                    const Taps& taps, int32_t* map, Key* keys, int32_t* values, cudaStream_t s) {
+  const unsigned blocks = unsigned(std::min<int64_t>(num_leaves, 1 << 20));
+  if constexpr (sizeof(Key) == 4) {  // 27 taps take 32-bit keys (order_rows)
+    bool centred3 = true;
+    for (int a = 0; a < 3; ++a) centred3 = centred3 && taps.size[a] == 3 && taps.pad[a] == 1;
+    if (centred3) {
+      kernel_map_by_leaf_kernel<3, Key><<<blocks, kLeafThreads, 0, s>>>(
+          source, leaves, num_leaves, target_offsets, num_grids, n_out, taps, map, keys, values);
+      TG_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
+  kernel_map_by_leaf_kernel<0, Key><<<blocks, kLeafThreads, 0, s>>>(
+      source, leaves, num_leaves, target_offsets, num_grids, n_out, taps, map, keys, values);
+  TG_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -266,14 +431,21 @@ bool leaf_map_applies(const Taps& taps) {
 
 void kernel_map_by_leaf(const TreeView& source, const LeafNode* target_leaves, int64_t num_leaves,
                         const int64_t* target_offsets, int64_t num_grids, int64_t n_out,
-                        const Taps& taps, int32_t* map, int device, Stream stream) {
+                        const Taps& taps, int32_t* map, int32_t* order, int32_t* ordered,
+                        int device, Stream stream) {
   if (num_leaves == 0 || n_out == 0) return;
   CudaDeviceGuard guard(device);
-  // 128 threads: a surface leaf holds ~100 of its 512 voxels.
-  const unsigned blocks = unsigned(std::min<int64_t>(num_leaves, 1 << 20));
-  kernel_map_by_leaf_kernel<<<blocks, 128, 0, raw(stream)>>>(
-      source, target_leaves, num_leaves, target_offsets, num_grids, n_out, taps, map);
-  TG_CUDA_CHECK_LAUNCH();
+  const cudaStream_t s = raw(stream);
+  if (order == nullptr) {
+    launch_by_leaf<uint32_t>(source, target_leaves, num_leaves, target_offsets, num_grids, n_out,
+                             taps, map, nullptr, nullptr, s);
+    return;
+  }
+  order_rows(map, taps.volume, n_out, order, ordered, device, stream,
+             [&](auto* keys, int32_t* values) {
+               launch_by_leaf(source, target_leaves, num_leaves, target_offsets, num_grids, n_out,
+                              taps, map, keys, values, s);
+             });
 }
 
 void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_t n_in,
@@ -288,62 +460,23 @@ void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_
   TG_CUDA_CHECK_LAUNCH();
 }
 
-// keys[o] = the bits t < 64 of (map[t][o] >= 0); values[o] = o.
-__global__ void row_keys_kernel(const int32_t* __restrict__ map, int64_t volume, int64_t n_out,
-                                uint64_t* __restrict__ keys, int32_t* __restrict__ values) {
-  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n_out;
-       o += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t key = 0;
-    for (int64_t t = 0; t < volume && t < 64; ++t)
-      if (map[t * n_out + o] >= 0) key |= uint64_t(1) << t;
-    keys[o] = key;
-    values[o] = int32_t(o);
-  }
-}
-
 void kernel_map_row_order(const int32_t* map, int64_t volume, int64_t n_out, int32_t* order,
-                          int device, Stream stream) {
+                          int32_t* ordered, int device, Stream stream) {
   if (n_out == 0) return;
   CudaDeviceGuard guard(device);
-  const cudaStream_t s = raw(stream);
-  const Device where = Device::cuda(device);
-  // keys in, keys out, the iota values.
-  Tensor keys = Tensor::empty({2 * n_out * int64_t(sizeof(uint64_t))}, DType::UInt8, where, stream);
-  Tensor values = Tensor::empty({n_out}, DType::Int32, where, stream);
-  auto* keys_in = static_cast<uint64_t*>(keys.data());
-  auto* keys_out = keys_in + n_out;
-  auto* values_in = static_cast<int32_t*>(values.data());
-  row_keys_kernel<<<blocks_for(n_out), kThreads, 0, s>>>(map, volume, n_out, keys_in, values_in);
-  TG_CUDA_CHECK_LAUNCH();
-  // LSD radix sort: stable, over the bits the taps use.
-  const int end_bit = int(std::min<int64_t>(std::max<int64_t>(volume, 1), 64));
-  size_t bytes = 0;
-  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys_in, keys_out, values_in, order,
-                                                n_out, 0, end_bit, s));
-  Tensor temp = Tensor::empty({int64_t(std::max<size_t>(bytes, 1))}, DType::UInt8, where, stream);
-  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data(), bytes, keys_in, keys_out, values_in,
-                                                order, n_out, 0, end_bit, s));
-}
-
-// out[t][i] = map[t][order[i]]: a thread an (i, t) with i fastest, so the writes are
-// contiguous and the order is read once a warp and tap.
-__global__ void map_in_row_order_kernel(const int32_t* __restrict__ map,
-                                        const int32_t* __restrict__ order, int64_t volume,
-                                        int64_t n_out, int32_t* __restrict__ out) {
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < volume * n_out;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = e / n_out, i = e % n_out;
-    const int32_t o = order[i];
-    out[e] = o >= 0 && o < n_out ? map[t * n_out + o] : -1;
-  }
+  order_rows(map, volume, n_out, order, ordered, device, stream, [&](auto* keys, int32_t* values) {
+    row_keys_kernel<<<blocks_for(n_out), kThreads, 0, raw(stream)>>>(map, volume, n_out, keys,
+                                                                     values);
+    TG_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void kernel_map_in_row_order(const int32_t* map, const int32_t* order, int64_t volume,
                              int64_t n_out, int32_t* out, int device, Stream stream) {
   if (volume * n_out == 0) return;
   CudaDeviceGuard guard(device);
-  map_in_row_order_kernel<<<blocks_for(volume * n_out), kThreads, 0, raw(stream)>>>(
-      map, order, volume, n_out, out);
+  map_in_row_order_kernel<uint32_t>
+      <<<blocks_for(n_out), kThreads, 0, raw(stream)>>>(map, order, nullptr, volume, n_out, out);
   TG_CUDA_CHECK_LAUNCH();
 }
 

@@ -183,27 +183,37 @@ GridBatch conv_transpose_grid(const GridBatch& source, const Vec3i& kernel_size,
   return output_grid("conv_transpose_grid", source, {kernel_size, stride, true}, stream);
 }
 
-Tensor kernel_map(const GridBatch& source, const GridBatch& target, const ConvGeometry& geometry,
-                  Stream stream) {
-  constexpr const char* kOp = "kernel_map";
-  const Taps taps = taps_of(kOp, geometry);
-  TG_CHECK_VALUE(source.num_grids() == target.num_grids(), kOp, ": the source batch has ",
+namespace {
+
+// kernel_map's map; where `ordered` is given and the GPU leaf kernel applies, also the map's row
+// order and its columns in that order into it, built with the map (kernel_map_with_row_order).
+Tensor map_of(const char* op, const GridBatch& source, const GridBatch& target,
+              const ConvGeometry& geometry, Stream stream, OrderedKernelMap* ordered) {
+  const Taps taps = taps_of(op, geometry);
+  TG_CHECK_VALUE(source.num_grids() == target.num_grids(), op, ": the source batch has ",
                  source.num_grids(), " grids but the target has ", target.num_grids());
-  TG_CHECK_VALUE(source.device() == target.device(), kOp, ": the source grid is on ",
+  TG_CHECK_VALUE(source.device() == target.device(), op, ": the source grid is on ",
                  source.device(), " but the target is on ", target.device());
   TG_CHECK_VALUE(source.total_voxels() < std::numeric_limits<int32_t>::max() &&
                      target.total_voxels() < std::numeric_limits<int32_t>::max(),
-                 kOp, ": at most 2^31 - 1 voxels a batch (rows are int32), got ",
+                 op, ": at most 2^31 - 1 voxels a batch (rows are int32), got ",
                  source.total_voxels(), " and ", target.total_voxels());
   const int64_t n_out = target.total_voxels();
   const Device device = target.device();
   Tensor map = Tensor::empty({taps.volume, n_out}, DType::Int32, device, stream);
 #ifdef TILEGRID_WITH_CUDA
   if (device.is_cuda() && cuda::leaf_map_applies(taps)) {
+    int32_t *order = nullptr, *in_order = nullptr;
+    if (ordered != nullptr) {
+      ordered->row_order = Tensor::empty({n_out}, DType::Int32, device, stream);
+      ordered->map_in_row_order = Tensor::empty({taps.volume, n_out}, DType::Int32, device, stream);
+      order = static_cast<int32_t*>(ordered->row_order.data());
+      in_order = static_cast<int32_t*>(ordered->map_in_row_order.data());
+    }
     cuda::kernel_map_by_leaf(source.view(), target.view().leaves, target.num_leaves(),
                              target.voxel_offsets().view().data_ptr<const int64_t>(),
                              target.num_grids(), n_out, taps, static_cast<int32_t*>(map.data()),
-                             device.index, stream);
+                             order, in_order, device.index, stream);
     return map;
   }
 #endif
@@ -211,7 +221,7 @@ Tensor kernel_map(const GridBatch& source, const GridBatch& target, const ConvGe
   const int32_t* xyz = ijk.jdata().view().data_ptr<const int32_t>();
   const int64_t* offsets = target.voxel_offsets().view().data_ptr<const int64_t>();
   if (device.is_cuda()) {
-    require_cuda_build(kOp);
+    require_cuda_build(op);
 #ifdef TILEGRID_WITH_CUDA
     cuda::kernel_map(source.view(), xyz, offsets, target.num_grids(), n_out, taps,
                      static_cast<int32_t*>(map.data()), device.index, stream);
@@ -221,6 +231,37 @@ Tensor kernel_map(const GridBatch& source, const GridBatch& target, const ConvGe
   cpu::kernel_map(source.view(), xyz, offsets, target.num_grids(), n_out, taps,
                   static_cast<int32_t*>(map.data()));
   return map;
+}
+
+}  // namespace
+
+Tensor kernel_map(const GridBatch& source, const GridBatch& target, const ConvGeometry& geometry,
+                  Stream stream) {
+  return map_of("kernel_map", source, target, geometry, stream, nullptr);
+}
+
+OrderedKernelMap kernel_map_with_row_order(const GridBatch& source, const GridBatch& target,
+                                           const ConvGeometry& geometry, Stream stream) {
+  constexpr const char* kOp = "kernel_map_with_row_order";
+  OrderedKernelMap out;
+  out.map = map_of(kOp, source, target, geometry, stream, &out);
+  if (out.row_order.defined()) return out;  // the leaf kernel's
+  const int64_t volume = out.map.view().size(0), n_out = out.map.view().size(1);
+  const Device device = out.map.device();
+  out.row_order = Tensor::empty({n_out}, DType::Int32, device, stream);
+  out.map_in_row_order = Tensor::empty({volume, n_out}, DType::Int32, device, stream);
+  const int32_t* m = static_cast<const int32_t*>(out.map.data());
+  int32_t* order = static_cast<int32_t*>(out.row_order.data());
+  int32_t* in_order = static_cast<int32_t*>(out.map_in_row_order.data());
+  if (device.is_cuda()) {
+#ifdef TILEGRID_WITH_CUDA
+    cuda::kernel_map_row_order(m, volume, n_out, order, in_order, device.index, stream);
+#endif
+    return out;
+  }
+  cpu::kernel_map_row_order(m, volume, n_out, order);
+  cpu::kernel_map_in_row_order(m, order, volume, n_out, in_order);
+  return out;
 }
 
 Tensor invert_kernel_map(const TensorView& map, int64_t source_rows, Stream stream) {
@@ -253,7 +294,8 @@ Tensor kernel_map_row_order(const TensorView& map, Stream stream) {
     require_cuda_build(kOp);
 #ifdef TILEGRID_WITH_CUDA
     cuda::kernel_map_row_order(map.data_ptr<const int32_t>(), volume, n_out,
-                               static_cast<int32_t*>(order.data()), map.device.index, stream);
+                               static_cast<int32_t*>(order.data()), nullptr, map.device.index,
+                               stream);
 #endif
     return order;
   }

@@ -71,6 +71,17 @@ Tensor kernel_map_row_order(const TensorView& map, Stream stream = {});
 Tensor kernel_map_in_row_order(const TensorView& map, const TensorView& row_order,
                                Stream stream = {});
 
+// kernel_map, its kernel_map_row_order and the kernel_map_in_row_order of both, in one call
+// (the same three tensors), as a GPU plan wants them: on the GPU the rows' tap masks (the
+// sort's keys) are built with the map (by the leaf-by-leaf kernel where it applies, sparing a
+// pass over the map), and the sorted masks say which entries of the ordered map are -1, so
+// only the others are read from the map.
+struct OrderedKernelMap {
+  Tensor map, row_order, map_in_row_order;
+};
+OrderedKernelMap kernel_map_with_row_order(const GridBatch& source, const GridBatch& target,
+                                           const ConvGeometry& geometry, Stream stream = {});
+
 // out[o] = sum over taps t with map[t][o] >= 0 of features[map[t][o]] . weight[t].
 // features [N_in, C_in], weight [kernel_volume, C_in, C_out], out [N_out, C_out] (overwritten),
 // all of one float dtype (float64, float32, float16, bfloat16; sums in float32, float64 for

@@ -240,5 +240,37 @@ TEST(Convolution, CudaMapsAndForwardEqualTheCpu) {
     EXPECT_NEAR(static_cast<const double*>(back.data())[e], static_cast<const double*>(y.data())[e], 1e-12);
 }
 
+// kernel_map_with_row_order is the three ops in one: the CPU's map, order and map in that order,
+// byte for byte; on the GPU where the leaf kernel builds the sort keys with the map (3x3x3:
+// 32-bit keys, the taps unrolled; 5x5x5: 64-bit keys, taps past the 64th read from the map),
+// and where it does not (stride 2: the keys from the map, as kernel_map_row_order makes them).
+TEST(Convolution, MapWithRowOrderIsTheThreeOps) {
+  const GridBatch cpu = random_grid(2000, 20);
+  auto equal = [](const Tensor& want, const Tensor& got) {
+    const Tensor host = got.to(Device::cpu());
+    return want.shape() == host.shape() &&
+           std::memcmp(want.data(), host.data(), size_t(want.numel()) * 4) == 0;
+  };
+  for (const ConvGeometry& g :
+       {ConvGeometry{{3, 3, 3}, {1, 1, 1}, false}, ConvGeometry{{5, 5, 5}, {1, 1, 1}, false},
+        ConvGeometry{{3, 3, 3}, {2, 2, 2}, false}}) {
+    const GridBatch target = g.stride[0] == 1 ? cpu : conv_grid(cpu, g.kernel_size, g.stride);
+    const Tensor map = kernel_map(cpu, target, g);
+    const Tensor order = kernel_map_row_order(map.view());
+    const Tensor in_order = kernel_map_in_row_order(map.view(), order.view());
+    const OrderedKernelMap both = kernel_map_with_row_order(cpu, target, g);
+    EXPECT_TRUE(equal(map, both.map) && equal(order, both.row_order) &&
+                equal(in_order, both.map_in_row_order))
+        << "kernel size " << g.kernel_size[0] << ", stride " << g.stride[0];
+    if (!testing::cuda_available()) continue;
+    const GridBatch gpu = cpu.to(Device::cuda(0));
+    const OrderedKernelMap dev =
+        kernel_map_with_row_order(gpu, g.stride[0] == 1 ? gpu : target.to(Device::cuda(0)), g);
+    EXPECT_TRUE(equal(map, dev.map) && equal(order, dev.row_order) &&
+                equal(in_order, dev.map_in_row_order))
+        << "on the GPU: kernel size " << g.kernel_size[0] << ", stride " << g.stride[0];
+  }
+}
+
 }  // namespace
 }  // namespace tilegrid::grid

@@ -511,6 +511,44 @@ def test_kernel_map_in_row_order_is_the_maps_columns_in_that_order(device, strid
         assert plan.map_in_row_order.numel() == plan.inverse_map_in_row_order.numel() == 0
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "kernel_size, stride, transposed",
+    [(3, 1, False), (2, 1, False), (5, 1, False), ((3, 1, 5), 1, False), (3, 2, False),
+     (2, 2, True)],
+)
+def test_kernel_map_with_row_order_is_the_three_ops_in_one(device, kernel_size, stride, transposed):
+    """The plan's map, row order and map in that order from one call are those of the three ops.
+    On the GPU it builds the sort keys with the map where the leaf kernel applies (stride 1),
+    32-bit up to 32 taps, 64-bit beyond (5x5x5: taps past the 64th), and writes the ordered
+    map's absent entries from the keys; a batch with an empty grid and grids 10^8 voxels apart,
+    and one at the edges of int32, where neighbour leaves fall outside."""
+    low, high = -(2**31), 2**31 - 1
+    edge = torch.tensor([[low, 0, high], [low + 1, 0, high], [high, low, 5], [high - 1, low, 5],
+                         [high, high, high], [0, 0, 0]], dtype=torch.int32)
+    grids = [random_grid(device, sizes=(700, 0, 1, 300), spread=8, far=True),
+             tg.GridBatch.from_ijk(tg.JaggedTensor([edge])).to(device)]
+    for grid in grids[: 1 if stride > 1 else 2]:  # a strided output would leave int32
+        if stride == 1:
+            target = grid
+        elif transposed:
+            target = grid.conv_transpose_grid(kernel_size, stride)
+        else:
+            target = grid.conv_grid(kernel_size, stride)
+        k = list(kernel_size) if isinstance(kernel_size, tuple) else [kernel_size] * 3
+        args = (grid._impl, target._impl, k, [stride] * 3, transposed)
+        m, order, ordered = (torch.from_dlpack(t) for t in tg._C.kernel_map_with_row_order(*args))
+        want = torch.from_dlpack(tg._C.kernel_map(*args))
+        assert torch.equal(m, want)
+        assert torch.equal(order, torch.from_dlpack(tg._C.kernel_map_row_order(want)))
+        assert torch.equal(ordered, want[:, order.long()])
+        if device == "cuda":  # and the CPU reference's bytes
+            cpu_args = (grid.to("cpu")._impl, target.to("cpu")._impl, *args[2:])
+            cpu = [torch.from_dlpack(t) for t in tg._C.kernel_map_with_row_order(*cpu_args)]
+            for got, want in zip((m, order, ordered), cpu):
+                assert torch.equal(got.cpu(), want)
+
+
 def test_a_map_in_row_order_that_is_not_one_is_refused():
     grid = random_grid("cpu", sizes=(40,), spread=4)
     plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
