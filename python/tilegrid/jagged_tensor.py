@@ -15,6 +15,35 @@ from . import _C
 from ._torch import current_stream
 
 
+@torch.library.custom_op("tilegrid::jagged_batch_index", mutates_args=())
+def _batch_index(joffsets: torch.Tensor, rows: int) -> torch.Tensor:
+    """int32 [rows]: the tensor index of each row (tilegrid's kernel); a custom op, so that
+    torch.compile(fullgraph=True) traces JaggedTensor.jidx."""
+    jidx = torch.empty(rows, dtype=torch.int32, device=joffsets.device)
+    _C.jagged_batch_index(joffsets, jidx, current_stream(jidx))
+    return jidx
+
+
+@_batch_index.register_fake
+def _(joffsets, rows):
+    return joffsets.new_empty(rows, dtype=torch.int32)
+
+
+def _check_layout(jdata: torch.Tensor, joffsets: torch.Tensor) -> None:
+    """The checks of from_data_and_offsets that read no values (its C++ validation's first
+    ones, with their messages): what it checks while torch.compile traces it."""
+    if jdata.dim() < 1:
+        raise ValueError("JaggedTensor: jdata must have at least one dimension [N, ...], got a scalar")
+    if joffsets.dim() != 1:
+        raise ValueError(f"JaggedTensor: joffsets must be 1-D, got {joffsets.dim()} dimensions")
+    if joffsets.dtype != torch.int64:
+        raise TypeError(f"JaggedTensor: joffsets must be int64, got {str(joffsets.dtype).removeprefix('torch.')}")
+    if joffsets.device != jdata.device:
+        raise ValueError(f"JaggedTensor: joffsets is on {joffsets.device} but jdata on {jdata.device}")
+    if joffsets.shape[0] < 1:
+        raise ValueError("JaggedTensor: joffsets must have B+1 >= 1 entries, got an empty tensor")
+
+
 class JaggedTensor:
     def __init__(self, tensors: Union[Sequence[torch.Tensor], torch.Tensor]):
         """From a list of tensors whose shapes agree in all but the first dimension."""
@@ -45,8 +74,13 @@ class JaggedTensor:
 
     @classmethod
     def from_data_and_offsets(cls, jdata: torch.Tensor, joffsets: torch.Tensor) -> "JaggedTensor":
-        """Wrap existing storage; validated (offsets start at 0, never decrease, end at N)."""
-        _C.validate_jagged(jdata, joffsets, current_stream(jdata))
+        """Wrap existing storage; validated (offsets start at 0, never decrease, end at N). While
+        torch.compile traces it, only shapes, dtypes and devices are checked: the offsets'
+        values are checked in eager mode only (reading them would break the graph)."""
+        if torch.compiler.is_compiling():
+            _check_layout(jdata, joffsets)
+        else:
+            _C.validate_jagged(jdata, joffsets, current_stream(jdata))
         self = cls.__new__(cls)
         self._jdata, self._joffsets, self._jidx = jdata, joffsets, None
         return self
@@ -71,9 +105,7 @@ class JaggedTensor:
     def jidx(self) -> torch.Tensor:
         """int32 [N]: the index of the tensor each row belongs to."""
         if self._jidx is None:
-            jidx = torch.empty(self._jdata.shape[0], dtype=torch.int32, device=self.device)
-            _C.jagged_batch_index(self._joffsets, jidx, current_stream(jidx))
-            self._jidx = jidx
+            self._jidx = _batch_index(self._joffsets, self._jdata.shape[0])
         return self._jidx
 
     @property

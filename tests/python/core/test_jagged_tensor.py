@@ -51,6 +51,30 @@ def test_from_data_and_offsets_validates(device):
         tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 5], dtype=torch.int32))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_traces_wrapping_and_the_batch_index(device):
+    """from_data_and_offsets and jidx inside one graph (fullgraph=True; aot_eager traces the
+    backward too): eager's values and gradient. Traced, only the offsets' layout is checked."""
+    offsets = torch.tensor([0, 3, 3, 7], device=device)
+
+    def f(x):
+        j = tg.JaggedTensor.from_data_and_offsets(x, offsets)
+        return (j.jdata * (j.jidx.unsqueeze(1).to(x.dtype) + 1)).sum()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    x = torch.randn(7, 2, device=device, requires_grad=True)
+    got = compiled(x)
+    (grad,) = torch.autograd.grad(got, x)
+    want = f(x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grad, torch.autograd.grad(want, x)[0])
+    # A bad layout still stops the trace with the eager message (fullgraph reports the raise as
+    # an error of its own, the message inside).
+    with pytest.raises(Exception, match="joffsets must be int64, got int32"):
+        torch.compile(lambda x: tg.JaggedTensor.from_data_and_offsets(x, offsets.int()).jdata,
+                      fullgraph=True, backend="aot_eager")(x)
+
+
 def test_mismatched_elements_are_rejected():
     with pytest.raises(ValueError, match="element 1 has shape"):
         tg.JaggedTensor([torch.randn(2, 3), torch.randn(2, 4)])
