@@ -14,8 +14,9 @@ tg.nn.SparseUNet inference (channels 32-256, fp16) on bench_sparse_conv.py's 485
 with its level plans built in the call. conv-plan: the submanifold 3x3x3 ConvolutionPlan of
 that scene (its map, row order and map in row order), the issue's kernel-map benchmark.
 conv-train: one submanifold 3x3x3 C -> C convolution's forward and backward (both gradients)
-on that scene at C = 64 and 128, fp16, the plan built once. One warm-up, then --iters profiled iterations; the
-table's times are totals over them, sorted by GPU time. --host: the Python profile of the
+on that scene at C = 64 and 128, fp16, the plan built once (the gradients accumulate over the
+iterations, an add a call). One warm-up, then --iters profiled iterations; the table's times
+are totals over them, sorted by GPU time. --host: the Python profile of the
 same iterations instead (cProfile, by time spent in each function itself), for workloads whose
 wall time exceeds their GPU time.
 """
