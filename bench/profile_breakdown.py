@@ -86,7 +86,8 @@ def conv_train():
     plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
     runs = {}
     for c in (64, 128):
-        x = torch.randn(grid.total_voxels, c, device="cuda", dtype=torch.float16, requires_grad=True)
+        x = torch.randn(grid.total_voxels, c, device="cuda", dtype=torch.float16)
+        x.requires_grad_()
         w = (torch.randn(c, c, 3, 3, 3, device="cuda") / (27 * c) ** 0.5).half().requires_grad_()
         g = torch.randn(grid.total_voxels, c, device="cuda", dtype=torch.float16)
         runs[f"C={c} forward + backward"] = lambda x=x, w=w, g=g: plan.execute(x, w).backward(g)

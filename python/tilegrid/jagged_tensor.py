@@ -33,13 +33,18 @@ def _check_layout(jdata: torch.Tensor, joffsets: torch.Tensor) -> None:
     """The checks of from_data_and_offsets that read no values (its C++ validation's first
     ones, with their messages): what it checks while torch.compile traces it."""
     if jdata.dim() < 1:
-        raise ValueError("JaggedTensor: jdata must have at least one dimension [N, ...], got a scalar")
+        raise ValueError(
+            "JaggedTensor: jdata must have at least one dimension [N, ...], got a scalar"
+        )
     if joffsets.dim() != 1:
         raise ValueError(f"JaggedTensor: joffsets must be 1-D, got {joffsets.dim()} dimensions")
     if joffsets.dtype != torch.int64:
-        raise TypeError(f"JaggedTensor: joffsets must be int64, got {str(joffsets.dtype).removeprefix('torch.')}")
+        got = str(joffsets.dtype).removeprefix("torch.")
+        raise TypeError(f"JaggedTensor: joffsets must be int64, got {got}")
     if joffsets.device != jdata.device:
-        raise ValueError(f"JaggedTensor: joffsets is on {joffsets.device} but jdata on {jdata.device}")
+        raise ValueError(
+            f"JaggedTensor: joffsets is on {joffsets.device} but jdata on {jdata.device}"
+        )
     if joffsets.shape[0] < 1:
         raise ValueError("JaggedTensor: joffsets must have B+1 >= 1 entries, got an empty tensor")
 
