@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "batch_timing.cuh"
+#include "rms_norm_bf16_setup.cuh"
 #include "fusion/cuda/rms_norm_kernels.cuh"
 
 using namespace tilegrid::rms_norm;
@@ -116,11 +117,7 @@ void run_lean(const char* name, const Lean* p, int64_t rows, int64_t bytes, floa
   // How many elements differ from the library kernel's (the lean kernels round x * rstd * w
   // in another order).
   const int64_t n = rows * p[0].hidden;
-  std::vector<bf16> a(n), b(n);
-  CHECK(cudaMemcpy(a.data(), p[0].y, n * sizeof(bf16), cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(b.data(), want, n * sizeof(bf16), cudaMemcpyDeviceToHost));
-  int64_t differ = 0;
-  for (int64_t k = 0; k < n; ++k) differ += __bfloat162float(a[k]) != __bfloat162float(b[k]);
+  const int64_t differ = count_differing(p[0].y, want, n);
   std::printf("%-40s %lld of %lld elements differ from the library kernel's\n", "",
               static_cast<long long>(differ), static_cast<long long>(n));
 }
@@ -138,23 +135,9 @@ int main() {
   bf16* reference = nullptr;
   CHECK(cudaMalloc(&reference, n * sizeof(bf16)));
   for (int s = 0; s < 2; ++s) {
-    void *x, *y;
-    float* rstd;
-    CHECK(cudaMalloc(&x, n * sizeof(bf16)));
-    CHECK(cudaMalloc(&y, n * sizeof(bf16)));
-    CHECK(cudaMalloc(&rstd, rows * sizeof(float)));
-    CHECK(cudaMemcpy(x, host.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
-    auto& q = p[s];
-    q.rows = rows;
-    q.hidden = hidden;
-    q.dtype = tilegrid::DType::BFloat16;
-    q.weight_dtype = tilegrid::DType::BFloat16;
-    q.x = {x, hidden};
-    q.y = {y, hidden};
-    q.weight = w;
-    q.rstd = rstd;
-    q.eps = 1e-6f;
-    lean[s] = {static_cast<const bf16*>(x), w, static_cast<bf16*>(y), rstd, int(hidden), 1e-6f};
+    p[s] = bf16_forward_problem(host, w, rows, hidden);
+    lean[s] = {static_cast<const bf16*>(p[s].x.data), w, static_cast<bf16*>(p[s].y.data), p[s].rstd,
+               int(hidden), p[s].eps};
   }
   const int64_t bytes = 2 * n * int64_t(sizeof(bf16));
   const float copy_ms = time_batches([&](int i) {
@@ -173,15 +156,9 @@ int main() {
   const float general_ms =
       time_batches([&](int i) { general<<<unsigned(rows), dim3(256, 1)>>>(p[i % 2]); });
   report("library general kernel 2x16B, 256 thr", general, 256, general_ms, bytes, copy_ms);
-  {
-    std::vector<bf16> a(n), b(n);
-    CHECK(cudaMemcpy(a.data(), p[0].y.data, n * sizeof(bf16), cudaMemcpyDeviceToHost));
-    CHECK(cudaMemcpy(b.data(), reference, n * sizeof(bf16), cudaMemcpyDeviceToHost));
-    int64_t differ = 0;
-    for (int64_t k = 0; k < n; ++k) differ += __bfloat162float(a[k]) != __bfloat162float(b[k]);
-    std::printf("%-40s %lld elements differ from the row kernel's\n", "",
-                static_cast<long long>(differ));
-  }
+  std::printf("%-40s %lld elements differ from the row kernel's\n", "",
+              static_cast<long long>(count_differing(static_cast<const bf16*>(p[0].y.data),
+                                                     reference, n)));
 
   run_lean<256, 2, 1, false>("lean 2x16B 256 thr", lean, rows, bytes, copy_ms, reference);
   run_lean<256, 2, 1, true>("lean 2x16B 256 thr, streaming hints", lean, rows, bytes, copy_ms,

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "batch_timing.cuh"
-#include "fusion/cuda/rms_norm_kernels.cuh"
+#include "rms_norm_bf16_setup.cuh"
 
 using namespace tilegrid::rms_norm;
 using bf16 = __nv_bfloat16;
@@ -41,23 +41,7 @@ int main() {
   bf16* w = nullptr;
   CHECK(cudaMalloc(&w, hidden * sizeof(bf16)));
   CHECK(cudaMemcpy(w, host.data(), hidden * sizeof(bf16), cudaMemcpyHostToDevice));
-  for (auto& q : p) {
-    void *x, *y;
-    float* rstd;
-    CHECK(cudaMalloc(&x, n * sizeof(bf16)));
-    CHECK(cudaMalloc(&y, n * sizeof(bf16)));
-    CHECK(cudaMalloc(&rstd, rows * sizeof(float)));
-    CHECK(cudaMemcpy(x, host.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
-    q.rows = rows;
-    q.hidden = hidden;
-    q.dtype = tilegrid::DType::BFloat16;
-    q.weight_dtype = tilegrid::DType::BFloat16;
-    q.x = {x, hidden};
-    q.y = {y, hidden};
-    q.weight = w;
-    q.rstd = rstd;
-    q.eps = 1e-6f;
-  }
+  for (auto& q : p) q = bf16_forward_problem(host, w, rows, hidden);
   const int64_t bytes = 2 * n * int64_t(sizeof(bf16));
   {  // the ceiling: a device-to-device copy of x into y, same batching
     const float ms = time_batches([&](int i) {
