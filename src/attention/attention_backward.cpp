@@ -1,5 +1,6 @@
 // Attention backward front end: the forward's checks (shared Problem builders) plus those of
 // dout and the gradients, then the CPU reference or the CUDA kernels.
+#include <cstdint>
 #include <optional>
 
 #include "attention/attention_problem.h"

@@ -6,6 +6,8 @@
 // with dS' = dS * (1 - (s / softcap)^2) under a softcap (the derivative of
 // softcap * tanh(x / softcap)). A query that sees no key (lse = -inf) gets dQ = 0.
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "attention/attention_problem.h"

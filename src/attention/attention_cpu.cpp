@@ -3,6 +3,8 @@
 // accumulation in float64 so that the reference's own rounding stays far below the kernels'.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <vector>
 

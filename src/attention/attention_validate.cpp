@@ -2,6 +2,7 @@
 #include "attention/attention_validate.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

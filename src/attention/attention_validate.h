@@ -2,6 +2,7 @@
 // Argument checks and the Problem builders shared by the forward and backward entry points
 // (internal). Every check names the op and the argument and says what was expected and what
 // was given; a Problem is built only from arguments that passed them.
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <utility>

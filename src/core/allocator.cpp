@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 
 #include "tilegrid/core/error.h"
 #ifdef TILEGRID_WITH_CUDA

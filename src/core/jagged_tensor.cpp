@@ -1,5 +1,6 @@
 #include "tilegrid/core/jagged_tensor.h"
 
+#include <cstddef>
 #include <vector>
 
 #include "tilegrid/core/checks.h"

@@ -2,7 +2,9 @@
 // The row's maximum and sum of exponentials in float64; the gradient rounded to the logits'
 // dtype once.
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "core/parallel_for.h"
 #include "fusion/cross_entropy_params.h"

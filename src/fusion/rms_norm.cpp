@@ -3,6 +3,7 @@
 #include "tilegrid/fusion/rms_norm.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "fusion/rms_norm_params.h"
 #include "tilegrid/core/checks.h"

@@ -2,6 +2,8 @@
 // Elementwise math in float32 as on the GPU; row sums in float64 so that the reference's
 // own rounding stays far below the GPU's.
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "fusion/rms_norm_params.h"

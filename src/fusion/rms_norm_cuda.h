@@ -1,5 +1,7 @@
 #pragma once
 // CUDA back end of RMSNorm (internal); launches on `stream` of `device`.
+#include <cstdint>
+
 #include "fusion/rms_norm_params.h"
 #include "tilegrid/core/device.h"
 

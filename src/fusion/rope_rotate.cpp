@@ -1,5 +1,7 @@
 // RoPE rotation front end: validates every argument, then runs the CPU reference or the CUDA
 // kernel.
+#include <cstdint>
+
 #include "tilegrid/fusion/rope_rotate.h"
 
 #include "fusion/rope_rotate_params.h"

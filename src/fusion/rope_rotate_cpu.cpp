@@ -1,6 +1,9 @@
 // CPU RoPE rotation: the reference the CUDA kernel is tested against, and the CPU path. The
 // angle and the rotation in float64 (the epilogue evaluator's arithmetic), rounded to out's
 // dtype once.
+#include <cstdint>
+#include <vector>
+
 #include "core/parallel_for.h"
 #include "fusion/rope_rotate_params.h"
 #include "tilegrid/core/element_access.h"

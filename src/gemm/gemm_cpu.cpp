@@ -3,6 +3,7 @@
 // one block of b (kBlockK x N floats) is converted once and reused by kBlockM rows of a; the
 // innermost loop runs along N over contiguous floats, which the compiler vectorises.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

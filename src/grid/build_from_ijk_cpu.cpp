@@ -5,6 +5,9 @@
 // The CUDA build will do the same with a radix sort and parallel scans.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <tuple>
 #include <vector>
 

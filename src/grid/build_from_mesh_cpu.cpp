@@ -1,6 +1,9 @@
 // GridBatch from triangle meshes: each triangle, in voxel coordinates, is tested against the
 // unit cubes of the voxels in its bounding box (triangle_voxels.h, the same code on the CPU and
 // in mesh_to_ijk.cu on a GPU); the voxels it touches go to from_ijk.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "grid/grid_args.h"

@@ -1,8 +1,12 @@
 // GridBatch from world points and from boxes: each turns its input into integer coordinates
 // (on the CPU, or by points_to_ijk.cu for points on a GPU) and hands them to from_ijk.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "grid/grid_args.h"

@@ -4,6 +4,7 @@
 #include "tilegrid/grid/convolution.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <vector>
 

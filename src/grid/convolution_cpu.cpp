@@ -3,6 +3,7 @@
 // The GEMMs run on every core (parallel_for): the forward over blocks of output rows, the weight
 // gradient over taps, each writing its own outputs, so the sums do not depend on the cores.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <numeric>
 #include <vector>

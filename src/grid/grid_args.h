@@ -2,6 +2,8 @@
 // Helpers shared by the GridBatch constructors (internal).
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "core/cuda_copy.h"

@@ -1,4 +1,8 @@
 // GridBatch queries on the CPU: they run TreeView's traversal, the same code a kernel runs.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "tilegrid/grid/grid_batch.h"
 
 #include "tilegrid/core/checks.h"

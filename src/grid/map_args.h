@@ -1,5 +1,7 @@
 #pragma once
 // Argument checks shared by the ops over kernel maps (internal: convolution.cpp, pooling.cpp).
+#include <cstdint>
+
 #include "tilegrid/core/checks.h"
 #include "tilegrid/core/tensor.h"
 

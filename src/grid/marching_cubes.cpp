@@ -2,6 +2,9 @@
 // dispatch to the CUDA kernels (marching_cubes_cuda.cu); both run marching_cubes_cells.h.
 #include "tilegrid/grid/marching_cubes.h"
 
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "core/parallel_for.h"

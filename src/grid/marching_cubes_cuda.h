@@ -1,5 +1,7 @@
 #pragma once
 // The CUDA passes of marching_cubes (internal; marching_cubes_cuda.cu).
+#include <cstdint>
+
 #include "grid/marching_cubes_cells.h"
 #include "tilegrid/grid/marching_cubes.h"
 

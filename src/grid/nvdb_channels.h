@@ -6,9 +6,12 @@
 // element type is the closest NanoVDB GridType of the scalar dtype (Unknown where NanoVDB 32.4
 // has none: uint8, bfloat16), and the element count counts scalars.
 #include <charconv>
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include "grid/nvdb_layout.h"
 #include "tilegrid/core/dtype.h"

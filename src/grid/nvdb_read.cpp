@@ -6,9 +6,16 @@
 // order, so files whose voxel numbering differs from ours load correctly too.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "grid/nvdb_channels.h"
 #include "grid/nvdb_layout.h"

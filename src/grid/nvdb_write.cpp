@@ -6,9 +6,15 @@
 #include <algorithm>
 #include <cfloat>
 #include <climits>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "grid/nvdb_channels.h"
 #include "grid/nvdb_layout.h"

@@ -2,6 +2,8 @@
 // sums, every core) and dispatch to the CUDA kernels (pooling_cuda.cu).
 #include "tilegrid/grid/pooling.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "core/parallel_for.h"

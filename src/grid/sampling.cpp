@@ -1,6 +1,11 @@
 // Trilinear sampling and splatting: argument checks, the CPU loops, and dispatch to the CUDA
 // kernels (sample_trilinear.cu) for grids on a GPU. Both run TreeView::index_of and
 // TrilinearCell; weights and sums in float64.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "tilegrid/grid/sampling.h"
 #include "tilegrid/core/checks.h"
 #include "tilegrid/core/element_access.h"

@@ -3,6 +3,8 @@
 #include "tilegrid/grid/tsdf.h"
 
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "core/parallel_for.h"
 #include "grid/tsdf_voxel.h"

@@ -1,5 +1,7 @@
 #pragma once
 // The CUDA pass of integrate_tsdf (internal; tsdf_cuda.cu).
+#include <cstdint>
+
 #include "grid/tsdf_voxel.h"
 #include "tilegrid/core/tensor.h"
 

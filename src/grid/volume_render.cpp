@@ -3,6 +3,7 @@
 #include "tilegrid/grid/volume_render.h"
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "core/parallel_for.h"

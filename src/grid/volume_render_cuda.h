@@ -1,5 +1,7 @@
 #pragma once
 // The CUDA kernels of volume_render (internal; volume_render_cuda.cu): one warp a ray.
+#include <cstdint>
+
 #include "grid/volume_render_ray.h"
 #include "tilegrid/core/device.h"
 

@@ -1,5 +1,6 @@
 #pragma once
 // Where a tensor's memory lives: host memory or one CUDA device.
+#include <cstdint>
 #include <ostream>
 #include <string>
 

@@ -2,6 +2,7 @@
 // A batch of B tensors whose leading sizes differ, stored as one tensor `jdata` of shape
 // [N, ...] plus `joffsets` (int64, [B+1]): tensor b is rows joffsets[b] .. joffsets[b+1].
 // Names follow fVDB (jdata, joffsets, jidx) so that its users read our code without a map.
+#include <cstdint>
 #include <utility>
 
 #include "tilegrid/core/tensor.h"

@@ -1,7 +1,9 @@
 #pragma once
 // An owning tensor: a TensorView plus shared ownership of its memory. Memory comes from an
 // Allocator or from a DLPack producer; export to DLPack shares it with no copy.
+#include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "tilegrid/core/allocator.h"
 #include "tilegrid/core/dlpack.h"

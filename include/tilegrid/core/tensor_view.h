@@ -1,6 +1,7 @@
 #pragma once
 // A non-owning view of strided memory: what every op takes. Strides are in elements, as in
 // PyTorch and DLPack >= 1.0 (never bytes).
+#include <cstddef>
 #include <cstdint>
 
 #include "tilegrid/core/device.h"

@@ -17,6 +17,7 @@
 // On a compute-capability 9.0 GPU (H100/H200) this runs CUTLASS's TMA warp-specialized
 // kernels for sm_90a; on other CUDA GPUs a portable kernel that is correct but not tuned; on
 // the CPU a blocked float32 reference. describe_matmul says which one a call takes.
+#include <cstdint>
 #include <string>
 
 #include "tilegrid/core/tensor_view.h"

@@ -8,6 +8,7 @@
 // live (in parallel on a GPU); from_dense builds on the CPU. A batch moves with to(); on a GPU,
 // lookups, ijk() and sampling run as CUDA kernels over the same traversal code.
 #include <array>
+#include <cstdint>
 #include <vector>
 
 #include "tilegrid/core/jagged_tensor.h"

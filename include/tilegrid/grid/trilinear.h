@@ -4,6 +4,7 @@
 // n (bits 2, 1, 0 = offsets along i, j, k) has weight prod_a (o_a ? f_a : 1 - f_a) with
 // f = u - c. Voxels that are not active contribute nothing, as in fVDB.
 #include <cmath>
+#include <cstdint>
 
 #include "tilegrid/core/host_device.h"
 #include "tilegrid/grid/index_tree.h"

@@ -2,9 +2,11 @@
 // translation unit of its head dimension.
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "attention/attention_cuda.h"
 #include "core/cuda_check.h"

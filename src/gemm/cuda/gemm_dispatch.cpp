@@ -1,6 +1,9 @@
 // Picks the CUDA matmul kernel: the sm_90a kernels on compute capability 9.0 when the build
 // has them (CUTLASS headers found at configure time), the portable kernel otherwise.
+#include <cstddef>
+#include <cstdint>
 #include <cuda_runtime.h>
+#include <string>
 
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"

@@ -14,6 +14,8 @@
 // or Dgrad (b = w, [K, N] row-major) is the layout of the products it belongs to. The build
 // (src/CMakeLists.txt) collects those lines into the registry and compiles the files five
 // to a unity unit; adding a program touches no other file.
+#include <cstdint>
+
 #include "gemm/gemm_problem.h"
 #include "tilegrid/core/device.h"
 #include "tilegrid/core/tensor_view.h"

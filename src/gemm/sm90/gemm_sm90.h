@@ -3,6 +3,8 @@
 // CUTLASS). One function per (input dtype, layout), each in its own translation unit
 // gemm_sm90_<dtype>_<layout>.cu, handles both output types (the input's and float32) and both
 // schedules.
+#include <cstdint>
+
 #include "gemm/gemm_problem.h"
 #include "tilegrid/core/device.h"
 

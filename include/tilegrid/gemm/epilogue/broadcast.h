@@ -7,6 +7,8 @@
 //   - Scalar:    one number (a loss scale);
 //   - Tile:      values(i, j), a full [M, W] matrix (a residual; TMA-loaded on the GPU).
 // Operands are float32, float16 or bfloat16 and are read as float32 (as on the GPU).
+#include <cstdint>
+
 #include "tilegrid/core/tensor_view.h"
 
 namespace tilegrid::epilogue {

@@ -6,6 +6,7 @@
 // The formulas are host/device code, so the CPU evaluator and the GPU epilogue compute the
 // same expressions.
 #include <cmath>
+#include <cstdint>
 
 #include "tilegrid/core/host_device.h"
 #include "tilegrid/core/tensor_view.h"
