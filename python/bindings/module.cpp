@@ -1,7 +1,10 @@
 // Entry point of tilegrid._C: exception translation and the per-layer bindings.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include "convert.h"
+#include "tilegrid/core/build_info.h"
 #include "tilegrid/core/error.h"
 
 namespace nb = nanobind;
@@ -25,6 +28,23 @@ NB_MODULE(_C, m) {
 #else
   m.attr("with_cuda") = false;
 #endif
+  m.def(
+      "build_info",
+      [] {
+        const tilegrid::BuildInfo& b = tilegrid::build_info();
+        nb::dict d;
+        d["version"] = b.version;
+        d["host_compiler"] = b.host_compiler;
+        d["build_type"] = b.build_type;
+        d["with_cuda"] = b.with_cuda;
+        d["cuda_compiler"] = b.cuda_compiler;
+        d["cuda_architectures"] = b.cuda_architectures;
+        d["cutlass_version"] = b.cutlass_version;
+        d["kernels"] = b.kernels;
+        return d;
+      },
+      "What the C++ library was compiled with (version, compilers, CUDA architectures, kernel "
+      "families).");
   tilegrid::python::bind_core(m);
   tilegrid::python::bind_attention(m);
   tilegrid::python::bind_fusion(m);

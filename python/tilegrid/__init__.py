@@ -23,7 +23,7 @@ from .rope_rotate import rope_rotate
 from .sparse_conv import ConvolutionPlan
 from .volume_render import volume_render
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 #: True when the C++ library was compiled with CUDA kernels.
 with_cuda: bool = _C.with_cuda
