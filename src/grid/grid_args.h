@@ -57,12 +57,12 @@ Tensor to_bytes(const std::vector<T>& items) {
 }
 
 // The same as a uint8 tensor on `device`. On a GPU, a few bytes (a batch's transforms) go in
-// stream order without a wait (cuda::copy_small_to_device): each grid a network derives waited
-// on its transforms' upload before.
+// stream order without a wait (cuda::copy_small_to_device), so that deriving a grid does not
+// wait for its transforms' upload.
 template <class T>
 Tensor to_bytes(const std::vector<T>& items, Device device, Stream stream) {
-  const size_t nbytes = items.size() * sizeof(T);
 #ifdef TILEGRID_WITH_CUDA
+  const size_t nbytes = items.size() * sizeof(T);
   if (device.is_cuda() && nbytes <= ::tilegrid::cuda::kSmallCopyBytes) {
     Tensor t = Tensor::empty({int64_t(nbytes)}, DType::UInt8, device, stream);
     ::tilegrid::cuda::copy_small_to_device(t.data(), items.data(), nbytes, device.index, stream);

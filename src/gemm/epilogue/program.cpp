@@ -25,6 +25,9 @@ template <class... Fs>
 struct Overloaded : Fs... {
   using Fs::operator()...;
 };
+// C++20 deduces this from an aggregate's initialiser; clang before 17 needs the guide spelled.
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;
 
 const char* name(Combine c) {
   return c == Combine::Add ? "add" : "multiply";

@@ -33,7 +33,9 @@ JaggedTensor make_ijk(const std::vector<std::vector<Ijk>>& grids) {
 // The documented row order, computed independently of the tree code: by upper-node origin
 // (floor division by 4096), then the 32^3 position, the 16^3 position and the 8^3 position.
 auto order_key(const Ijk& c) {
-  auto [i, j, k] = c;
+  // Plain variables, not a structured binding: lambdas capture those only from C++20 on, and
+  // clang 14 does not implement that yet.
+  const int32_t i = std::get<0>(c), j = std::get<1>(c), k = std::get<2>(c);
   auto fl = [](int32_t v, int s) { return v >> s; };  // arithmetic shift floors negatives
   auto pos = [&](int s, int n) {
     return ((fl(i, s) & (n - 1)) * n + (fl(j, s) & (n - 1))) * n + (fl(k, s) & (n - 1));
