@@ -28,15 +28,14 @@ struct Params {
   double softcap = 0;         // 0: off
 };
 
-// Which CUDA kernel runs. The environment variable TILEGRID_ATTENTION_KERNEL, read once at the
-// first CUDA call, sets it: `auto` (or unset), `sm90` or `portable`; any other value is an
-// error at that call.
-//  - auto: the best kernel validated for the device and problem (the portable kernel until the
-//    Hopper kernel has been validated on Hopper hardware);
-//  - sm90: the Hopper kernel on compute capability 9.0 for the problems it supports (16-bit
-//    types, head dimension 64, 128 or 256, strides multiples of 8 elements), the portable
-//    kernel for everything else - never an error;
-//  - portable: always the portable kernel.
+// Which CUDA kernels run, forward and backward. The environment variable
+// TILEGRID_ATTENTION_KERNEL, read once at the first call, sets it: `auto` (or unset), `sm90` or
+// `portable`; any other value is an error at that call.
+//  - auto and sm90: the Hopper kernels on compute capability 9.0 for the problems they support
+//    (16-bit types, head dimension 64, 128 or 256, strides multiples of 8 elements), the
+//    portable kernels for everything else - never an error (auto alone also yields to the
+//    dispatcher's kSm90ValidatedOnHardware, true in this version);
+//  - portable: always the portable kernels.
 enum class CudaKernel { Auto, Sm90, Portable };
 
 // Overrides the environment variable for this process (tests, benchmarks). sm90_switches picks
@@ -51,7 +50,8 @@ enum class CudaKernel { Auto, Sm90, Portable };
 // and the mask); bfloat16 has every combination of bits 0-1, float16 the default's only.
 void set_cuda_kernel(CudaKernel kernel, int sm90_switches = -1);
 
-// The kernel that ran the latest CUDA call of this thread: "sm90", "portable" or "" (none yet).
+// The kernel that ran the latest CUDA call of this thread: "sm90", "sm90 deterministic" (the
+// backward with deterministic=true), "portable" or "" (none yet).
 const char* last_cuda_kernel();
 
 // q [b, sq, hq, d], k and v [b, sk, hk, d] (float16, bfloat16 or float32; one dtype), last
@@ -75,12 +75,18 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
 // too, for callers that use it (ring attention merges partial results by their lse); as
 // d lse / d s = P, it enters as dS = P * (dP - rowsum(dO * O) + dlse). Queries that see no
 // key, and keys that no query sees, get zero gradients. deterministic: the same bits on every
-// run with the same inputs (both back ends below always give them). CPU tensors run the
-// reference (float64 sums); CUDA tensors a portable tensor-core kernel (mma.sync, sm_80 and
-// newer; the H200 too, as no Hopper backward exists yet; see cuda/flash_bwd_dkdv_kernel.cuh
-// and cuda/flash_bwd_dq_kernel.cuh; up to 165 KB of shared memory a block), or the CUDA-core
-// one on GPUs with less (cuda/flash_bwd_simt.cuh), with a scratch buffer of one float per
-// query row and head from the device's allocator.
+// run with the same inputs. CPU tensors run the reference (float64 sums; always
+// deterministic). CUDA tensors, where CudaKernel picks the Hopper kernels (head dims 64 and
+// 128: sm90/flash_bwd_sm90_kernel.cuh; 256: sm90/flash_bwd_sm90_wide_kernel.cuh), sum dQ in
+// float32 by bulk additions whose order varies between runs, or in a fixed order with
+// deterministic; their scratch (lse in log2 units, row deltas, the dQ sums and, with
+// deterministic, the order counters) comes from the device's allocator.
+// TILEGRID_ATTENTION_BACKWARD=portable (or simt), read once, forces the portable kernels:
+// elsewhere they run anyway, a tensor-core kernel (mma.sync, sm_80 and newer; see
+// cuda/flash_bwd_dkdv_kernel.cuh and cuda/flash_bwd_dq_kernel.cuh; up to 165 KB of shared
+// memory a block), or the CUDA-core one on GPUs with less or with
+// TILEGRID_ATTENTION_BACKWARD=simt (cuda/flash_bwd_simt.cuh), both deterministic, with a
+// scratch buffer of one float per query row and head from the device's allocator.
 void backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
               const TensorView& out, const TensorView& lse, const std::optional<TensorView>& dlse,
               const Params& params, const TensorView& dq, const TensorView& dk,

@@ -43,9 +43,8 @@ namespace tilegrid::attention::sm90 {
 // kPersistent is a run-time flag: at most one CTA per SM, each looping over tiles, so that a
 //  CTA's prologue (Q and first K/V loads) and epilogue overlap another tile's work (short
 //  sequences). Every variant.
-// The FA4 switches are off by default: neither paid on an H200
-// (bench/results/2026-11-30_h200_attention_sm90_variants.json; docs/PERFORMANCE.md says what
-// each costs and why). The tile shape and ping-pong default per head dimension
+// The FA4 switches are off by default: neither paid on an H200 (docs/history/PERFORMANCE_LOG.md
+// says what each costs and why). The tile shape and ping-pong default per head dimension
 // (default_switches below).
 enum Switches : int {
   kNoSwitches = 0,
