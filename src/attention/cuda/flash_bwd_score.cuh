@@ -14,6 +14,19 @@ namespace tilegrid::attention::flash_bwd {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// 2^x: exp2f, or with kFast one ex2.approx.ftz (no denormal inputs or results; -inf gives +0,
+// which rows past a sequence, lse = +inf, rely on).
+template <bool kFast>
+__device__ __forceinline__ float exp2_of(float x) {
+  if constexpr (kFast) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+  } else {
+    return exp2f(x);
+  }
+}
+
 struct ScoreGrad {
   float p, dx;
 };
@@ -29,8 +42,9 @@ struct ScoreGradFn {
         softcap(g.softcap) {}
 
   // P without softcap (cap_scale == 0), for kernels that form P before dP is in.
+  template <bool kFastExp2 = false>
   __device__ __forceinline__ float uncapped_prob(float s, float lse_log2) const {
-    return exp2f(fmaf(s, scale_log2, -lse_log2));
+    return exp2_of<kFastExp2>(fmaf(s, scale_log2, -lse_log2));
   }
 
   // P, and P times dx/dy (P itself without softcap), for a kernel that forms P and dP in
@@ -38,25 +52,30 @@ struct ScoreGradFn {
   struct ProbSlope {
     float p, p_slope;
   };
+  template <bool kFastExp2 = false>
   __device__ __forceinline__ ProbSlope prob_and_slope(float s, float lse_log2) const {
     if (cap_scale > 0.f) {
       const float t = tanhf(s * cap_scale);
-      const float p = exp2f(fmaf(softcap * t, kLog2e, -lse_log2));
+      const float p = exp2_of<kFastExp2>(fmaf(softcap * t, kLog2e, -lse_log2));
       return {p, p * (1.f - t * t)};
     }
-    const float p = exp2f(fmaf(s, scale_log2, -lse_log2));
+    const float p = exp2_of<kFastExp2>(fmaf(s, scale_log2, -lse_log2));
     return {p, p};
   }
 
-  __device__ __forceinline__ ScoreGrad operator()(float s, float dp, float lse_log2,
-                                                  float delta) const {
+  template <bool kFastExp2 = false>
+  __device__ __forceinline__ ScoreGrad grad(float s, float dp, float lse_log2, float delta) const {
     if (cap_scale > 0.f) {
       const float t = tanhf(s * cap_scale);
-      const float p = exp2f(fmaf(softcap * t, kLog2e, -lse_log2));
+      const float p = exp2_of<kFastExp2>(fmaf(softcap * t, kLog2e, -lse_log2));
       return {p, p * (dp - delta) * (1.f - t * t)};
     }
-    const float p = exp2f(fmaf(s, scale_log2, -lse_log2));
+    const float p = exp2_of<kFastExp2>(fmaf(s, scale_log2, -lse_log2));
     return {p, p * (dp - delta)};
+  }
+  __device__ __forceinline__ ScoreGrad operator()(float s, float dp, float lse_log2,
+                                                  float delta) const {
+    return grad(s, dp, lse_log2, delta);
   }
 };
 

@@ -63,13 +63,15 @@ using namespace cute;
 using hopper::acc_as_a_operand;
 using hopper::wgmma;
 
-template <class Element_, int kHeadDim_>
-struct BwdTraits : BwdTraitsBase<Element_, kHeadDim_, 128, 2> {  // 128 keys: 64 a warpgroup
-  using Base = BwdTraitsBase<Element_, kHeadDim_, 128, 2>;
+// 128 keys (64 a warpgroup), two stages unless the config says otherwise.
+template <class Element_, int kHeadDim_, class Config = BwdConfig<>>
+struct BwdTraits : BwdTraitsBase<Element_, kHeadDim_, 128, Config::stages_or(2), Config> {
+  using Base = BwdTraitsBase<Element_, kHeadDim_, 128, Config::stages_or(2), Config>;
   using typename Base::BlockM, typename Base::BlockN, typename Base::Element,
       typename Base::HeadDim, typename Base::Pipeline, typename Base::SmemLayoutDq,
       typename Base::SmemLayoutKV, typename Base::SmemLayoutQ;
-  using Base::kBlockM, Base::kBlockN, Base::kDq, Base::kHeadDim, Base::kStages;
+  using Base::kBlockM, Base::kBlockN, Base::kDq, Base::kDqSmemFloats, Base::kHeadDim,
+      Base::kStages;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
 
   // S^T, dP^T: (keys, queries, head_dim), the warpgroups stacked along the keys.
@@ -103,7 +105,7 @@ struct BwdTraits : BwdTraitsBase<Element_, kHeadDim_, 128, 2> {  // 128 keys: 64
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDs>> ds;
     // The step's dQ (SmemLayoutDq), a part a consumer warpgroup.
-    alignas(128) float dq[2 * kDq.part_floats()];
+    alignas(128) float dq[kDqSmemFloats];
     alignas(16) float lse[kStages][kBlockM];
     alignas(16) float delta[kStages][kBlockM];
     typename Pipeline::SharedStorage pipeline;
@@ -231,7 +233,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int i = 0; i < size(acc_s); ++i) {
         const int query = get<1>(tScS(i));
         flash_bwd::ScoreGrad sg{0.f, 0.f};
-        if (visible(i)) sg = score_grad(acc_s(i), acc_dp(i), lse[query], delta[query]);
+        if (visible(i))
+          sg = score_grad.template grad<Traits::kFastExp2>(acc_s(i), acc_dp(i), lse[query],
+                                                           delta[query]);
         rP(i) = Element(sg.p);
         rdS(i) = Element(sg.dx);
       }
@@ -242,11 +246,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (whole) {
         CUTE_UNROLL
         for (int i = 0; i < size(acc_s); ++i)
-          acc_s(i) = score_grad.uncapped_prob(acc_s(i), lse[get<1>(tScS(i))]);
+          acc_s(i) =
+              score_grad.template uncapped_prob<Traits::kFastExp2>(acc_s(i), lse[get<1>(tScS(i))]);
       } else {
         CUTE_UNROLL
         for (int i = 0; i < size(acc_s); ++i) {
-          const float p = score_grad.uncapped_prob(acc_s(i), lse[get<1>(tScS(i))]);
+          const float p =
+              score_grad.template uncapped_prob<Traits::kFastExp2>(acc_s(i), lse[get<1>(tScS(i))]);
           acc_s(i) = visible(i) ? p : 0.f;
         }
       }
@@ -283,17 +289,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     wgmma<false>(mma_kv, tKVrdS, tKVrQt(_, _, _, stage), acc_dk);
     warpgroup_wait<1>();  // dQ
 
-    // The step's dQ (before the softmax scale) into this warpgroup's part once the writer warp
-    // has read the last step's out, under dK's product; the writer adds it into the float32
-    // sums (rows past the sequence land in its padding rows, which nothing reads).
-    cutlass::arch::NamedBarrier::sync(Traits::kDqBarrierThreads,
-                                      Traits::kBarrierDqEmpty + consumer);
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc_dq); i += 2)
-      *reinterpret_cast<float2*>(&tDqsDq(i)) = make_float2(acc_dq(i), acc_dq(i + 1));
-    cutlass::arch::fence_view_async_shared();
-    cutlass::arch::NamedBarrier::arrive(Traits::kDqBarrierThreads,
-                                        Traits::kBarrierDqFull + consumer);
+    // The step's dQ (before the softmax scale), under dK's product, into the float32 sums
+    // (rows past the sequence land in its padding rows, which nothing reads): from registers
+    // (kDqAtomic), or into this warpgroup's part of the shared-memory tile once the writer warp
+    // has read the last step's out, for the writer to add.
+    if constexpr (Traits::kDqAtomic) {
+      add_dq_part_atomic(kp, thr_dq, acc_dq, dq_tile_row(kp, step_head(s), seq_row0, m), m,
+                         consumer);
+    } else {
+      cutlass::arch::NamedBarrier::sync(Traits::kDqBarrierThreads,
+                                        Traits::kBarrierDqEmpty + consumer);
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_dq); i += 2)
+        *reinterpret_cast<float2*>(&tDqsDq(i)) = make_float2(acc_dq(i), acc_dq(i + 1));
+      cutlass::arch::fence_view_async_shared();
+      cutlass::arch::NamedBarrier::arrive(Traits::kDqBarrierThreads,
+                                          Traits::kBarrierDqFull + consumer);
+    }
 
     warpgroup_wait<0>();  // dK: the stage, P^T and dS^T are free
     warpgroup_fence_operand(rP);

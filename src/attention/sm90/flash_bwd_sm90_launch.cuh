@@ -18,10 +18,11 @@ namespace tilegrid::attention::sm90_bwd {
 
 inline unsigned tiles(int64_t n, int64_t tile) { return unsigned((n + tile - 1) / tile); }
 
-// The main kernel of a head dimension, and its traits.
-template <class Element, int kHeadDim>
-using TraitsOf = std::conditional_t<(kHeadDim > 128), BwdWideTraits<Element, kHeadDim>,
-                                    BwdTraits<Element, kHeadDim>>;
+// The main kernel of a head dimension and configuration (flash_bwd_sm90_config.h), and its
+// traits.
+template <class Element, int kHeadDim, class Config>
+using TraitsOf = std::conditional_t<(kHeadDim > 128), BwdWideTraits<Element, kHeadDim, Config>,
+                                    BwdTraits<Element, kHeadDim, Config>>;
 template <class Traits>
 constexpr auto main_kernel() {
   if constexpr (Traits::kHeadDim > 128)
@@ -30,10 +31,10 @@ constexpr auto main_kernel() {
     return &flash_bwd_sm90_kernel<Traits>;
 }
 
-template <class Element, int kHeadDim>
+template <class Element, int kHeadDim, class Config = BwdConfig<>>
 void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_seqlen_k,
             cudaStream_t stream) {
-  using Traits = TraitsOf<Element, kHeadDim>;
+  using Traits = TraitsOf<Element, kHeadDim, Config>;
   constexpr auto kernel = main_kernel<Traits>();
   constexpr int kSmem = Traits::kSmemBytes;
   const FlashFwdParams& p = g.fwd;

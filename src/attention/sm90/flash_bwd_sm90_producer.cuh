@@ -16,6 +16,7 @@
 
 #include "attention/common/mask.h"
 #include "attention/cuda/flash_bwd_params.h"
+#include "attention/sm90/flash_bwd_sm90_config.h"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 #include "core/cuda_ordered_counter.cuh"
 #include "hopper/bulk_reduce.cuh"
@@ -25,13 +26,16 @@ namespace tilegrid::attention::sm90_bwd {
 using namespace cute;
 
 // What the traits of both kernels share: kBlockN keys a CTA, kBlockM queries a step,
-// kStages Q/dO stages; the K/V and Q/dO tiles in shared memory (and their transposed views),
-// their TMA copies, the dQ product and its float32 tile, the named barriers of the dQ writer
-// and the pipeline. A kernel's traits add its score and dK/dV products, its dS buffers and its
-// SharedStorage.
-template <class Element_, int kHeadDim_, int kBlockN_, int kStages_>
+// kStages Q/dO stages, the config's choices (flash_bwd_sm90_config.h); the K/V and Q/dO tiles
+// in shared memory (and their transposed views), their TMA copies, the dQ product and its
+// float32 tile, the named barriers of the dQ writer and the pipeline. A kernel's traits add its
+// score and dK/dV products, its dS buffers and its SharedStorage.
+template <class Element_, int kHeadDim_, int kBlockN_, int kStages_, class Config_>
 struct BwdTraitsBase {
   using Element = Element_;
+  using Config = Config_;
+  static constexpr bool kFastExp2 = Config::kFastExp2;
+  static constexpr bool kDqAtomic = Config::kDqAtomic;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockM = block_m(kHeadDim);
@@ -85,11 +89,16 @@ struct BwdTraitsBase {
       Shape<Shape<_64, Int<kDqWarpgroupsM>>, Shape<Int<kDq.part_cols()>, Int<kDqWarpgroupsN>>>,
       Stride<Stride<Int<kDq.part_row()>, Int<kDqWarpgroupsN * kDq.part_floats()>>,
              Stride<_1, Int<kDq.part_floats()>>>>;
+  // The float32 tile in shared memory: two parts, none with kDqAtomic.
+  static constexpr int kDqSmemFloats = kDqAtomic ? 4 : 2 * kDq.part_floats();
   // Named barriers (ids above CUTLASS's reserved ones): warpgroup w's dQ part full (it
   // arrives, the writer waits) and empty (the writer arrives, it waits), counted over the
-  // warpgroup and the writer warp. A kernel's own barriers take ids 1 and 6 up.
+  // warpgroup and the writer warp. With kDqAtomic and deterministic=True instead: warpgroup
+  // w's turn come (over the warpgroup; ids 2, 3) and both parts added (over the consumers; 4).
+  // A kernel's own barriers take ids 1 and 6 up.
   static constexpr int kBarrierDqFull = 2, kBarrierDqEmpty = 4;  // + consumer warpgroup
   static constexpr int kDqBarrierThreads = 128 + 32;
+  static constexpr int kBarrierDqTurn = 2, kBarrierDqAdded = 4;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
@@ -197,6 +206,13 @@ __device__ __forceinline__ int key_tile_of_cta(const BwdKernelParams<Traits>& kp
   return kp.dq_order != nullptr ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
 }
 
+// The first padded row of query tile m of query head `head` in the float32 dQ sums.
+template <class Traits>
+__device__ __forceinline__ int64_t dq_tile_row(const BwdKernelParams<Traits>& kp, int head,
+                                               int64_t seq_row0, int m) {
+  return int64_t(head) * kp.rows.total + seq_row0 + int64_t(m) * Traits::kDq.block_m;
+}
+
 // The dQ writer, one warp of the producer warpgroup: per step and consumer warpgroup, once the
 // warpgroup has stored its part of the step's dQ, one lane adds the part into the float32 sums
 // with one bulk addition (a part is contiguous in both, DqTileLayout), and the warp hands the
@@ -218,8 +234,7 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
   for (int wg = 0; wg < 2; ++wg)
     NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + wg);
   for (int s = 0; s < w.steps; ++s) {
-    const int64_t tile_row = int64_t(step_head(s)) * kp.rows.total + seq_row0 +
-                             int64_t(step_tile(s)) * kDq.block_m;
+    const int64_t tile_row = dq_tile_row(kp, step_head(s), seq_row0, step_tile(s));
     float* tile = kp.dq_accum + tile_row * kDq.row_floats();
     int* order = kp.dq_order != nullptr ? kp.dq_order + tile_row / kDq.block_m : nullptr;
     if (order != nullptr && leader) {
@@ -257,6 +272,41 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
     __syncwarp();
   }
   if (leader) hopper::bulk_wait_all();
+}
+
+// kDqAtomic: consumer warpgroup wg (0 or 1) adds its part of a step's dQ, its accumulator
+// acc_dq as thr_dq partitions the tile (SmemLayoutDq), into the float32 sums of query tile m
+// (first padded row tile_row) from registers, two floats a reduction: a warp's reduction
+// covers 8 rows x 32 bytes, whole 32-byte sectors. Under deterministic=True (kp.dq_order) the
+// two warpgroups first wait for this key tile's turn at the query tile (dq_turn) and pass it
+// on once both have added, as the writer warp does on the other path.
+template <class Traits, class ThrMma, class Acc>
+__device__ __forceinline__ void add_dq_part_atomic(const BwdKernelParams<Traits>& kp,
+                                                   const ThrMma& thr_dq, const Acc& acc_dq,
+                                                   int64_t tile_row, int m, int wg) {
+  using cutlass::arch::NamedBarrier;
+  constexpr DqTileLayout kDq = Traits::kDq;
+  int* order = kp.dq_order != nullptr ? kp.dq_order + tile_row / kDq.block_m : nullptr;
+  if (order != nullptr) {
+    if (threadIdx.x % 128 == 0)
+      cuda::wait_for_turn(order, dq_turn<kDq.block_m, Traits::kBlockN>(
+                                     kp.g.fwd, key_tile_of_cta(kp), int(gridDim.x), blockIdx.z, m));
+    NamedBarrier::sync(128, Traits::kBarrierDqTurn + wg);
+  }
+  Tensor tDqgDq = thr_dq.partition_C(make_tensor(
+      make_gmem_ptr(kp.dq_accum + tile_row * kDq.row_floats()), typename Traits::SmemLayoutDq{}));
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc_dq); i += 2)
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(&tDqgDq(i)), "f"(acc_dq(i)),
+                 "f"(acc_dq(i + 1))
+                 : "memory");
+  if (order != nullptr) {
+    NamedBarrier::sync(Traits::kConsumerThreads, Traits::kBarrierDqAdded);
+    if (threadIdx.x == 128) {
+      __threadfence();
+      cuda::pass_turn(order);
+    }
+  }
 }
 
 // The Q/dO pipeline (CUTLASS's PipelineTmaAsync: a "full" barrier counting a stage's bytes, an
@@ -312,7 +362,8 @@ __device__ __forceinline__ void run_producer(const BwdKernelParams<Traits>& kp,
   cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
   if (w.steps == 0) return;
   if (threadIdx.x / 32 == 1) {
-    write_dq_sums<Traits>(kp, smem.dq, w, step_head, step_tile, seq_row0);
+    if constexpr (!Traits::kDqAtomic)
+      write_dq_sums<Traits>(kp, smem.dq, w, step_head, step_tile, seq_row0);
     return;
   }
   if (threadIdx.x != 0) return;

@@ -51,13 +51,16 @@ using namespace cute;
 using hopper::acc_as_a_operand;
 using hopper::wgmma;
 
-template <class Element_, int kHeadDim_>
-struct BwdWideTraits : BwdTraitsBase<Element_, kHeadDim_, 64, 1> {  // 64 keys, one stage
-  using Base = BwdTraitsBase<Element_, kHeadDim_, 64, 1>;
+// 64 keys, one stage unless the config says otherwise (two fit once kDqAtomic frees the
+// shared-memory dQ tile: 217 KB).
+template <class Element_, int kHeadDim_, class Config = BwdConfig<>>
+struct BwdWideTraits : BwdTraitsBase<Element_, kHeadDim_, 64, Config::stages_or(1), Config> {
+  using Base = BwdTraitsBase<Element_, kHeadDim_, 64, Config::stages_or(1), Config>;
   using typename Base::BlockM, typename Base::BlockN, typename Base::Element,
       typename Base::HeadDim, typename Base::Pipeline, typename Base::SmemLayoutKV,
       typename Base::SmemLayoutQ;
-  using Base::kBlockM, Base::kBlockN, Base::kDq, Base::kHeadDim, Base::kStages;
+  using Base::kBlockM, Base::kBlockN, Base::kDq, Base::kDqSmemFloats, Base::kHeadDim,
+      Base::kStages;
   static_assert(kHeadDim == 256 && kBlockM == 64, "head dim 256, 64 queries a step");
   static_assert(Base::kDqWarpgroupsM == 1, "dQ split by columns, a half a warpgroup");
 
@@ -93,7 +96,7 @@ struct BwdWideTraits : BwdTraitsBase<Element_, kHeadDim_, 64, 1> {  // 64 keys, 
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDs>> ds;
     // P^T times the softcap's slope: value i of consumer thread t at [i][t] (conflict-free).
     alignas(16) float p_slope[kScoreValues][128];
-    alignas(128) float dq[2 * kDq.part_floats()];
+    alignas(128) float dq[kDqSmemFloats];
     alignas(16) float lse[kStages][kBlockM];
     alignas(16) float delta[kStages][kBlockM];
     typename Pipeline::SharedStorage pipeline;
@@ -189,7 +192,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   PipelineState read;
   for (int s = 0; s < w.steps; ++s) {
     const int stage = read.index();
-    const int64_t row0 = int64_t(step_tile(s)) * kBlockM;
+    const int m = step_tile(s);
+    const int64_t row0 = int64_t(m) * kBlockM;
     Tensor acc = partition_fragment_C(mma_s, Shape<BlockN, BlockM>{});  // S^T or dP^T
     static_assert(decltype(size(acc))::value == Traits::kScoreValues);
     pipeline.consumer_wait(read);
@@ -207,7 +211,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         const int query = get<1>(tScS(i));
         flash_bwd::ScoreGradFn::ProbSlope ps{0.f, 0.f};
         if (whole || thread_queries[(i / 2) % 2].contains(row0 + query))
-          ps = score_grad.prob_and_slope(acc(i), lse[query]);
+          ps = score_grad.template prob_and_slope<Traits::kFastExp2>(acc(i), lse[query]);
         p_slope[i * 128] = ps.p_slope;
         rA(i) = Element(ps.p);
       }
@@ -242,15 +246,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
     wgmma<true>(mma_dq, tDqrdS, tDqrKt, acc_dq);
 
-    // The step's dQ part (before the softmax scale) once the writer warp has read the last
-    // step's out; the writer adds it into the float32 sums.
-    NamedBarrier::sync(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + role);
-    warpgroup_wait<0>();
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc_dq); i += 2)
-      *reinterpret_cast<float2*>(&tDqsDq(i)) = make_float2(acc_dq(i), acc_dq(i + 1));
-    cutlass::arch::fence_view_async_shared();
-    NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqFull + role);
+    // The step's dQ part (before the softmax scale) into the float32 sums: from registers
+    // (kDqAtomic), or through the shared-memory tile once the writer warp has read the last
+    // step's out, for the writer to add.
+    if constexpr (Traits::kDqAtomic) {
+      warpgroup_wait<0>();
+      add_dq_part_atomic(kp, thr_dq, acc_dq, dq_tile_row(kp, step_head(s), seq_row0, m), m,
+                         role);
+    } else {
+      NamedBarrier::sync(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + role);
+      warpgroup_wait<0>();
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_dq); i += 2)
+        *reinterpret_cast<float2*>(&tDqsDq(i)) = make_float2(acc_dq(i), acc_dq(i + 1));
+      cutlass::arch::fence_view_async_shared();
+      NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqFull + role);
+    }
   }
   // dV (warpgroup 0) or dK times the softmax scale (warpgroup 1) of the tile's keys.
   Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));

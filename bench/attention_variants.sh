@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# On a Hopper GPU machine: builds configurations of the attention backward
+# (src/attention/sm90/flash_bwd_sm90_config.h) next to the shipped one, each as a bf16 shared
+# library of bench/cuda/attention_backward_variant.cu, all compiled in parallel (no library
+# build), then times and checks them with bench/bench_attention_backward_variants.py at head
+# dims 64/128/256, 2k and 16k tokens, causal and not. The last thing printed is the table.
+#
+#   bench/attention_variants.sh [OUTDIR]        (default /tmp/tilegrid-attention-variants)
+#
+# Environment: HEAD_DIMS ("64 128 256"), SEQLENS ("2048 16384"), JOBS (parallel compiles,
+# default: cores, at most 16), TILEGRID_CUTLASS_INCLUDE_DIR (else .deps/cutlass/include, else
+# the nvidia-cutlass package of python3). ptxas's registers / spills of every variant go to
+# OUTDIR/ptxas.txt; BUILD_ONLY=1 stops there (a machine without a GPU). 12 units of ~40-70 s each: about 2 minutes on 16 cores, the run ~2 more.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT=${1:-/tmp/tilegrid-attention-variants}
+HEAD_DIMS=${HEAD_DIMS:-64 128 256}
+SEQLENS=${SEQLENS:-2048 16384}
+mkdir -p "$OUT/lib" "$OUT/log"
+export PYTHONUNBUFFERED=1
+
+cutlass=${TILEGRID_CUTLASS_INCLUDE_DIR:-}
+if [ -z "$cutlass" ] && [ -f .deps/cutlass/include/cute/tensor.hpp ]; then
+  cutlass=$PWD/.deps/cutlass/include
+fi
+if [ -z "$cutlass" ]; then
+  cutlass=$(python3 -c 'import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), "source", "include"))' 2>/dev/null || true)
+fi
+if [ ! -f "$cutlass/cute/tensor.hpp" ]; then
+  echo "CUTLASS headers not found: set TILEGRID_CUTLASS_INCLUDE_DIR or carry .deps/cutlass" >&2
+  exit 1
+fi
+
+# name:fast_exp2:dq_atomic:stages (0: the head dim's default). "default" is BwdConfig<>.
+variants_for() {
+  case $1 in
+    256) echo "default:0:0:0 exp2:1:0:0 exp2-atomic:1:1:0 exp2-atomic-2st:1:1:2" ;;
+    *) echo "default:0:0:0 exp2:1:0:0 exp2-atomic:1:1:0 exp2-atomic-3st:1:1:3" ;;
+  esac
+}
+
+launcher=""
+command -v ccache >/dev/null && launcher=ccache
+jobs=${JOBS:-$(nproc)}
+[ "$jobs" -gt 16 ] && jobs=16
+start=$(date +%s)
+for d in $HEAD_DIMS; do
+  for v in $(variants_for "$d"); do
+    IFS=: read -r name fast atomic stages <<<"$v"
+    echo "$d $name $fast $atomic $stages"
+  done
+done | xargs -P "$jobs" -L 1 sh -c '
+  d=$0 name=$1; lib='"$OUT"'/lib/hd$d-$name.so
+  '"$launcher"' nvcc -std=c++20 --expt-relaxed-constexpr -lineinfo \
+    --generate-code=arch=compute_90a,code=[sm_90a] -Xcompiler=-fPIC -shared -Xptxas -v \
+    -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DTILEGRID_WITH_CUDA \
+    -DTG_HEAD_DIM=$d -DTG_FAST_EXP2=$2 -DTG_DQ_ATOMIC=$3 -DTG_STAGES=$4 \
+    -Iinclude -Isrc -isystem '"$cutlass"' bench/cuda/attention_backward_variant.cu -o $lib \
+    >'"$OUT"'/log/hd$d-$name.log 2>&1 || { echo "hd$d $name: build failed"; tail -20 '"$OUT"'/log/hd$d-$name.log; }'
+echo "built $(ls "$OUT"/lib/*.so 2>/dev/null | wc -l) variants in $(( $(date +%s) - start )) s"
+
+# The main kernel's line of each log: registers and spills.
+for log in "$OUT"/log/*.log; do
+  echo "$(basename "$log" .log): $(grep -A3 'Compiling entry.*flash_bwd_sm90_.*kernel' "$log" \
+    | grep -E 'spill|Used' | tr -s ' ' | tr '\n' ' ')"
+done | tee "$OUT/ptxas.txt"
+
+[ "${BUILD_ONLY:-0}" = 1 ] && exit 0
+python3 bench/bench_attention_backward_variants.py "$OUT/lib" --head-dims $HEAD_DIMS \
+  --seqlens $SEQLENS --out "$OUT/variants.json"
