@@ -41,6 +41,8 @@ fi
 
 { nvidia-smi; nvcc --version; $PY -c 'import torch; print("torch", torch.__version__)'; } >"$OUT/env.txt" 2>&1
 
+# By default everything is compiled here, from source, with this machine's compilers: that is
+# the build a change is validated on. For iterating on one kernel only,
 # TILEGRID_PREBUILT_LIBRARY=FILE[.xz]: link a libtilegrid.a built elsewhere from these sources
 # (scripts/prebuild_library.sh) instead of compiling src/; refused unless FILE.sources holds
 # this checkout's source hash (scripts/source_hash.sh). Without it the define is passed empty,
