@@ -10,7 +10,8 @@
 namespace tilegrid::python {
 
 namespace {
-attention::Params params_of(double softmax_scale, bool causal, int64_t window_left,
+// softmax_scale None: 1 / sqrt(head_dim).
+attention::Params params_of(std::optional<double> softmax_scale, bool causal, int64_t window_left,
                             int64_t window_right, double softcap) {
   attention::Params p;
   p.softmax_scale = softmax_scale;
@@ -25,14 +26,14 @@ attention::Params params_of(double softmax_scale, bool causal, int64_t window_le
 void bind_attention(nb::module_& m) {
   m.def(
       "flash_attn_forward",
-      [](nb::ndarray<> q, nb::ndarray<> k, nb::ndarray<> v, double softmax_scale, bool causal,
-         int64_t window_left, int64_t window_right, double softcap, nb::ndarray<> out,
+      [](nb::ndarray<> q, nb::ndarray<> k, nb::ndarray<> v, std::optional<double> softmax_scale,
+         bool causal, int64_t window_left, int64_t window_right, double softcap, nb::ndarray<> out,
          std::optional<nb::ndarray<>> lse, uintptr_t stream) {
         attention::forward(as_view(q), as_view(k), as_view(v),
                            params_of(softmax_scale, causal, window_left, window_right, softcap),
                            as_view(out), as_view(lse), as_stream(stream));
       },
-      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("softmax_scale"), nb::arg("causal"),
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("softmax_scale").none(), nb::arg("causal"),
       nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("out"),
       nb::arg("lse").none(), nb::arg("stream") = 0);
 
@@ -40,8 +41,9 @@ void bind_attention(nb::module_& m) {
       "flash_attn_varlen_forward",
       [](nb::ndarray<> q, nb::ndarray<> k, nb::ndarray<> v, nb::ndarray<> cu_seqlens_q,
          nb::ndarray<> cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
-         double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
-         double softcap, nb::ndarray<> out, std::optional<nb::ndarray<>> lse, uintptr_t stream) {
+         std::optional<double> softmax_scale, bool causal, int64_t window_left,
+         int64_t window_right, double softcap, nb::ndarray<> out, std::optional<nb::ndarray<>> lse,
+         uintptr_t stream) {
         attention::forward_varlen(
             as_view(q), as_view(k), as_view(v), as_view(cu_seqlens_q), as_view(cu_seqlens_k),
             max_seqlen_q, max_seqlen_k,
@@ -49,15 +51,15 @@ void bind_attention(nb::module_& m) {
             as_view(lse), as_stream(stream));
       },
       nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"), nb::arg("cu_seqlens_k"),
-      nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("softmax_scale"), nb::arg("causal"),
-      nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("out"),
-      nb::arg("lse").none(), nb::arg("stream") = 0);
+      nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("softmax_scale").none(),
+      nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"),
+      nb::arg("out"), nb::arg("lse").none(), nb::arg("stream") = 0);
 
   m.def(
       "flash_attn_backward",
       [](nb::ndarray<> dout, nb::ndarray<> q, nb::ndarray<> k, nb::ndarray<> v, nb::ndarray<> out,
-         nb::ndarray<> lse, std::optional<nb::ndarray<>> dlse, double softmax_scale, bool causal,
-         int64_t window_left, int64_t window_right, double softcap, bool deterministic,
+         nb::ndarray<> lse, std::optional<nb::ndarray<>> dlse, std::optional<double> softmax_scale,
+         bool causal, int64_t window_left, int64_t window_right, double softcap, bool deterministic,
          nb::ndarray<> dq, nb::ndarray<> dk, nb::ndarray<> dv, uintptr_t stream) {
         attention::backward(
             as_view(dout), as_view(q), as_view(k), as_view(v), as_view(out), as_view(lse),
@@ -65,18 +67,18 @@ void bind_attention(nb::module_& m) {
             as_view(dq), as_view(dk), as_view(dv), deterministic, as_stream(stream));
       },
       nb::arg("dout"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"),
-      nb::arg("dlse").none(), nb::arg("softmax_scale"), nb::arg("causal"), nb::arg("window_left"),
-      nb::arg("window_right"), nb::arg("softcap"), nb::arg("deterministic"), nb::arg("dq"),
-      nb::arg("dk"), nb::arg("dv"), nb::arg("stream") = 0);
+      nb::arg("dlse").none(), nb::arg("softmax_scale").none(), nb::arg("causal"),
+      nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("deterministic"),
+      nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("stream") = 0);
 
   m.def(
       "flash_attn_varlen_backward",
       [](nb::ndarray<> dout, nb::ndarray<> q, nb::ndarray<> k, nb::ndarray<> v, nb::ndarray<> out,
          nb::ndarray<> lse, std::optional<nb::ndarray<>> dlse, nb::ndarray<> cu_seqlens_q,
          nb::ndarray<> cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
-         double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
-         double softcap, bool deterministic, nb::ndarray<> dq, nb::ndarray<> dk, nb::ndarray<> dv,
-         uintptr_t stream) {
+         std::optional<double> softmax_scale, bool causal, int64_t window_left,
+         int64_t window_right, double softcap, bool deterministic, nb::ndarray<> dq,
+         nb::ndarray<> dk, nb::ndarray<> dv, uintptr_t stream) {
         attention::backward_varlen(
             as_view(dout), as_view(q), as_view(k), as_view(v), as_view(out), as_view(lse),
             as_view(dlse), as_view(cu_seqlens_q), as_view(cu_seqlens_k), max_seqlen_q, max_seqlen_k,
@@ -85,9 +87,9 @@ void bind_attention(nb::module_& m) {
       },
       nb::arg("dout"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"),
       nb::arg("dlse").none(), nb::arg("cu_seqlens_q"), nb::arg("cu_seqlens_k"),
-      nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("softmax_scale"), nb::arg("causal"),
-      nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("deterministic"),
-      nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("stream") = 0);
+      nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("softmax_scale").none(),
+      nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"),
+      nb::arg("deterministic"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("stream") = 0);
 
   // Private hooks for tests and benchmarks: which CUDA kernel runs (auto | sm90 | portable,
   // overriding TILEGRID_ATTENTION_KERNEL; sm90_switches as in attention.h) and which one ran

@@ -12,11 +12,23 @@ max_seqlen_q, max_seqlen_k, dropout_p=0.0, ...)` with the same keywords after dr
 
 - What exists: GQA/MQA (heads of q a multiple of heads of k/v); causal masks aligned
   bottom-right when seqlen_q != seqlen_k; window_size=(left, right) in keys around that
-  diagonal (-1: unbounded); softcap > 0 (softcap * tanh(s / softcap) on the scaled scores);
-  any head dim from 1 to 256 (padded with zeros to the next of 64, 96, 128, 192, 256, as FA
-  pads to a multiple of 8; on Hopper to the next of 64, 128, 256, its kernels' head dims; the
-  default scale stays 1/sqrt of the given head dim); inputs
-  copied to a contiguous layout where their strides do not suit the kernels, as FA does.
+  diagonal (-1: unbounded; a window of seqlen_q + seqlen_k or more is unbounded too);
+  softcap > 0 (softcap * tanh(s / softcap) on the scaled scores); any head dim from 1 to 256,
+  one for q, k and v (padded with zeros to the next of 64, 96, 128, 192, 256, as FA pads to a
+  multiple of 8; on Hopper to the next of 64, 128, 256, its kernels' head dims; the default
+  scale stays 1/sqrt of the given head dim); inputs copied to a contiguous layout where their
+  strides do not suit the kernels, as FA does.
+- softmax_scale: None gives 1/sqrt(head_dim), as FA's `if softmax_scale is None`; any other
+  value is the scale itself, as in FA: 0.0 weighs every visible key alike and a negative
+  scale is accepted (FA takes any float). It must be finite in float32, the type the scores
+  are scaled in. On CUDA without softcap, where the kernels need a scale > 0, a negative
+  scale runs as -q with -scale and 0.0 as 0 * q with scale 1 (the same scores; autograd
+  carries the gradient through the sign or the zero).
+- NaN: a NaN among a query's scores (a NaN in q or in a key it sees, or +inf, whose
+  softmax is inf / inf) gives that query a NaN output row and lse, and NaN gradients where
+  it reaches them, as torch's scaled_dot_product_attention (math backend) gives them. Keys
+  outside a query's window are never read (as in FA), so their NaNs do not reach it, where
+  the math backend, which multiplies masked probabilities of 0 by them, spreads them.
 - What does not: dropout (dropout_p must be 0; anything else raises NotImplementedError),
   alibi_slopes (raises), block_table / paged KV (raises).
 - return_attn_probs=True returns (out, softmax_lse, None): FA fills the third slot only with
@@ -41,6 +53,8 @@ host to validate them, which waits for the current stream.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from typing import Optional
 
 import torch
@@ -53,10 +67,51 @@ from ._torch import current_stream, dlpack
 _KERNEL_HEAD_DIMS = (64, 96, 128, 192, 256)
 
 
-def _window(window_size) -> tuple[int, int]:
+_INT64_MAX = 2**63 - 1
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
+def _integer(op: str, name: str, value) -> int:
+    """value as a Python int (ints, numpy and torch integers; not bools or floats)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{op}: {name} must be an integer, got a bool ({value})")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{op}: {name} must be an integer, got {type(value).__name__} "
+                        f"({value!r})") from None
+
+
+def _real(op: str, name: str, value) -> float:
+    """value as a Python float that is finite in float32, the type the scores are scaled in."""
+    if not isinstance(value, (numbers.Real, torch.Tensor, torch.SymFloat)):
+        raise TypeError(f"{op}: {name} must be a float, got {type(value).__name__} ({value!r})")
+    try:
+        x = float(value)
+    except OverflowError:
+        x = math.inf
+    if not abs(x) <= _FLOAT32_MAX:
+        raise ValueError(f"{op}: {name} must be finite in float32 (|{name}| <= "
+                         f"{_FLOAT32_MAX:.4g}), got {value}")
+    return x
+
+
+def _window(op: str, window_size) -> tuple[int, int]:
+    """(left, right) as ints >= -1. A window of seqlen_q + seqlen_k or more keys is no window
+    (the C++ validation makes it -1), so one past int64 is taken as int64's largest."""
     if not (isinstance(window_size, (tuple, list)) and len(window_size) == 2):
-        raise ValueError(f"window_size must be a pair (left, right), got {window_size!r}")
-    return int(window_size[0]), int(window_size[1])
+        raise ValueError(f"{op}: window_size must be a pair (left, right), got {window_size!r}")
+    left, right = (_integer(op, "window_size", w) for w in window_size)
+    if left < -1 or right < -1:
+        raise ValueError(f"{op}: window sizes must be >= -1 (-1: unbounded), got ({left}, {right})")
+    return min(left, _INT64_MAX), min(right, _INT64_MAX)
+
+
+def _seqlen(op: str, name: str, value) -> int:
+    n = _integer(op, name, value)
+    if not 0 <= n <= _INT64_MAX:
+        raise ValueError(f"{op}: {name} must be in [0, 2**63 - 1], got {n}")
+    return n
 
 
 def _check_unsupported(dropout_p, alibi_slopes, block_table=None) -> None:
@@ -264,15 +319,55 @@ flash_attn_varlen_forward.register_autograd(
 # ---- the public functions ----------------------------------------------------------------------
 
 
-def _prepare(q, k, v, softmax_scale):
-    """Kernel-ready, head-dim-padded q, k, v; the scale of the given head dim; that head dim."""
+def _positive_scale(q: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:
+    """q and scale with the same scores q.k * scale and scale > 0, for the CUDA kernels without
+    softcap (attention.h): -q and -scale for a negative scale, 0 * q and 1 for 0. Exact: a
+    negation is exact and 0 * q.k is 0 (NaN where q.k is, as torch's math backend gives it)."""
+    if scale < 0:
+        return -q, -scale
+    if scale == 0:
+        return q * 0, 1.0
+    return q, scale
+
+
+def _prepare(q, k, v, softmax_scale, softcap=0.0, op="flash_attn_func"):
+    """Kernel-ready, head-dim-padded q, k, v; the scale (of the given head dim when None);
+    that head dim. Checked before any padding: tensors, one head dim for q, k and v, a scale
+    finite in float32."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() == 0:
+            raise ValueError(f"{op}: {name} must have a head dimension, got a 0-d tensor")
     head_dim = q.shape[-1]
+    if k.shape[-1] != head_dim:
+        raise ValueError(f"{op}: q and k must have the same head dimension, got q's {head_dim} "
+                         f"(q shape {list(q.shape)}) and k's {k.shape[-1]} (k shape "
+                         f"{list(k.shape)})")
+    if v.shape[-1] != head_dim:
+        raise ValueError(f"{op}: v's head dimension must equal q's and k's ({head_dim}; the "
+                         f"kernels have no head dimension of v's own), got {v.shape[-1]} "
+                         f"(v shape {list(v.shape)})")
+    if head_dim > 256:
+        raise ValueError(f"{op}: head dimension must be at most 256, got {head_dim}")
+    if head_dim < 1:
+        raise ValueError(f"{op}: head dimension must be at least 1, got {head_dim}")
     if softmax_scale is None:
-        softmax_scale = 1.0 / math.sqrt(head_dim) if head_dim > 0 else 0.0
-    padded = (_padded_head_dim(head_dim, q.device) if head_dim > 0 and k.shape[-1] == head_dim
-              else head_dim)
+        scale = 1.0 / math.sqrt(head_dim)
+    else:
+        scale = _real(op, "softmax_scale", softmax_scale)
+    if q.is_cuda and softcap == 0:
+        q, scale = _positive_scale(q, scale)
+    padded = _padded_head_dim(head_dim, q.device)
     q, k, v = (_kernel_ready(_pad_head_dim(t, padded)) for t in (q, k, v))
-    return q, k, v, float(softmax_scale), head_dim
+    return q, k, v, scale, head_dim
+
+
+def _softcap(op: str, softcap) -> float:
+    cap = _real(op, "softcap", softcap)
+    if cap < 0:
+        raise ValueError(f"{op}: softcap must be >= 0 (0: off), got {cap}")
+    return cap
 
 
 def _results(out, lse, head_dim, return_attn_probs, return_lse):
@@ -291,11 +386,13 @@ def flash_attn_func(
 ):
     """Attention over (batch, seqlen, heads, headdim) tensors, differentiable in q, k, v.
     Returns out; (out, lse, None) with return_attn_probs; (out, lse) with return_lse."""
+    op = "flash_attn_func"
     _check_unsupported(dropout_p, alibi_slopes)
-    left, right = _window(window_size)
-    q, k, v, scale, head_dim = _prepare(q, k, v, softmax_scale)
+    left, right = _window(op, window_size)
+    cap = _softcap(op, softcap)
+    q, k, v, scale, head_dim = _prepare(q, k, v, softmax_scale, cap, op)
     out, lse = flash_attn_forward(
-        q, k, v, scale, bool(causal), left, right, float(softcap), bool(deterministic)
+        q, k, v, scale, bool(causal), left, right, cap, bool(deterministic)
     )
     return _results(out, lse, head_dim, return_attn_probs, return_lse)
 
@@ -310,11 +407,15 @@ def flash_attn_varlen_func(
 ):
     """Attention over packed (total_tokens, heads, headdim) tensors with int32 cumulative
     sequence offsets, differentiable in q, k, v. Returns as flash_attn_func."""
+    op = "flash_attn_varlen_func"
     _check_unsupported(dropout_p, alibi_slopes, block_table)
-    left, right = _window(window_size)
-    q, k, v, scale, head_dim = _prepare(q, k, v, softmax_scale)
+    left, right = _window(op, window_size)
+    cap = _softcap(op, softcap)
+    max_q = _seqlen(op, "max_seqlen_q", max_seqlen_q)
+    max_k = _seqlen(op, "max_seqlen_k", max_seqlen_k)
+    q, k, v, scale, head_dim = _prepare(q, k, v, softmax_scale, cap, op)
     out, lse = flash_attn_varlen_forward(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), scale,
-        bool(causal), left, right, float(softcap), bool(deterministic),
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, bool(causal), left, right, cap,
+        bool(deterministic),
     )
     return _results(out, lse, head_dim, return_attn_probs, return_lse)

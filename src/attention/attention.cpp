@@ -82,7 +82,8 @@ void forward(const TensorView& q, const TensorView& k, const TensorView& v, cons
              const TensorView& out, const std::optional<TensorView>& lse, Stream stream) {
   constexpr const char* kOp = "flash_attn_func";
   const Problem p = dense_problem(kOp, q, k, v, out, lse, params);
-  if (!q.device.is_cpu()) check_cuda_problem(kOp, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}});
+  if (!q.device.is_cpu())
+    check_cuda_problem(kOp, p, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}});
   run(kOp, p, q.device, stream);
 }
 
@@ -93,7 +94,8 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
   constexpr const char* kOp = "flash_attn_varlen_func";
   const Problem p = varlen_problem(kOp, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                    max_seqlen_k, out, lse, params, stream);
-  if (!q.device.is_cpu()) check_cuda_problem(kOp, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}});
+  if (!q.device.is_cpu())
+    check_cuda_problem(kOp, p, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}});
   run(kOp, p, q.device, stream);
 }
 

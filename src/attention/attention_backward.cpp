@@ -41,7 +41,7 @@ Gradients gradients(const char* op, const TensorView& dout, const TensorView& q,
 void run_backward(const char* op, const Problem& p, const Gradients& g, const TensorView& q,
                   std::initializer_list<Named> cuda_tensors, Stream stream) {
   if (q.device.is_cpu()) return backward_cpu(p, g);
-  check_cuda_problem(op, cuda_tensors);
+  check_cuda_problem(op, p, cuda_tensors);
 #if defined(TILEGRID_WITH_ATTENTION_CUDA)
   TG_CHECK_VALUE(p.batch <= 65535, op, ": at most 65535 sequences on CUDA, got ", p.batch);
   backward_cuda(p, g, q.device.index, stream);

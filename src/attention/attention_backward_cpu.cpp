@@ -4,10 +4,12 @@
 //   P = exp(s - lse),  dV += P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dO * O) + dlse),
 //   dQ = scale * dS' K,  dK = scale * dS'^T Q,
 // with dS' = dS * (1 - (s / softcap)^2) under a softcap (the derivative of
-// softcap * tanh(x / softcap)). A query that sees no key (lse = -inf) gets dQ = 0.
+// softcap * tanh(x / softcap)). A query that sees no key (lse = -inf) gets dQ = 0; a NaN lse (a
+// NaN among the row's scores) makes the gradients the row touches NaN, as torch's autograd does.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "attention/attention_problem.h"
@@ -69,7 +71,7 @@ void backward_cpu(const Problem& p, const Gradients& g) {
           const int64_t lse_index =
               b * p.lse_batch_stride + h * p.lse_head_stride + (q0 + i) * p.lse_token_stride;
           const double lse = p.lse[lse_index];
-          if (!keys.empty() && std::isfinite(lse)) {
+          if (!keys.empty() && lse != -std::numeric_limits<double>::infinity()) {
             // rowsum(dO * O) - dlse: the part of dP that every key of the row shares.
             double row_delta = dot(do_row.data(), o_row.data(), d);
             if (g.dlse != nullptr) row_delta -= g.dlse[lse_index];

@@ -1,6 +1,8 @@
 // CPU attention: the reference every attention kernel is tested against. Scores and
 // probabilities in float32 as a kernel computes them; the softmax sum and the output
 // accumulation in float64 so that the reference's own rounding stays far below the kernels'.
+// NaN propagates as in torch's scaled_dot_product_attention (math backend): a NaN score, or a
+// +inf one (its exponential is inf / inf), makes the row's sum NaN, and its output and lse.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -51,13 +53,15 @@ void forward_cpu(const Problem& p) {
           float s = dot * p.scale;
           if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
           scores[size_t(j)] = s;
-          row_max = std::max(row_max, s);
+          row_max = std::max(row_max, s);  // skips a NaN score: the sum below carries it
         }
+        // No key, or only -inf scores: base 0, so that exp(-inf - base) = 0 rather than NaN.
+        const float base = row_max == -std::numeric_limits<float>::infinity() ? 0.f : row_max;
 
         double sum = 0;
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = lo; j <= hi; ++j) {
-          const float prob = std::exp(scores[size_t(j)] - row_max);
+          const float prob = std::exp(scores[size_t(j)] - base);
           sum += prob;
           const int64_t vo = offset(p.v, b, p.k_start[b] + j, hk);
           for (int64_t c = 0; c < d; ++c)
@@ -65,10 +69,10 @@ void forward_cpu(const Problem& p) {
         }
         const int64_t oo = offset(p.out, b, p.q_start[b] + i, h);
         for (int64_t c = 0; c < d; ++c)
-          store_element(p.dtype, p.out.data, oo + c, sum > 0 ? float(acc[size_t(c)] / sum) : 0.f);
+          store_element(p.dtype, p.out.data, oo + c, sum == 0 ? 0.f : float(acc[size_t(c)] / sum));
         if (p.lse) {
           const float lse =
-              sum > 0 ? float(row_max + std::log(sum)) : -std::numeric_limits<float>::infinity();
+              sum == 0 ? -std::numeric_limits<float>::infinity() : float(base + std::log(sum));
           p.lse[b * p.lse_batch_stride + h * p.lse_head_stride +
                 (p.q_start[b] + i) * p.lse_token_stride] = lse;
         }

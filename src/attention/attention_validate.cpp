@@ -1,9 +1,11 @@
 // Argument checks and the Problem builders shared by the forward and backward entry points.
 #include "attention/attention_validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "tilegrid/core/checks.h"
@@ -27,26 +29,37 @@ void check_qkv(const char* op, const TensorView& q, const TensorView& k, const T
     check_data(op, name, *t);
     if (t != &q) check_same_device(op, name, *t, "q", q);
   }
+  // One head dimension for all three, checked before the supported ones, so that a mismatch
+  // is not blamed on q alone.
   const int64_t d = q.size(-1);
+  TG_CHECK_VALUE(k.size(-1) == d, op, ": q and k must have the same head dimension, got q's ", d,
+                 " (q shape ", q.shape, ") and k's ", k.size(-1), " (k shape ", k.shape, ")");
+  TG_CHECK_VALUE(v.size(-1) == d, op, ": v's head dimension must equal q's and k's (", d,
+                 "; the kernels have no head dimension of v's own), got ", v.size(-1), " (v shape ",
+                 v.shape, ")");
   bool supported = false;
   for (int64_t hd : kHeadDims) supported = supported || d == hd;
   TG_CHECK_VALUE(supported, op, ": head dimension must be 64, 96, 128, 192 or 256, got ", d,
                  " (q shape ", q.shape, ")");
   TG_CHECK_VALUE(k.shape == v.shape, op, ": k and v must have the same shape, got ", k.shape,
                  " and ", v.shape);
-  TG_CHECK_VALUE(k.size(-1) == d, op, ": k's head dimension must equal q's (", d, "), got ",
-                 k.size(-1));
   const int64_t hq = q.size(-2), hk = k.size(-2);
   TG_CHECK_VALUE(hk >= 1 && hq % hk == 0, op, ": heads of q (", hq,
                  ") must be a multiple of heads of k and v (", hk, ")");
 }
 
+// The scores are scaled in float32: a value past its range would scale them to inf or NaN.
+bool finite_in_float32(double x) {
+  return std::fabs(x) <= double(std::numeric_limits<float>::max());
+}
+
 void check_params(const char* op, const Params& p) {
-  TG_CHECK_VALUE(std::isfinite(p.softmax_scale) && p.softmax_scale >= 0, op,
-                 ": softmax_scale must be finite and > 0 (or 0 for 1/sqrt(head_dim)), got ",
-                 p.softmax_scale);
-  TG_CHECK_VALUE(std::isfinite(p.softcap) && p.softcap >= 0, op,
-                 ": softcap must be finite and >= 0, got ", p.softcap);
+  if (p.softmax_scale)
+    TG_CHECK_VALUE(finite_in_float32(*p.softmax_scale), op,
+                   ": softmax_scale must be finite in float32 (|scale| <= 3.4e38), got ",
+                   *p.softmax_scale);
+  TG_CHECK_VALUE(finite_in_float32(p.softcap) && p.softcap >= 0, op,
+                 ": softcap must be >= 0 and finite in float32, got ", p.softcap);
   TG_CHECK_VALUE(p.window_left >= -1 && p.window_right >= -1, op,
                  ": window sizes must be >= -1 (-1: unbounded), got (", p.window_left, ", ",
                  p.window_right, ")");
@@ -62,11 +75,21 @@ void fill_common(Problem& p, const TensorView& q, const TensorView& k, const Ten
   p.k = operand(k, varlen);
   p.v = operand(v, varlen);
   p.out = operand(out, varlen);
-  p.scale =
-      float(params.softmax_scale > 0 ? params.softmax_scale : 1.0 / std::sqrt(double(p.head_dim)));
+  p.scale = float(params.softmax_scale.value_or(1.0 / std::sqrt(double(p.head_dim))));
   p.softcap = float(params.softcap);
   p.window_left = params.window_left;
   p.window_right = params.causal ? 0 : params.window_right;
+}
+
+// A window of seqlen_q + seqlen_k keys or more reaches past both ends of the sequence from
+// every diagonal (query i's is key i + seqlen_k - seqlen_q), so it is no window: -1, as
+// FlashAttention writes it. The mask's bound arithmetic (diagonal -/+ window) then stays far
+// from int64's limits for every back end, forward and backward.
+void clamp_windows(Problem& p) {
+  int64_t reach = 0;
+  for (size_t b = 0; b < p.q_len.size(); ++b) reach = std::max(reach, p.q_len[b] + p.k_len[b]);
+  if (p.window_left >= reach) p.window_left = -1;
+  if (p.window_right >= reach) p.window_right = -1;
 }
 
 // Offsets validated on the host (from 0, non-decreasing, ending at `total`).
@@ -115,8 +138,21 @@ Operand operand(const TensorView& t, bool varlen) {
   return {t.data, varlen ? 0 : t.stride(0), t.stride(-3), t.stride(-2)};
 }
 
-// 16-bit types and 16-byte row loads (cp.async, TMA).
-void check_cuda_problem(const char* op, std::initializer_list<Named> tensors) {
+// 16-bit types and 16-byte row loads (cp.async, TMA); scores the kernels can scale.
+void check_cuda_problem(const char* op, const Problem& p, std::initializer_list<Named> tensors) {
+  // Without softcap the kernels keep each row's maximum of the unscaled scores and scale it,
+  // which is the maximum of the scaled ones only for a scale > 0 (with a scale of 0, a masked
+  // score, -inf, would scale to NaN). With softcap the scores are scaled before the maximum.
+  constexpr double kLog2e = 1.4426950408889634;
+  const double log2_factor = double(p.softcap > 0 ? p.softcap : p.scale) * kLog2e;
+  TG_CHECK_VALUE(p.softcap > 0 || p.scale > 0, op,
+                 ": on CUDA without softcap, softmax_scale must be > 0, got ", p.scale,
+                 " (the kernels take each row's maximum before scaling; for a scale s <= 0 pass "
+                 "-q and -s, or 0 * q and 1, as tilegrid.flash_attn_func does)");
+  TG_CHECK_VALUE(finite_in_float32(log2_factor), op, ": on CUDA the scores are scaled by ",
+                 p.softcap > 0 ? "softcap" : "softmax_scale",
+                 " * log2(e) in float32, which overflows for ",
+                 p.softcap > 0 ? p.softcap : p.scale);
   const TensorView& q = *tensors.begin()->second;
   TG_CHECK_TYPE(q.dtype == DType::Float16 || q.dtype == DType::BFloat16, op,
                 ": on CUDA, q, k and v must be float16 or bfloat16 (float32 runs on the CPU "
@@ -161,6 +197,7 @@ Problem dense_problem(const char* op, const TensorView& q, const TensorView& k, 
   p.q_len.assign(size_t(batch), sq);
   p.k_len.assign(size_t(batch), sk);
   p.max_seqlen_q = sq;
+  clamp_windows(p);
   if (lse) {
     p.lse = lse->data_ptr<float>();
     p.lse_batch_stride = hq * sq;
@@ -206,6 +243,7 @@ Problem varlen_problem(const char* op, const TensorView& q, const TensorView& k,
                    " keys, over max_seqlen_q = ", max_seqlen_q, " / max_seqlen_k = ", max_seqlen_k);
   }
   p.max_seqlen_q = max_seqlen_q;
+  clamp_windows(p);
   if (!q.device.is_cpu()) {
     p.cu_seqlens_q_device = cu_seqlens_q.data_ptr<const int32_t>();
     p.cu_seqlens_k_device = cu_seqlens_k.data_ptr<const int32_t>();

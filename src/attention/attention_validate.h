@@ -19,9 +19,10 @@ using Named = std::pair<const char*, const TensorView*>;
 void check_like(const char* op, const char* name, const TensorView& t, const char* ref_name,
                 const TensorView& ref);
 
-// The CUDA kernels' extra requirements on every tensor given (q first, k second): 16-bit
-// types, 16-byte aligned data and strides that are multiples of 8 elements.
-void check_cuda_problem(const char* op, std::initializer_list<Named> tensors);
+// The CUDA kernels' extra requirements on the validated problem (a scale > 0 unless softcap
+// is on) and on every tensor given (q first, k second): 16-bit types, 16-byte aligned data and
+// strides that are multiples of 8 elements.
+void check_cuda_problem(const char* op, const Problem& p, std::initializer_list<Named> tensors);
 
 // Dense batches: q [b, sq, hq, d], k and v [b, sk, hk, d], out like q; lse float32
 // [b, hq, sq] when given.

@@ -1,6 +1,8 @@
 // CPU cross-entropy rows: the reference the CUDA kernel is tested against, and the CPU path.
 // The row's maximum and sum of exponentials in float64; the gradient rounded to the logits'
-// dtype once.
+// dtype once. The loss is (max - x_t) + log(sum), not (max + log(sum)) - x_t: with logits of
+// 1e17 an ulp of max is 16, which would swallow log(sum) (torch forms it from log_softmax,
+// x - max first, as here).
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -29,13 +31,13 @@ void loss_and_grad_cpu(const Params& p) {
     double sum = 0;
     for (int64_t c = 0; c < p.vocab; ++c)
       sum += std::exp(load_element(p.dtype, p.logits, base + c) - max);
-    const double lse = max + std::log(sum);
+    const double log_sum = std::log(sum);
     const bool in_range = t >= 0 && t < p.vocab;
-    p.loss[r] = in_range ? float(lse - load_element(p.dtype, p.logits, base + t))
+    p.loss[r] = in_range ? float((max - load_element(p.dtype, p.logits, base + t)) + log_sum)
                          : std::numeric_limits<float>::quiet_NaN();
     if (p.grad_scale == nullptr) return;
     for (int64_t c = 0; c < p.vocab; ++c) {
-      const double prob = std::exp(load_element(p.dtype, p.logits, base + c) - lse);
+      const double prob = std::exp((load_element(p.dtype, p.logits, base + c) - max) - log_sum);
       store_element(p.dtype, p.logits, base + c, (prob - (c == t ? 1.0 : 0.0)) * double(scale));
     }
   });

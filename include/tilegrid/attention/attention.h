@@ -5,7 +5,10 @@
 // of heads of k/v (GQA/MQA); causal masks align the last query with the last key (bottom
 // right) when seqlen_q != seqlen_k; windows are (left, right) in keys around that diagonal;
 // softcap applies softcap * tanh(s / softcap) to the scaled scores. A query that sees no key
-// gets output 0 and log-sum-exp -inf.
+// gets output 0 and log-sum-exp -inf. A NaN among a query's scores (a NaN in q or in a key it
+// sees, or +inf, whose softmax is inf / inf) makes its output row and log-sum-exp NaN, as in
+// torch's scaled_dot_product_attention (math backend); keys outside a query's window are never
+// read, as in FlashAttention, so their values do not reach it.
 //
 // CPU tensors run the reference (float32 math, float64 sums). CUDA tensors (float16 and
 // bfloat16 only; data 16-byte aligned, strides multiples of 8 elements) run a portable
@@ -20,12 +23,18 @@
 
 namespace tilegrid::attention {
 
+// softmax_scale: unset means 1 / sqrt(head_dim); else any value finite in float32, the type
+// the scores are scaled in: 0 weighs every visible key alike, and a negative scale is taken as
+// FlashAttention takes it (any float). Without softcap the CUDA kernels need a scale > 0 (they
+// take each row's maximum of the unscaled scores); tilegrid.flash_attn_func passes -q and
+// -scale for a negative scale and 0 * q for 0. A window of at least seqlen_q + seqlen_k keys
+// (of the longest sequence) reaches past both ends of every sequence: it is taken as -1.
 struct Params {
-  double softmax_scale = 0;   // 0: 1 / sqrt(head_dim)
+  std::optional<double> softmax_scale;
   bool causal = false;        // same as window_right = 0
   int64_t window_left = -1;   // keys allowed before the diagonal; -1: all
   int64_t window_right = -1;  // keys allowed after the diagonal; -1: all
-  double softcap = 0;         // 0: off
+  double softcap = 0;         // 0: off; else finite in float32
 };
 
 // Which CUDA kernels run, forward and backward. The environment variable
@@ -55,8 +64,9 @@ void set_cuda_kernel(CudaKernel kernel, int sm90_switches = -1);
 const char* last_cuda_kernel();
 
 // q [b, sq, hq, d], k and v [b, sk, hk, d] (float16, bfloat16 or float32; one dtype), last
-// dimension contiguous; d in {64, 96, 128, 192, 256}. out: like q, contiguous. lse (optional):
-// float32 [b, hq, sq], natural-log log-sum-exp of each query's scaled scores.
+// dimension contiguous; d in {64, 96, 128, 192, 256}, one d for q, k and v. out: like q,
+// contiguous. lse (optional): float32 [b, hq, sq], natural-log log-sum-exp of each query's scaled
+// scores.
 void forward(const TensorView& q, const TensorView& k, const TensorView& v, const Params& params,
              const TensorView& out, const std::optional<TensorView>& lse, Stream stream = {});
 

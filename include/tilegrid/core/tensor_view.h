@@ -34,8 +34,10 @@ struct TensorView {
   size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(dtype); }
 
   // True when the elements are densely packed in row-major order. Extents of 1 may carry
-  // any stride (PyTorch produces such views), so they are ignored.
+  // any stride (PyTorch produces such views), so they are ignored; a tensor without elements
+  // is contiguous whatever its strides, as torch.Tensor.is_contiguous() says.
   bool is_contiguous() const {
+    if (numel() == 0) return true;
     int64_t expected = 1;
     for (int i = ndim() - 1; i >= 0; --i) {
       if (shape[i] == 1) continue;

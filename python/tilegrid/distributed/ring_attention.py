@@ -194,7 +194,7 @@ def _ring_call(name: str, zigzag: bool, q, k, v, dropout_p, softmax_scale, causa
     if zigzag and q.shape[1] % 2:
         raise ValueError(f"{name}: a zig-zag shard holds two chunks: seqlen_local must be even, got {q.shape[1]}")
     head_dim = q.shape[-1]
-    qp, kp, vp, scale, head_dim = _fa._prepare(q, k, v, softmax_scale)
+    qp, kp, vp, scale, head_dim = _fa._prepare(q, k, v, softmax_scale, float(softcap), name)
     out = _RingAttention.apply(qp, kp, vp, scale, bool(causal), float(softcap), bool(deterministic), zigzag, group)
     out = out[..., :head_dim] if out.shape[-1] != head_dim else out
     if return_attn_probs:
@@ -346,7 +346,7 @@ def _varlen_call(name, zigzag, q, k, v, cu_seqlens, max_seqlen, dropout_p, softm
                          f"tokens, got {cu_seqlens.dtype} {cu_seqlens.tolist()}")
     if return_attn_probs:
         raise NotImplementedError(f"{name}: return_attn_probs is not supported")
-    qp, kp, vp, scale, head_dim = _fa._prepare(q, k, v, softmax_scale)
+    qp, kp, vp, scale, head_dim = _fa._prepare(q, k, v, softmax_scale, float(softcap), name)
     out = _VarlenRingAttention.apply(qp, kp, vp, cu_seqlens, int(max_seqlen), scale, bool(causal), float(softcap),
                                      bool(deterministic), zigzag, group)
     return out[..., :head_dim] if out.shape[-1] != head_dim else out

@@ -36,14 +36,15 @@ template <int kHeadDim>
 constexpr int kStageRows = kHeadDim <= 128 ? 8 : 4;
 
 // The gradient of one score: dX = dS * dsoftcap, from the raw dot products s = q.k and
-// dp = dO.v; 0 where the key is masked or the row sees no key. Also P, for dV.
+// dp = dO.v; 0 where the key is masked or the row sees no key (lse -inf); NaN where the
+// forward's row was NaN (lse NaN). Also P, for dV.
 struct SimtScoreGrad {
   float p, dx;
 };
 
 __device__ __forceinline__ SimtScoreGrad simt_score_grad(const FlashBwdParams& g, float s, float dp,
                                                 float lse, float delta, bool visible) {
-  if (!visible || !(lse > -INFINITY)) return {0.f, 0.f};
+  if (!visible || lse == -INFINITY) return {0.f, 0.f};
   float x, dsoftcap = 1.f;
   if (g.softcap > 0) {
     const float t = tanhf(s * (g.scale / g.softcap));

@@ -8,7 +8,9 @@
 //
 // Key tiles run from the last to the first, so the tiles that need masking (the sequence tail,
 // the causal diagonal) come first and the rest skip the per-element mask. A row that sees no
-// key keeps max = -inf and sum = 0 and is written as O = 0, LSE = -inf.
+// key keeps max = -inf and sum = 0 and is written as O = 0, LSE = -inf. A NaN score (or +inf,
+// whose exponential is inf / inf) makes the sum NaN, and O and LSE with it, as in torch's math
+// backend: fmaxf skips a NaN, so it is the sum that carries it.
 #include <cutlass/array.h>
 #include <cutlass/numeric_types.h>
 #include <cute/tensor.hpp>
@@ -299,7 +301,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(const Fl
   CUTE_UNROLL
   for (int r = 0; r < 2; ++r) {
     const float sum = quad_sum(row_sum[r]);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const float inv = sum == 0.f ? 0.f : 1.f / sum;
     const int row = thread_row[r];
     if (row < rows) {
       CUTE_UNROLL
@@ -312,7 +314,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(const Fl
             o_ptr + (int64_t(row0) + row) * p.out_row_stride + col) = pair;
       }
       if (lse_ptr != nullptr && tid % 4 == 0)
-        lse_ptr[row] = sum > 0.f ? (row_max[r] * scale_log2 + log2f(sum)) * float(M_LN2) : kNegInf;
+        lse_ptr[row] = sum == 0.f ? kNegInf : (row_max[r] * scale_log2 + log2f(sum)) * float(M_LN2);
     }
   }
 }

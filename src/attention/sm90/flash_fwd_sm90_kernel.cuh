@@ -821,7 +821,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       ++q_loads;
     }
 
-    // Epilogue: O / sum to the output type, LSE = (max * scale + log2(sum)) * ln 2.
+    // Epilogue: O / sum to the output type, LSE = (max * scale + log2(sum)) * ln 2; a row with
+    // no visible key (sum 0) gets O = 0 and LSE = -inf, a NaN sum (a NaN or +inf score) NaN.
     float* lse_ptr = p.lse == nullptr ? nullptr
                                       : p.lse + w.batch * p.lse_batch_stride +
                                             w.head * p.lse_head_stride + w.q_token0 + w.row0;
@@ -830,11 +831,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int r = 0; r < 2; ++r) {
       const float sum = quad_sum(row_sum[r]);
       const float sum_p = Traits::kConditionalRescale ? quad_sum(row_sum_p[r]) : sum;
-      inv[r] = sum_p > 0.f ? 1.f / sum_p : 0.f;
+      inv[r] = sum_p == 0.f ? 0.f : 1.f / sum_p;
       const int row = thread_row[r];
       if (lse_ptr != nullptr && tid % 4 == 0 && row < w.rows)
-        lse_ptr[row] =
-            sum > 0.f ? (row_max[r] * scale_log2 + log2f(sum)) * float(M_LN2) : kNegInf;
+        lse_ptr[row] = sum == 0.f ? kNegInf : (row_max[r] * scale_log2 + log2f(sum)) * float(M_LN2);
     }
     // This warpgroup's 64 rows by TMA where they fit in shared memory and the store cannot
     // reach past the sequence: a dense batch's tensor ends with the sequence (TMA drops the

@@ -5,6 +5,9 @@
 //  - pass 1 keeps a running maximum and sum of exponentials per thread (in base 2: one
 //    multiply and one ex2 an element, one rescale a vector), combined over the block;
 //  - pass 2 writes (exp(x - lse) - [column == target]) * scale over the row.
+// Differences are taken before the log of the sum is added: the loss is (max - x_t) + log(sum)
+// and the probabilities exp((x - max) - log(sum)), as torch's log_softmax forms them; with
+// logits of 1e17 (an ulp of 1e10 in float32) max + log(sum) would lose log(sum).
 // Each thread reads 16-byte vectors, kUnroll of them in flight, so that a block keeps several
 // loads outstanding (the loop-carried maximum would otherwise serialize them).
 #include <cuda_bf16.h>
@@ -140,9 +143,10 @@ __global__ void __launch_bounds__(kMaxThreads) loss_and_grad_kernel(Params p) {
     add_vector<VEC>(ms, x2);
   }
   const MaxSum total = block_max_sum(ms, scratch);
-  const float lse2 = total.max + log2f(total.sum);  // log2 of the row's sum of exp
+  const float log2_sum = log2f(total.sum);  // log2 of the row's sum of exp2(x - max)
   const bool in_range = t >= 0 && t < p.vocab;
-  if (threadIdx.x == 0) p.loss[r] = in_range ? (lse2 - base2(to_float(row[t]))) * kLn2 : NAN;
+  if (threadIdx.x == 0)
+    p.loss[r] = in_range ? ((total.max - base2(to_float(row[t]))) + log2_sum) * kLn2 : NAN;
   if (p.grad_scale == nullptr) return;
   // Every thread has read its own elements and row[t] is read above by thread 0 before the
   // barrier below, which orders it before pass 2 overwrites it.
@@ -156,7 +160,7 @@ __global__ void __launch_bounds__(kMaxThreads) loss_and_grad_kernel(Params p) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       const float onehot = (j * VEC + k == t) ? scale : 0.f;
-      g.v[k] = from_float<T>(exp2f(x2[k] - lse2) * scale - onehot);
+      g.v[k] = from_float<T>(exp2f((x2[k] - total.max) - log2_sum) * scale - onehot);
     }
     *reinterpret_cast<Vec<T, VEC>*>(row + j * VEC) = g;
   }

@@ -20,6 +20,15 @@ TEST(TensorView, ContiguityIgnoresUnitExtents) {
   EXPECT_TRUE(TensorView(&x, DType::Float32, Device::cpu(), {2, 1, 3}, {3, 99, 1}).is_contiguous());
 }
 
+// torch.empty(2, 0, 4, 64) has strides [256, 256, 64, 1] and torch.empty(4, 0) [1, 1]: no
+// element is out of place, and torch calls both contiguous.
+TEST(TensorView, TensorsWithoutElementsAreContiguous) {
+  EXPECT_TRUE(TensorView(nullptr, DType::Float32, Device::cpu(), {2, 0, 4, 64}, {256, 256, 64, 1})
+                  .is_contiguous());
+  EXPECT_TRUE(TensorView(nullptr, DType::Float32, Device::cpu(), {4, 0}, {1, 1}).is_contiguous());
+  EXPECT_TRUE(TensorView(nullptr, DType::Float32, Device::cpu(), {0, 3}, {7, 5}).is_contiguous());
+}
+
 TEST(TensorView, NegativeDimsCountFromTheEnd) {
   int x = 0;
   TensorView v(&x, DType::Float16, Device::cpu(), {4, 5, 6});

@@ -18,7 +18,7 @@ def reference(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0,
     sk, hk = k.shape[:2]
     k = k.repeat_interleave(hq // hk, dim=1)
     v = v.repeat_interleave(hq // hk, dim=1)
-    scale = scale or 1 / math.sqrt(d)
+    scale = 1 / math.sqrt(d) if scale is None else scale
     s = torch.einsum("qhd,khd->hqk", q, k) * scale
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)

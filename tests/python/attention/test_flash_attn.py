@@ -123,7 +123,7 @@ def forward_binding(q, k, v):
     """The C++ entry point itself, without the Python layer's padding and copies."""
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device)
-    _C.flash_attn_forward(q, k, v, 0.0, False, -1, -1, 0.0, out, lse,
+    _C.flash_attn_forward(q, k, v, None, False, -1, -1, 0.0, out, lse,
                           torch.cuda.current_stream().cuda_stream if q.is_cuda else 0)
 
 
@@ -190,7 +190,7 @@ def run_poisoned(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0
     """The kernel through the bindings, into outputs poisoned with NaN."""
     out = poison_(torch.empty(q.shape, dtype=q.dtype, device=q.device))  # contiguous
     lse = poison_(torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device))
-    _C.flash_attn_forward(q, k, v, float(scale or 0.0), causal, window[0], window[1], softcap,
+    _C.flash_attn_forward(q, k, v, scale, causal, window[0], window[1], softcap,
                           out, lse, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     return out, lse
@@ -199,7 +199,7 @@ def run_poisoned(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0
 def run_varlen_poisoned(q, k, v, cu_q, cu_k, max_q, max_k, causal=False, window=(-1, -1)):
     out = poison_(torch.empty_like(q))
     lse = poison_(torch.empty(q.shape[1], q.shape[0], device=q.device))
-    _C.flash_attn_varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, causal, window[0],
+    _C.flash_attn_varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, None, causal, window[0],
                                  window[1], 0.0, out, lse, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     return out, lse

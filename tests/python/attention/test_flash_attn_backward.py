@@ -242,11 +242,11 @@ def test_backward_bad_inputs_get_clear_errors():
     dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
     from tilegrid import _C
     with pytest.raises(ValueError, match=r"dout must have shape \[1, 12, 2, 64\], got \[1, 11, 2, 64\]"):
-        _C.flash_attn_backward(out[:, :11], q, k, v, out, lse, None, 0.0, False, -1, -1, 0.0, False, dq, dk, dv)
+        _C.flash_attn_backward(out[:, :11], q, k, v, out, lse, None, None, False, -1, -1, 0.0, False, dq, dk, dv)
     with pytest.raises(ValueError, match=r"lse must have shape \[1, 2, 12\]"):
-        _C.flash_attn_backward(out, q, k, v, out, lse[:, :1], None, 0.0, False, -1, -1, 0.0, False, dq, dk, dv)
+        _C.flash_attn_backward(out, q, k, v, out, lse[:, :1], None, None, False, -1, -1, 0.0, False, dq, dk, dv)
     with pytest.raises(TypeError, match="dk must be float32, got float64"):
-        _C.flash_attn_backward(out, q, k, v, out, lse, None, 0.0, False, -1, -1, 0.0, False, dq, dk.double(), dv)
+        _C.flash_attn_backward(out, q, k, v, out, lse, None, None, False, -1, -1, 0.0, False, dq, dk.double(), dv)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ def poisoned_backward(dout, q, k, v, out, lse, causal=False, window=(-1, -1), so
     from tilegrid import _C
     out = out.contiguous()
     grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
-    _C.flash_attn_backward(dout, q, k, v, out, lse, None, 0.0, causal, window[0], window[1],
+    _C.flash_attn_backward(dout, q, k, v, out, lse, None, None, causal, window[0], window[1],
                            softcap, deterministic, *grads, torch.cuda.current_stream().cuda_stream)
     return grads
 

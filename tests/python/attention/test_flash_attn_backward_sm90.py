@@ -83,7 +83,7 @@ def test_sm90_backward_varlen_with_empty_sequences(d):
                                          max(lens_k), causal=True, return_lse=True)
     grads = [torch.full_like(t, float("nan")) for t in (qc, kc, vc)]
     _C.flash_attn_varlen_backward(doutc, qc, kc, vc, out, lse, None, cu_q.cuda(), cu_k.cuda(),
-                                  max(lens_q), max(lens_k), 0.0, True, -1, -1, 0.0, False,
+                                  max(lens_q), max(lens_k), None, True, -1, -1, 0.0, False,
                                   *grads, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     assert _C._attention_last_kernel() == "sm90"

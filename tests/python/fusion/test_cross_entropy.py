@@ -42,6 +42,32 @@ def test_loss_and_gradient_match_torch(device, dtype, reduction, vocab):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("magnitude", [1e15, 1e16, 1e17, -1e17])
+def test_huge_logits_keep_the_log_of_the_sum(device, dtype, magnitude):
+    """Logits near 1e17 whose differences are of order 1: the loss and gradient depend on the
+    differences only, as F.cross_entropy's (float64) do; forming max + log(sum) first would lose
+    log(sum) in max's ulp (16 at 1e17 in float64, 2^33 in float32)."""
+    N, vocab = 23, 8
+    base = torch.full((N, 1), magnitude, dtype=torch.float64)
+    logits = (base * (1 + torch.randn(N, vocab, dtype=torch.float64) * 1e-7)).to(dtype)
+    logits[:3] = torch.tensor(magnitude, dtype=dtype)  # ties: the loss is log(vocab)
+    logits = logits.to(device).requires_grad_()
+    target = torch.randint(0, vocab, (N,), device=device)
+    for reduction in ("none", "mean"):
+        loss = tg.cross_entropy(logits, target, reduction=reduction)
+        grad_out = torch.rand(loss.shape, device=device) + 0.5
+        (g,) = torch.autograd.grad(loss, (logits,), grad_out.to(dtype))
+        want, want_grad = reference(logits, target, reduction, grad_out.to(dtype).float())
+        tol = TOLERANCE[dtype]  # the loss is returned in the logits' dtype
+        torch.testing.assert_close(loss.double(), want, rtol=tol, atol=tol)
+        torch.testing.assert_close(g.double(), want_grad, rtol=tol, atol=tol * want_grad.abs().max().item())
+    rows = tg.cross_entropy(logits, target, reduction="none")
+    ties = torch.full((3,), 8.0, dtype=torch.float64, device=device).log()
+    torch.testing.assert_close(rows[:3].double(), ties, rtol=TOLERANCE[dtype], atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_strided_logits_no_grad_and_the_module(device):
     wide = torch.randn(9, 80, device=device)
     logits = wide[:, :64]  # a row stride of 80

@@ -169,6 +169,30 @@ def test_gradients_by_gradcheck(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cin,cout", [(4, 5), (0, 5), (4, 0), (0, 0)])
+def test_empty_grids_and_zero_channels_give_shaped_outputs_and_gradients(device, cin, cout):
+    """As torch.nn.functional.conv3d: no voxels or no channels give correctly shaped outputs;
+    a sum over no input channels is 0, and so are the gradients of the empty parts."""
+    empty = tg.GridBatch.from_ijk(tg.JaggedTensor([torch.zeros(0, 3, dtype=torch.int32)])).to(device)
+    grid = random_grid(device, sizes=(12, 0, 7), spread=3)
+    for source in (empty, grid):
+        for plan in (tg.ConvolutionPlan.from_grid_batch(3, 1, source, source),
+                     tg.ConvolutionPlan.from_grid_batch(2, 2, source)):
+            x = torch.randn(source.total_voxels, cin, dtype=torch.float64, device=device, requires_grad=True)
+            w = torch.randn(cout, cin, *plan.kernel_size, dtype=torch.float64, device=device,
+                            requires_grad=True)
+            out = plan.execute(x, w)
+            rows = plan.kernel_map.shape[1]
+            assert out.shape == (rows, cout)
+            if cin == 0 or source is empty:
+                assert torch.equal(out, torch.zeros_like(out))
+            dx, dw = torch.autograd.grad(out, (x, w), torch.randn_like(out))
+            assert dx.shape == x.shape and dw.shape == w.shape
+            if rows == 0 or cout == 0:
+                assert torch.equal(dx, torch.zeros_like(dx)) and torch.equal(dw, torch.zeros_like(dw))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_inference_equals_autograd_and_follows_weight_changes(device):
     """Without autograd, execute() takes the kernels directly: the same result as with
     autograd, and a weight changed in place, through .data, or to another dtype is used."""

@@ -1,0 +1,322 @@
+"""Inputs at the edges of the attention API: empty tensors, head dims that disagree, windows
+wider than any sequence, scales of every sign, NaN and infinity in the inputs, and arguments
+of the wrong kind. Where FlashAttention or torch defines the behaviour, the test says which."""
+import math
+
+import pytest
+import tilegrid as tg
+import torch
+import torch.nn.functional as F
+from attention_reference import reference
+
+# ---- empty tensors: correctly shaped outputs and gradients, as torch gives them ---------------
+
+
+@pytest.mark.parametrize("shape_q,shape_k", [
+    ((2, 0, 4, 64), (2, 0, 4, 64)),   # no queries and no keys
+    ((0, 7, 4, 64), (0, 9, 4, 64)),   # no sequences
+    ((2, 0, 4, 64), (2, 5, 2, 64)),   # no queries: dk and dv are zero
+])
+def test_empty_dense_batches_give_empty_outputs_and_gradients(shape_q, shape_k):
+    q = torch.randn(shape_q, requires_grad=True)
+    k, v = (torch.randn(shape_k, requires_grad=True) for _ in range(2))
+    out, lse = tg.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
+    dq, dk, dv = torch.autograd.grad(out.sum() + lse.sum(), (q, k, v))
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    assert torch.equal(dk, torch.zeros_like(k)) and torch.equal(dv, torch.zeros_like(v))
+
+
+def test_queries_without_keys_get_zero_output_and_minus_infinity():
+    # torch's SDPA (math) gives zeros for a softmax over no keys; FlashAttention's lse is -inf.
+    q = torch.randn(2, 5, 4, 64, requires_grad=True)
+    k, v = (torch.randn(2, 0, 4, 64, requires_grad=True) for _ in range(2))
+    out, lse = tg.flash_attn_func(q, k, v, return_lse=True)
+    assert torch.equal(out, torch.zeros_like(q)) and torch.isneginf(lse).all()
+    (dq,) = torch.autograd.grad(out, (q,), torch.randn_like(out))
+    assert torch.equal(dq, torch.zeros_like(q))
+
+
+@pytest.mark.parametrize("lengths", [[], [0, 0, 0]])
+def test_empty_varlen_batches_give_empty_outputs_and_gradients(lengths):
+    cu = torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    q, k, v = (torch.randn(0, 4, 64, requires_grad=True) for _ in range(3))
+    out, lse = tg.flash_attn_varlen_func(q, k, v, cu, cu, 0, 0, return_lse=True)
+    assert out.shape == (0, 4, 64) and lse.shape == (4, 0)
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v), allow_unused=True)
+    assert dq.shape == dk.shape == dv.shape == (0, 4, 64)
+
+
+# ---- head dimensions: one for q, k and v, checked before any padding --------------------------
+
+
+@pytest.mark.parametrize("dq,dk", [(64, 32), (48, 64), (32, 100)])
+def test_q_and_k_head_dims_that_differ_are_refused_naming_both(dq, dk):
+    q, k = torch.randn(1, 8, 2, dq), torch.randn(1, 8, 2, dk)
+    for v in (k, torch.randn(1, 8, 2, dq)):
+        with pytest.raises(ValueError, match=rf"q and k must have the same head dimension, got q's {dq} .* k's {dk}"):
+            tg.flash_attn_func(q, k, v)
+    with pytest.raises(ValueError, match=rf"q and k must have the same head dimension, got q's {dq} .* k's {dk}"):
+        tg.flash_attn_varlen_func(q[0], k[0], k[0], *(torch.tensor([0, 8], dtype=torch.int32),) * 2, 8, 8)
+
+
+def test_q_and_k_head_dims_that_differ_are_refused_by_the_cpp_api():
+    """The C++ entry point checks it too, before the supported head dims (which name q only)."""
+    for dq, dk in ((64, 128), (80, 64)):
+        q, k = torch.randn(1, 8, 2, dq), torch.randn(1, 8, 2, dk)
+        with pytest.raises(ValueError, match=rf"got q's {dq} \(q shape .*\) and k's {dk}"):
+            tg._C.flash_attn_forward(q, k, k, None, False, -1, -1, 0.0, torch.empty_like(q), None, 0)
+
+
+def test_a_head_dim_of_v_other_than_q_and_k_is_refused_not_padded():
+    # FlashAttention 2 takes one head dim; tilegrid's kernels too: no padding or truncation of v.
+    q, k = torch.randn(1, 8, 2, 64), torch.randn(1, 8, 2, 64)
+    for dv in (32, 128):
+        v = torch.randn(1, 8, 2, dv)
+        with pytest.raises(ValueError, match=rf"v's head dimension must equal q's and k's \(64.*got {dv}"):
+            tg.flash_attn_func(q, k, v)
+        with pytest.raises(ValueError, match=rf"v's head dimension must equal q's and k's \(64.*got {dv}"):
+            tg._C.flash_attn_forward(q, k, v, None, False, -1, -1, 0.0, torch.empty_like(q), None, 0)
+
+
+# ---- windows wider than any sequence are no window ---------------------------------------------
+
+HUGE = 2**63 - 1
+
+
+@pytest.mark.parametrize("window,unbounded", [
+    ((HUGE, -1), (-1, -1)), ((-1, HUGE), (-1, -1)), ((HUGE, HUGE), (-1, -1)), ((HUGE, 0), (-1, 0)),
+    ((3, HUGE), (3, -1)), ((2**70, 2), (-1, 2)), ((17 + 29, -1), (-1, -1)),
+])
+def test_huge_windows_equal_the_unbounded_result_forward_and_backward(window, unbounded):
+    """FlashAttention's -1 means unbounded; any window of seqlen_q + seqlen_k keys or more
+    reaches past every end of the sequence and is the same mask (no int64 overflow)."""
+    q = torch.randn(2, 17, 2, 64, requires_grad=True)
+    k, v = (torch.randn(2, 29, 2, 64, requires_grad=True) for _ in range(2))
+    for causal in (False, True):
+        out, lse = tg.flash_attn_func(q, k, v, causal=causal, window_size=window, return_lse=True)
+        want, want_lse = tg.flash_attn_func(q, k, v, causal=causal, window_size=unbounded, return_lse=True)
+        assert torch.equal(out, want) and torch.equal(lse, want_lse)
+        for b in range(2):
+            ref, ref_lse = reference(q[b].detach(), k[b].detach(), v[b].detach(), causal=causal, window=unbounded)
+            assert (out[b].double() - ref).abs().max() <= 2e-5
+            finite = torch.isfinite(ref_lse)
+            assert torch.equal(torch.isfinite(lse[b]), finite)
+            assert (lse[b].double()[finite] - ref_lse[finite]).abs().max() <= 1e-4
+        dout = torch.randn_like(out)
+        got = torch.autograd.grad(out, (q, k, v), dout)
+        expected = torch.autograd.grad(want, (q, k, v), dout)
+        for g, e in zip(got, expected):
+            assert torch.equal(g, e)
+
+
+def test_huge_windows_equal_the_unbounded_result_in_varlen_batches():
+    lens_q, lens_k = [5, 0, 17, 3], [9, 3, 17, 0]
+    cu_q = torch.tensor([0] + lens_q, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cu_k = torch.tensor([0] + lens_k, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    q = torch.randn(sum(lens_q), 4, 64, requires_grad=True)
+    k, v = (torch.randn(sum(lens_k), 2, 64, requires_grad=True) for _ in range(2))
+    args = (q, k, v, cu_q, cu_k, max(lens_q), max(lens_k))
+    for window, unbounded in (((HUGE, HUGE), (-1, -1)), ((HUGE, 0), (-1, 0)), ((1, HUGE), (1, -1))):
+        out, lse = tg.flash_attn_varlen_func(*args, window_size=window, return_lse=True)
+        want, want_lse = tg.flash_attn_varlen_func(*args, window_size=unbounded, return_lse=True)
+        assert torch.equal(out, want) and torch.equal(lse, want_lse)
+        dout = torch.randn_like(out)
+        for g, e in zip(torch.autograd.grad(out, (q, k, v), dout), torch.autograd.grad(want, (q, k, v), dout)):
+            assert torch.equal(g, e)
+
+
+def test_the_cpp_api_takes_int64_max_windows_as_unbounded():
+    q, k, v = torch.randn(1, 9, 2, 64), torch.randn(1, 13, 2, 64), torch.randn(1, 13, 2, 64)
+    results = []
+    for window in ((HUGE, HUGE), (-1, -1)):
+        out, lse = torch.empty_like(q), torch.empty(1, 2, 9)
+        tg._C.flash_attn_forward(q, k, v, None, False, *window, 0.0, out, lse, 0)
+        results.append((out, lse))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    assert torch.isfinite(results[0][1]).all()
+
+
+# ---- softmax_scale: None is 1/sqrt(head_dim); any other float is the scale, as in FA ----------
+
+
+def sdpa_math(q, k, v, **kw):
+    """torch's math backend on (batch, seqlen, heads, headdim) tensors, in float64."""
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        out = F.scaled_dot_product_attention(*(t.double().transpose(1, 2) for t in (q, k, v)), **kw)
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("head_dim", [40, 64, 100])
+def test_the_default_scale_is_one_over_sqrt_of_the_given_head_dim(head_dim):
+    # 40 and 100 are padded to 64 and 128 for the kernels; the scale is not theirs.
+    q, k, v = (torch.randn(2, 23, 2, head_dim) for _ in range(3))
+    out = tg.flash_attn_func(q, k, v)
+    torch.testing.assert_close(out.double(), sdpa_math(q, k, v), atol=2e-5, rtol=0)
+    assert torch.equal(out, tg.flash_attn_func(q, k, v, softmax_scale=1 / math.sqrt(head_dim)))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_scale_zero_weighs_every_visible_key_alike(causal):
+    """FA: `if softmax_scale is None: softmax_scale = d ** -0.5`, so 0.0 is a scale of 0."""
+    q = torch.randn(1, 20, 2, 48, requires_grad=True)
+    k, v = (torch.randn(1, 20, 2, 48, requires_grad=True) for _ in range(2))
+    out, lse = tg.flash_attn_func(q, k, v, softmax_scale=0.0, causal=causal, return_lse=True)
+    ref, _ = reference(q[0].detach(), k[0].detach(), v[0].detach(), scale=0.0, causal=causal)
+    torch.testing.assert_close(out[0].double(), ref, atol=2e-5, rtol=0)
+    visible = torch.arange(1, 21) if causal else torch.full((20,), 20)
+    torch.testing.assert_close(lse[0].double(), visible.double().log().expand(2, 20), atol=1e-6, rtol=0)
+    torch.testing.assert_close(out.double(), sdpa_math(q, k, v, scale=0.0, is_causal=causal), atol=2e-5, rtol=0)
+    dq, dk, _ = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    assert torch.equal(dq, torch.zeros_like(dq)) and torch.equal(dk, torch.zeros_like(dk))
+
+
+@pytest.mark.parametrize("scale", [-0.3, -1.0])
+def test_a_negative_scale_is_taken_as_flash_attention_takes_it(scale):
+    """FA accepts any float; softmax(scale * q.k) for scale < 0 against float64 autograd."""
+    q, k, v = (torch.randn(1, 31, 2, 64, dtype=torch.float64) for _ in range(3))
+    for causal in (False, True):
+        leaves = [t.float().requires_grad_() for t in (q, k, v)]
+        out, lse = tg.flash_attn_func(*leaves, softmax_scale=scale, causal=causal, return_lse=True)
+        ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        ref, ref_lse = reference(*(t[0] for t in ref_leaves), scale=scale, causal=causal)
+        torch.testing.assert_close(out[0].double(), ref, atol=2e-5, rtol=0)
+        torch.testing.assert_close(lse[0].double(), ref_lse, atol=1e-4, rtol=0)
+        dout = torch.randn_like(ref)
+        got = torch.autograd.grad(out[0], leaves, dout.float())
+        want = torch.autograd.grad(ref, ref_leaves, dout)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.double(), w, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("scale", [-0.7, 0.0])
+def test_the_cuda_rewrite_of_a_scale_not_above_zero_gives_the_same_attention(scale):
+    """On CUDA without softcap, flash_attn_func runs scale s <= 0 as (-q, -s) or (0 * q, 1):
+    the same result and gradients, checked here on the CPU reference."""
+    from tilegrid.flash_attn import _positive_scale
+    q, k, v = (torch.randn(1, 19, 2, 64, requires_grad=True) for _ in range(3))
+    q2, s2 = _positive_scale(q, scale)
+    assert s2 > 0
+    out, lse = tg.flash_attn_func(q2, k, v, softmax_scale=s2, causal=True, return_lse=True)
+    want, want_lse = tg.flash_attn_func(q, k, v, softmax_scale=scale, causal=True, return_lse=True)
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=0)
+    torch.testing.assert_close(lse, want_lse, atol=1e-5, rtol=0)
+    dout = torch.randn_like(out)
+    for g, w in zip(torch.autograd.grad(out, (q, k, v), dout), torch.autograd.grad(want, (q, k, v), dout)):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [1e300, -1e39, float("inf"), float("nan"), 2**2000])
+def test_a_scale_not_finite_in_float32_is_refused_before_any_kernel(scale):
+    q = torch.randn(1, 8, 2, 64)
+    with pytest.raises(ValueError, match="softmax_scale must be finite in float32"):
+        tg.flash_attn_func(q, q, q, softmax_scale=scale)
+    if isinstance(scale, float):
+        with pytest.raises(ValueError, match="softmax_scale must be finite in float32"):
+            tg._C.flash_attn_forward(q, q, q, scale, False, -1, -1, 0.0, torch.empty_like(q), None, 0)
+    with pytest.raises(ValueError, match="softcap must be finite in float32"):
+        tg.flash_attn_func(q, q, q, softcap=abs(scale))
+
+
+# ---- NaN and infinity: propagated as torch's math backend propagates them ----------------------
+
+
+def sdpa_math_lse(q, k, scale=None):
+    """log-sum-exp of the float64 scores, (batch, heads, seqlen_q), no mask."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double()) * scale
+    return torch.logsumexp(s, dim=-1)
+
+
+@pytest.mark.parametrize("poison", ["nan q", "nan k", "inf q", "-inf q", "nan v", "inf k"])
+def test_nan_and_inf_in_the_inputs_propagate_as_in_torch_math_backend(poison):
+    q, k, v = (torch.randn(2, 9, 2, 64) for _ in range(3))
+    if poison == "-inf q":
+        k = k.abs()  # every score of the row is -inf: torch's math backend gives 0 (safe softmax)
+    which, at = {"q": q, "k": k, "v": v}[poison.split()[1]], (1, 4, 1, 7)
+    which[at] = float(poison.split()[0])
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, lse = tg.flash_attn_func(*leaves, return_lse=True)
+    ref_leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    ref = sdpa_math(*ref_leaves)
+    assert out.isnan().any() or poison == "-inf q"
+    torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=0, equal_nan=True)
+    # lse against the float64 logsumexp of the scores: equal where that is finite or -inf; where
+    # a +inf score makes it +inf, the softmax is inf / inf and lse is NaN with the output row.
+    ref_lse = sdpa_math_lse(q, k)
+    finite = torch.isfinite(ref_lse)
+    torch.testing.assert_close(lse.double()[finite], ref_lse[finite], atol=1e-4, rtol=0)
+    assert torch.equal(lse.isneginf(), ref_lse.isneginf())
+    assert lse[ref_lse.isnan() | ref_lse.isposinf()].isnan().all()
+    dout = torch.randn_like(ref)
+    got = torch.autograd.grad(out, leaves, dout.float())
+    want = torch.autograd.grad(ref, ref_leaves, dout)
+    if poison == "-inf q":
+        # A row whose scores are all -inf is a row that sees no key (FlashAttention's and
+        # tilegrid's convention): it adds nothing to dk, where torch's autograd forms
+        # 0 * q = 0 * -inf = NaN in dk's column 7.
+        want[1][1, :, 1, 7] = got[1][1, :, 1, 7].double()
+    for g, w in zip(got, want):
+        assert torch.equal(g.isnan(), w.isnan())
+        torch.testing.assert_close(g.double().nan_to_num(), w.nan_to_num(), atol=1e-4, rtol=1e-4)
+
+
+def test_a_nan_key_reaches_only_the_queries_that_see_it():
+    """FlashAttention never reads a key outside a query's window, so with causal=True a NaN in
+    key 6 makes rows 6.. NaN and leaves rows 0..5 as they were (torch's math backend, which
+    multiplies the masked probabilities of 0 by it, would make every row NaN)."""
+    q, k, v = (torch.randn(1, 12, 2, 64) for _ in range(3))
+    clean = tg.flash_attn_func(q, k, v, causal=True)
+    k[0, 6, 0, 3] = float("nan")
+    out = tg.flash_attn_func(q, k, v, causal=True)
+    assert torch.equal(out[0, :6], clean[0, :6])
+    assert out[0, 6:, 0].isnan().all() and torch.equal(out[0, :, 1], clean[0, :, 1])
+
+
+def test_a_nan_row_never_gives_a_finite_plausible_output_in_varlen_batches():
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    q, k, v = (torch.randn(12, 2, 64) for _ in range(3))
+    q[7, 1, 0] = float("nan")
+    out, lse = tg.flash_attn_varlen_func(q, k, v, cu, cu, 7, 7, return_lse=True)
+    assert out[7, 1].isnan().all() and lse[1, 7].isnan()
+    assert not out[:7].isnan().any() and not out[8:].isnan().any()
+
+
+# ---- arguments of the wrong kind: clear errors from Python, never a signature dump --------------
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    ({"window_size": (1.5, 2)}, TypeError, "window_size must be an integer, got float"),
+    ({"window_size": ("a", 2)}, TypeError, "window_size must be an integer, got str"),
+    ({"window_size": (-2, 0)}, ValueError, r"window sizes must be >= -1 \(-1: unbounded\), got \(-2, 0\)"),
+    ({"window_size": 3}, ValueError, "window_size must be a pair"),
+    ({"softmax_scale": [0.1]}, TypeError, "softmax_scale must be a float, got list"),
+    ({"softmax_scale": "0.1"}, TypeError, "softmax_scale must be a float, got str"),
+    ({"softcap": [1.0]}, TypeError, "softcap must be a float, got list"),
+    ({"softcap": -1.0}, ValueError, "softcap must be >= 0"),
+])
+def test_arguments_of_the_wrong_kind_get_clear_errors(kwargs, error, message):
+    q = torch.randn(1, 8, 2, 64)
+    with pytest.raises(error, match=message):
+        tg.flash_attn_func(q, q, q, **kwargs)
+
+
+def test_windows_given_as_lists_or_numpy_or_past_int64_are_taken():
+    np = pytest.importorskip("numpy")
+    q, k, v = (torch.randn(1, 8, 2, 64) for _ in range(3))
+    want = tg.flash_attn_func(q, k, v, window_size=(1, 2))
+    assert torch.equal(tg.flash_attn_func(q, k, v, window_size=[1, 2]), want)
+    assert torch.equal(tg.flash_attn_func(q, k, v, window_size=(np.int64(1), np.int32(2))), want)
+    assert torch.equal(tg.flash_attn_func(q, k, v, window_size=(2**64, 2**100)), tg.flash_attn_func(q, k, v))
+
+
+@pytest.mark.parametrize("max_seqlen,error,message", [
+    (2**64, ValueError, r"max_seqlen_q must be in \[0, 2\*\*63 - 1\], got 18446744073709551616"),
+    (-1, ValueError, r"max_seqlen_q must be in \[0, 2\*\*63 - 1\], got -1"),
+    ([8], TypeError, "max_seqlen_q must be an integer, got list"),
+    (8.0, TypeError, "max_seqlen_q must be an integer, got float"),
+])
+def test_varlen_lengths_of_the_wrong_kind_get_clear_errors(max_seqlen, error, message):
+    q, cu = torch.randn(8, 2, 64), torch.tensor([0, 8], dtype=torch.int32)
+    with pytest.raises(error, match=message):
+        tg.flash_attn_varlen_func(q, q, q, cu, cu, max_seqlen, 8)
