@@ -178,11 +178,11 @@ Coord child_origin(Coord origin, uint32_t pos, int log2, int shift) {
 class NodeArray {
  public:
   NodeArray(const GridReader& r, int64_t tree_at, const nvdb::TreeHeader& tree, int level,
-            size_t node_size, const char* what)
-      : r_(r), node_size_(node_size), count_(tree.node_count[level]), what_(what) {
+            size_t node_size, const char* what, const char* whats)
+      : r_(r), node_size_(node_size), count_(tree.node_count[level]), what_(what), whats_(whats) {
     if (count_ == 0) return;
     if (tree.node_offset[level] > uint64_t(INT64_MAX))
-      r.fail("the tree header places its ", what, "s at byte offset ", tree.node_offset[level],
+      r.fail("the tree header places its ", whats, " at byte offset ", tree.node_offset[level],
              ", outside the grid");
     start_ = r.add(tree_at, int64_t(tree.node_offset[level]), what);
     r.bytes(start_, checked_mul(r, count_, node_size, what), what);
@@ -192,10 +192,11 @@ class NodeArray {
   // The node at byte offset `at`, marked as reached.
   template <class Node>
   const Node& claim(int64_t at) {
-    const int64_t slot = (at - start_) / int64_t(node_size_);
-    if (count_ == 0 || at < start_ || (at - start_) % int64_t(node_size_) != 0 || slot >= count_)
+    const bool inside = count_ > 0 && at >= start_;  // then at - start_ cannot overflow
+    const int64_t slot = inside ? (at - start_) / int64_t(node_size_) : -1;
+    if (!inside || (at - start_) % int64_t(node_size_) != 0 || slot >= count_)
       r_.fail("a child pointer leads to byte offset ", at, ", which is not one of the tree's ",
-              count_, " ", what_, "s (", int64_t(node_size_), " bytes each from byte offset ",
+              count_, " ", whats_, " (", int64_t(node_size_), " bytes each from byte offset ",
               start_, "): the tree is corrupt");
     if (used_[size_t(slot)])
       r_.fail(what_, " ", slot, " (byte offset ", at,
@@ -208,7 +209,7 @@ class NodeArray {
   // Every node of the level reached, as the tree header counts them.
   void expect_all_reached() const {
     if (reached_ != count_)
-      r_.fail("the tree header counts ", count_, " ", what_, "s, the tree reaches ", reached_,
+      r_.fail("the tree header counts ", count_, " ", whats_, ", the tree reaches ", reached_,
               ": the file is corrupt");
   }
 
@@ -217,6 +218,7 @@ class NodeArray {
   size_t node_size_;
   int64_t count_;
   const char* what_;
+  const char* whats_;  // the plural
   int64_t start_ = 0, reached_ = 0;
   std::vector<bool> used_;
 };
@@ -269,9 +271,9 @@ void check_no_active_tiles(const GridReader& r, const nvdb::InternalNode<LOG2>& 
 void walk_tree(const GridReader& r, const nvdb::GridHeader& grid, ParsedGrid& out) {
   const int64_t tree_at = sizeof(nvdb::GridHeader);
   const auto& tree = r.at<nvdb::TreeHeader>(tree_at, "the tree header");
-  NodeArray leaves(r, tree_at, tree, 0, sizeof(nvdb::IndexLeaf), "leaf");
-  NodeArray lowers(r, tree_at, tree, 1, sizeof(nvdb::LowerNode), "lower node");
-  NodeArray uppers(r, tree_at, tree, 2, sizeof(nvdb::UpperNode), "upper node");
+  NodeArray leaves(r, tree_at, tree, 0, sizeof(nvdb::IndexLeaf), "leaf", "leaves");
+  NodeArray lowers(r, tree_at, tree, 1, sizeof(nvdb::LowerNode), "lower node", "lower nodes");
+  NodeArray uppers(r, tree_at, tree, 2, sizeof(nvdb::UpperNode), "upper node", "upper nodes");
   const int64_t root_at = r.add(tree_at, int64_t(tree.node_offset[3]), "the root node");
   const auto& root = r.at<nvdb::RootHeader>(root_at, "the root node");
   const int64_t tiles_at = root_at + int64_t(sizeof(nvdb::RootHeader));
