@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple, Union
 
 import numpy as np
 import torch
@@ -59,7 +59,7 @@ class _Element(NamedTuple):
     props: list  # (name, type code or _List)
 
 
-def _count(token: bytes) -> Optional[int]:
+def _count(token: bytes) -> int | None:
     """A non-negative decimal integer, or None."""
     if not _COUNT.match(token):
         return None
@@ -76,7 +76,8 @@ def _numbers(reader: str, path: str, where: str, tokens, dtype) -> np.ndarray:
             try:
                 np.array([t]).astype(dtype)
             except (ValueError, OverflowError):
-                raise _fail(reader, path, where, f"expected a number, found {bytes(t)[:30]!r}") from None
+                found = bytes(t)[:30]
+                raise _fail(reader, path, where, f"expected a number, found {found!r}") from None
         raise _fail(reader, path, where, "expected numbers, found text numpy cannot read") from None
 
 
@@ -190,7 +191,8 @@ def _read_ascii_element(path: str, lines: list, at: int, el: _Element):
             if len(words) != len(el.props):
                 raise _fail("read_ply", path, f"{where}, line {line_no}", f"expected "
                             f"{len(el.props)} values, found {len(words)}")
-        values = _numbers("read_ply", path, where, [w for _, w in rows], np.float64).reshape(el.count, len(el.props))
+        values = _numbers("read_ply", path, where, [w for _, w in rows], np.float64)
+        values = values.reshape(el.count, len(el.props))
         line_numbers = [n for n, _ in rows]
         for c, (_, code) in enumerate(el.props):
             _check_integers(path, where, values[:, c], code, line_numbers)
@@ -249,7 +251,7 @@ def _ascii_rows_of_one_list(path: str, where: str, rows: list, el: _Element):
     return items.astype(np.int64) if kind.item[0] in "iu" else items
 
 
-def _list_property(el: _Element) -> Optional[int]:
+def _list_property(el: _Element) -> int | None:
     """Position of the element's vertex-index list (by name), else its first list, else None."""
     lists = [p for p, (_, kind) in enumerate(el.props) if isinstance(kind, _List)]
     named = [p for p in lists if el.props[p][0] in _INDEX_NAMES]
@@ -271,7 +273,9 @@ def _read_binary_element(path: str, body: memoryview, at: int, el: _Element, end
                 raise _fail("read_ply", path, where, f"the header declares {el.count} rows of "
                             f"{dtype.itemsize} bytes ({need} bytes), found {left} bytes left "
                             f"({rows} whole rows): the file is truncated")
-        table = np.frombuffer(body, dtype=dtype, count=rows, offset=at) if rows else np.zeros(0, dtype)
+        table = np.zeros(0, dtype)
+        if rows:
+            table = np.frombuffer(body, dtype=dtype, count=rows, offset=at)
         return table, None, at + rows * dtype.itemsize, rows
     list_at = _list_property(el)
     # Each row takes at least its scalars and list lengths, which bounds the row count.
@@ -377,7 +381,7 @@ def _triangles(reader: str, path: str, where: str, lists, vertex_count: int) -> 
     return np.stack(fans, axis=1).reshape(-1, 3)
 
 
-def read_ply(path: PathLike, strict: bool = True) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+def read_ply(path: PathLike, strict: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(vertices float32 [V, 3], faces int64 [F, 3] or None) of a PLY file. strict=False
     keeps the whole rows of a binary file that ends inside its vertex table (with a warning,
     and without the elements after it) instead of raising; some shipped scans are cut short by
@@ -446,7 +450,7 @@ def read_ply(path: PathLike, strict: bool = True) -> tuple[torch.Tensor, Optiona
 # OFF
 
 
-def read_off(path: PathLike) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+def read_off(path: PathLike) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(vertices float32 [V, 3], faces int64 [F, 3] or None) of a plain ASCII OFF file.
     Raises MeshFormatError for a file it cannot read."""
     path = os.fsdecode(os.fspath(path))
@@ -525,7 +529,7 @@ def _off_face(fail, line_no: int, words: list, vertex_count: int) -> np.ndarray:
     return polygon
 
 
-def _off_faces_of_one_length(rows: list, vertex_count: int) -> Optional[np.ndarray]:
+def _off_faces_of_one_length(rows: list, vertex_count: int) -> np.ndarray | None:
     """[F, n] indices of OFF faces in one conversion, when every line is "n i_1 ... i_n" with
     one n >= 3, no colour, and every index names a vertex; None otherwise (the caller's line by
     line pass then says what is wrong)."""
@@ -544,7 +548,7 @@ def _off_faces_of_one_length(rows: list, vertex_count: int) -> Optional[np.ndarr
     return polys
 
 
-def read_mesh(path: PathLike, strict: bool = True) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+def read_mesh(path: PathLike, strict: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """read_ply or read_off, by the file's extension (a str or os.PathLike path)."""
     text = os.fsdecode(os.fspath(path))
     lower = text.lower()

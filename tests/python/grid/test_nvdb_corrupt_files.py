@@ -5,9 +5,8 @@ import struct
 import time
 
 import pytest
-import torch
-
 import tilegrid as tg
+import torch
 from nvdb_file import UPPER, NvdbFile
 
 # Two voxels in one leaf, one voxel in each of two more leaves of the same lower node, and one
