@@ -22,6 +22,7 @@ import pathlib
 import random
 import resource
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -152,6 +153,7 @@ def main() -> None:
     if proc is not None:
         proc.stdin.close()
         proc.wait()
+    shutil.rmtree(folder)
     print(json.dumps({"reader": args.reader, "mesh_io": args.mesh_io or "this tree",
                       "inputs": {k: sum(v.values()) for k, v in figures.items()}, **figures},
                      indent=1))
