@@ -17,7 +17,7 @@ from .grid_batch import GridBatch, jcat
 from .grid_io import load, save
 from .jagged_tensor import JaggedTensor
 from .linear_cross_entropy import linear_cross_entropy
-from .mesh_io import read_mesh, read_off, read_ply
+from .mesh_io import MeshFormatError, read_mesh, read_off, read_ply
 from .rms_norm import rms_norm, rms_norm_keep_input
 from .rope_rotate import rope_rotate
 from .sparse_conv import ConvolutionPlan
@@ -35,6 +35,7 @@ __all__ = [
     "ConvolutionPlan",
     "GridBatch",
     "JaggedTensor",
+    "MeshFormatError",
     "cross_entropy",
     "describe_matmul",
     "epilogue",

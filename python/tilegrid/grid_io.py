@@ -75,6 +75,10 @@ def load(
     Returns (grid, features, names): the batch on `device`, one JaggedTensor per stored
     feature ([total_voxels, ...], jagged like the grid's voxels; an empty list when there are
     none), and the grid names.
+
+    Raises ValueError for any file it cannot read, whatever its bytes (the message names the
+    file, the grid and what was expected and found; names must be UTF-8), and RuntimeError
+    when the file cannot be opened. Time and memory are bounded by the file's size.
     """
     impl, capsules, names = _C.load_nvdb(os.fspath(path))
     grid = GridBatch(impl)

@@ -1,6 +1,7 @@
 #include "tilegrid/core/tensor.h"
 
 #include <array>
+#include <cstdint>
 #include <cstring>
 
 #ifdef TILEGRID_WITH_CUDA
@@ -11,9 +12,18 @@ namespace tilegrid {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Stream stream,
                      std::shared_ptr<Allocator> allocator) {
-  for (int64_t d : shape) TG_CHECK_VALUE(d >= 0, "Tensor::empty: negative extent in ", shape);
+  // The byte size, and every stride in bytes (zero extents count as one there), must fit in an
+  // int64: a shape read from a file can be anything.
+  uint64_t nbytes = itemsize(dtype), span = itemsize(dtype);
+  for (int64_t d : shape) {
+    TG_CHECK_VALUE(d >= 0, "Tensor::empty: negative extent in ", shape);
+    TG_CHECK_VALUE(!__builtin_mul_overflow(nbytes, uint64_t(d), &nbytes) &&
+                       !__builtin_mul_overflow(span, uint64_t(d > 1 ? d : 1), &span) &&
+                       span <= uint64_t(INT64_MAX),
+                   "Tensor::empty: a tensor of shape ", shape, " and dtype ", name(dtype),
+                   " would take more than 2^63 bytes");
+  }
   if (!allocator) allocator = default_allocator(device.type);
-  size_t nbytes = static_cast<size_t>(shape.numel()) * itemsize(dtype);
   void* ptr = nbytes ? allocator->allocate(nbytes, device, stream) : nullptr;
   std::shared_ptr<void> owner(ptr, [allocator, nbytes, device, stream](void* p) {
     if (p) allocator->deallocate(p, nbytes, device, stream);

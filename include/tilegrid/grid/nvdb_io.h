@@ -39,6 +39,12 @@ struct NvdbContents {
 // (their rows reordered into tilegrid's row order); other blind data is skipped. Every grid must
 // carry the same channels (dtype and per-voxel shape). Files with active tiles, compression or
 // another NanoVDB major version raise an error that says so.
+//
+// Errors: Error (RuntimeError in Python) when the file cannot be opened or read; ValueError for
+// every file that is not one load_nvdb reads, whatever its bytes, with a message naming the
+// file, the grid and what was expected and found. Grid names must be UTF-8 (save writes them
+// so); other names are refused, not decoded with replacements, so a loaded name is the one
+// stored. Work and memory are bounded by the file's size.
 NvdbContents load_nvdb(const std::string& path);
 
 }  // namespace tilegrid::grid

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/cuda_copy.h"
@@ -43,6 +44,22 @@ TEST(Tensor, EmptyAllocatesAlignedHostMemory) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 256, 0u);
   EXPECT_EQ(t.view().nbytes(), 42u);
   EXPECT_TRUE(t.view().is_contiguous());
+}
+
+TEST(Tensor, EmptyRefusesShapesWhoseBytesOrStridesOverflow) {
+  const int64_t big = int64_t(1) << 62;
+  for (const Shape& shape :
+       {Shape{big, 2}, Shape{big + 1}, Shape{0, INT64_MAX}, Shape{0, big, 4}}) {
+    try {
+      Tensor::empty(shape, DType::Float32, Device::cpu());
+      ADD_FAILURE() << "no error for shape " << shape;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("float32 would take more than 2^63 bytes"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(Tensor::empty({0, big / 4}, DType::Float32, Device::cpu()).numel(), 0);
 }
 
 TEST(Tensor, DLPackExportSharesMemoryAndOutlivesTheTensor) {

@@ -63,3 +63,9 @@ def test_builtin_allocator_can_be_restored():
         del t
     finally:
         tg.install_torch_allocator()
+
+
+def test_shapes_whose_bytes_overflow_are_refused():
+    with pytest.raises(ValueError, match=r"shape \[4611686018427387904, 2\] and dtype float32 "
+                       r"would take more than 2\^63 bytes"):
+        _C.empty([2**62, 2], "float32", "cpu")
