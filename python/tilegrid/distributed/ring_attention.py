@@ -1,7 +1,7 @@
 """Context-parallel (ring) attention over torch.distributed: a sequence split across the ranks
 of a process group, each rank holding its queries and passing its keys and values around the
 ring, with tilegrid's attention kernels (tg.flash_attn_func's forward and backward) on each
-block and the partial outputs merged exactly by their log-sum-exp.
+block and the partial outputs merged exactly by their log-sum-exp::
 
     out = tg.distributed.ring_flash_attn_func(q, k, v, causal=True, group=group)
     out = tg.distributed.zigzag_ring_flash_attn_func(q, k, v, causal=True, group=group)
