@@ -105,9 +105,18 @@ def _triangles(lists) -> np.ndarray:
 
 
 def read_ply(path: str, strict: bool = True) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """(vertices float32 [V, 3], faces int64 [F, 3] or None) of a PLY file. strict=False
-    keeps the whole rows of a truncated binary vertex table (with a warning) instead of
-    raising; some shipped scans are cut short by a few bytes."""
+    """The vertices and triangles of a PLY file (ASCII or binary, the module's text).
+
+    Args:
+        path: The .ply file.
+        strict: True (default): a binary table shorter than its header declares raises a
+            ValueError. False: the whole rows of a truncated binary vertex table are kept,
+            with a warning; some shipped scans are cut short by a few bytes.
+
+    Returns:
+        (vertices float32 [V, 3], faces int64 [F, 3] or None): faces is None for a point
+        cloud; polygons are split into triangle fans.
+    """
     with open(path, "rb") as f:
         fmt, elements = _parse_header(path, f)
         endian = "<" if fmt == "binary_little_endian" else ">"
@@ -131,7 +140,15 @@ def read_ply(path: str, strict: bool = True) -> tuple[torch.Tensor, Optional[tor
 
 
 def read_off(path: str) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """(vertices float32 [V, 3], faces int64 [F, 3] or None) of an ASCII OFF file."""
+    """The vertices and triangles of an ASCII OFF file.
+
+    Args:
+        path: The .off file.
+
+    Returns:
+        (vertices float32 [V, 3], faces int64 [F, 3] or None): faces is None when the file
+        declares none; polygons are split into triangle fans.
+    """
     with open(path) as f:
         words = [w for line in f for w in line.split("#", 1)[0].split()]
     if words and words[0].endswith("OFF"):
@@ -159,7 +176,16 @@ def read_off(path: str) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
 
 
 def read_mesh(path: str, strict: bool = True) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """read_ply or read_off, by the file's extension."""
+    """read_ply or read_off, by the file's extension.
+
+    Args:
+        path: A .ply or .off file (either case); any other extension raises a ValueError.
+        strict: Passed to read_ply (a truncated binary table raises when True); unused for
+            OFF files.
+
+    Returns:
+        (vertices float32 [V, 3], faces int64 [F, 3] or None).
+    """
     lower = path.lower()
     if lower.endswith(".ply"):
         return read_ply(path, strict)
