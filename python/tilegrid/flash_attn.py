@@ -318,8 +318,9 @@ def flash_attn_func(
         deterministic: Whether the backward must give the same bits on every run. Only the
             Hopper backward kernels sum dq by float32 bulk additions in the order the key
             tiles finish, so its last bits may differ between runs; with deterministic=True
-            they add the key tiles' contributions in a fixed order instead. Every other backward (the CPU reference,
-            the portable CUDA kernels) is deterministic either way.
+            they add the key tiles' contributions in a fixed order instead. Every other
+            backward (the CPU reference, the portable CUDA kernels) is deterministic either
+            way.
         return_attn_probs: Return (out, softmax_lse, None) instead of out. FlashAttention
             fills the third slot only when testing dropout, so it is always None here.
         return_lse: tilegrid's keyword (after the others, keyword only): return
