@@ -1,4 +1,4 @@
-"""Exact attention with FlashAttention's Python interface, forward and backward.
+"""Exact attention with FlashAttention's Python interface, forward and backward::
 
     out = tg.flash_attn_func(q, k, v, causal=True)            # (batch, seqlen, heads, headdim)
     out.sum().backward()                                      # dq, dk, dv
