@@ -17,6 +17,9 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 autoclass_content = "class"
 autodoc_member_order = "bysource"
+# A method without a docstring of its own is left out rather than shown with its base class's
+# (torch.nn.Module.forward's text says nothing about ours).
+autodoc_inherit_docstrings = False
 autodoc_typehints = "signature"
 # Type hints are shown as written (`Optional[torch.Tensor]`), not resolved to torch's own
 # documentation, which this build does not link to.
