@@ -121,9 +121,29 @@ class _CrossEntropy(torch.autograd.Function):
 
 def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight=None, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
-    """F.cross_entropy(input, target, ...) for logits input [N, C] and int64 class indices
-    target [N], from tilegrid's row kernel (see the module's text). weight (class weights)
-    must be None."""
+    """Cross-entropy between logits and class indices, as torch.nn.functional.cross_entropy.
+
+    One pass of tilegrid's row kernel gives each row's loss and, when autograd will ask for
+    it, the logits' gradient (see the module's text); differentiable in input, once.
+
+    Args:
+        input: Logits [N, C]: float32, float16 or bfloat16, on the CPU or a CUDA GPU. A
+            contiguous last dimension is read in place; other layouts are copied.
+        target: int64 class indices [N] on input's device, each in [0, C) or equal to
+            ignore_index (other values raise a ValueError). Class probabilities are not
+            supported.
+        weight: Class weights. Must be None (a tensor raises NotImplementedError).
+        ignore_index: Rows whose target is this value add nothing to the loss and are not
+            counted in the mean. Default -100, as torch's.
+        reduction: "mean" (default: the sum over rows not ignored divided by their number;
+            NaN when every row is ignored), "sum", or "none" (the [N] per-row losses, 0 for
+            ignored rows).
+        label_smoothing: Must be 0.0 (label smoothing is not implemented; other values raise
+            NotImplementedError).
+
+    Returns:
+        The loss in input's dtype: a scalar for "mean" and "sum", [N] for "none".
+    """
     if weight is not None:
         raise NotImplementedError("cross_entropy: class weights are not supported (weight must be None)")
     if label_smoothing != 0.0:
@@ -150,8 +170,15 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight=None, ignore
 
 
 class CrossEntropyLoss(torch.nn.Module):
-    """torch.nn.CrossEntropyLoss's interface (ignore_index, reduction, label_smoothing; no class
-    weights) over tg.cross_entropy: forward(input [N, C], target [N]) -> loss."""
+    """torch.nn.CrossEntropyLoss's interface over tg.cross_entropy: forward(input [N, C],
+    target [N]) -> loss.
+
+    Args:
+        weight: Class weights. Must be None (a tensor raises NotImplementedError).
+        ignore_index: Target value whose rows are left out of the loss. Default -100.
+        reduction: "mean" (default), "sum" or "none", as tg.cross_entropy's.
+        label_smoothing: Must be 0.0; the forward raises NotImplementedError otherwise.
+    """
 
     def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
                  label_smoothing: float = 0.0):

@@ -1,5 +1,5 @@
 """Epilogue programs on torch tensors: a small handle to build a program and run it after a
-matrix product (see include/tilegrid/gemm/epilogue/program.h for the semantics).
+matrix product (see include/tilegrid/gemm/epilogue/program.h for the semantics)::
 
     prog = tg.epilogue.Program().per_row(rstd).store(pre).glu("silu").store(h)
     tg.epilogue.matmul(x, w.t(), prog)          # writes pre and h
@@ -9,11 +9,12 @@ bfloat16), row partials float32 [M, ceil(W / tile_n)], column sums float32 [W], 
 the width of the value tile at that step (a glu halves it, a glu_grad doubles it). Every
 program runs on CPU tensors (the unfused float64 reference). On CUDA tensors a program runs
 as one fused sm_90a kernel (H100/H200; bfloat16 or float16 a and b, b = w.t()) when its
-signature(), with a and b's dtype written T, is one of the compiled set, e.g.
+signature(), with a and b's dtype written T, is one of the compiled set, and is otherwise an
+error that lists them. Compiled signatures include::
+
     "per_column(add, T) > store(T) > elementwise(gelu_tanh) > store(T)"
     "per_row(multiply, float32) > store(T)"
     "tile(add, T) > store(T) > row_partials(sum_squares, 256)"
-and is otherwise an error that lists them.
 """
 
 from __future__ import annotations
@@ -37,18 +38,22 @@ class Program:
         return self
 
     def per_row(self, values: torch.Tensor, combine: str = "multiply") -> "Program":
-        """v(i, j) = v(i, j) (+ or *) values[i]; values [M]."""
+        """v(i, j) = v(i, j) + values[i] (combine "add") or v(i, j) * values[i] (combine
+        "multiply"); values [M]."""
         return self._add("per_row", combine, values)
 
     def per_column(self, values: torch.Tensor, combine: str = "add") -> "Program":
-        """v(i, j) = v(i, j) (+ or *) values[j]; values [W]."""
+        """v(i, j) = v(i, j) + values[j] (combine "add") or v(i, j) * values[j] (combine
+        "multiply"); values [W]."""
         return self._add("per_column", combine, values)
 
     def scalar(self, value: float, combine: str = "multiply") -> "Program":
+        """v = v + value (combine "add") or v * value (combine "multiply")."""
         return self._add("scalar", combine, number=value)
 
     def tile(self, values: torch.Tensor, combine: str = "add") -> "Program":
-        """v = v (+ or *) values; values [M, W] (e.g. a residual)."""
+        """v = v + values (combine "add") or v * values (combine "multiply"); values [M, W]
+        (e.g. a residual)."""
         return self._add("tile", combine, values)
 
     def elementwise(self, fn: str) -> "Program":
@@ -86,6 +91,9 @@ class Program:
         return self._add("store", "", out)
 
     def signature(self) -> str:
+        """The program's steps with its tensors' dtypes, e.g. "per_row(multiply, float32) >
+        store(bfloat16)": what is matched against the compiled set on CUDA (the module's
+        text)."""
         return _C.epilogue_signature(self.steps)
 
 

@@ -1,4 +1,4 @@
-"""Exact attention with FlashAttention's Python interface, forward and backward.
+"""Exact attention with FlashAttention's Python interface, forward and backward::
 
     out = tg.flash_attn_func(q, k, v, causal=True)            # (batch, seqlen, heads, headdim)
     out.sum().backward()                                      # dq, dk, dv
@@ -384,8 +384,56 @@ def flash_attn_func(
     softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
     deterministic: bool = False, return_attn_probs: bool = False, *, return_lse: bool = False,
 ):
-    """Attention over (batch, seqlen, heads, headdim) tensors, differentiable in q, k, v.
-    Returns out; (out, lse, None) with return_attn_probs; (out, lse) with return_lse."""
+    """Exact attention over (batch, seqlen, heads, headdim) tensors, differentiable in q, k, v.
+
+    FlashAttention 2's ``flash_attn_func``: the same arguments in the same order, so that code
+    written for it runs unchanged, or raises where a feature is not implemented.
+
+    Args:
+        q: Queries, (batch, seqlen_q, nheads, headdim): float16 or bfloat16 on a CUDA GPU,
+            float32, float16 or bfloat16 on the CPU. headdim from 1 to 256.
+        k: Keys, (batch, seqlen_k, nheads_k, headdim), q's dtype and device. nheads must be a
+            multiple of nheads_k: query head h reads key/value head h // (nheads / nheads_k)
+            (multi-query and grouped-query attention).
+        v: Values, k's shape, dtype and device.
+        dropout_p: Dropout probability on the attention weights. Must be 0.0: there is no
+            dropout, and any other value raises NotImplementedError.
+        softmax_scale: Factor applied to q k^T before the softmax. None: 1 / sqrt(headdim);
+            0.0 is a scale of 0 (uniform weights), as in FlashAttention. Must be finite in
+            float32.
+        causal: Whether to apply a causal mask. With seqlen_q != seqlen_k the mask is aligned
+            to the bottom-right corner of the score matrix: query i sees keys
+            j <= i + seqlen_k - seqlen_q.
+        window_size: (left, right): sliding-window (local) attention; query i sees the keys
+            within ``left`` before and ``right`` after its diagonal key i + seqlen_k -
+            seqlen_q. -1 leaves that side unbounded; (-1, -1) is full attention. With causal,
+            right is 0.
+        softcap: If > 0, each scaled score s becomes softcap * tanh(s / softcap) before the
+            softmax; 0.0 leaves the scores as they are.
+        alibi_slopes: ALiBi slopes. Must be None: ALiBi is not implemented and any tensor
+            raises NotImplementedError.
+        deterministic: Whether the backward must give the same bits on every run. Only the
+            Hopper backward kernels sum dq by float32 bulk additions in the order the key
+            tiles finish, so its last bits may differ between runs; with deterministic=True
+            they add the key tiles' contributions in a fixed order instead. Every other
+            backward (the CPU reference, the portable CUDA kernels) is deterministic either
+            way.
+        return_attn_probs: Return (out, softmax_lse, None) instead of out. FlashAttention
+            fills the third slot only when testing dropout, so it is always None here.
+        return_lse: tilegrid's keyword (after the others, keyword only): return
+            (out, softmax_lse).
+
+    Returns:
+        out, (batch, seqlen_q, nheads, headdim) in q's dtype; or, with return_attn_probs or
+        return_lse, out together with softmax_lse, float32 (batch, nheads, seqlen_q): the
+        log-sum-exp of each query's scaled scores, whose gradient is taken into account by
+        the backward.
+
+    Raises:
+        NotImplementedError: dropout_p != 0 or alibi_slopes given.
+        ValueError: shapes, head dims or window sizes that do not fit (the message names the
+            argument).
+    """
     op = "flash_attn_func"
     _check_unsupported(dropout_p, alibi_slopes)
     left, right = _window(op, window_size)
@@ -405,8 +453,51 @@ def flash_attn_varlen_func(
     deterministic: bool = False, return_attn_probs: bool = False, block_table=None, *,
     return_lse: bool = False,
 ):
-    """Attention over packed (total_tokens, heads, headdim) tensors with int32 cumulative
-    sequence offsets, differentiable in q, k, v. Returns as flash_attn_func."""
+    """Exact attention over variable-length sequences packed one after another, differentiable
+    in q, k, v.
+
+    FlashAttention 2's ``flash_attn_varlen_func``: the same arguments in the same order.
+    Sequence b's queries are rows cu_seqlens_q[b] to cu_seqlens_q[b + 1] of q, and its keys
+    and values rows cu_seqlens_k[b] to cu_seqlens_k[b + 1] of k and v; no sequence attends to
+    another.
+
+    Args:
+        q: Queries of every sequence, (total_q, nheads, headdim): float16 or bfloat16 on a
+            CUDA GPU, float32, float16 or bfloat16 on the CPU. headdim from 1 to 256.
+        k: Keys, (total_k, nheads_k, headdim), q's dtype and device; nheads a multiple of
+            nheads_k, as in flash_attn_func.
+        v: Values, k's shape, dtype and device.
+        cu_seqlens_q: int32 (batch + 1,) on q's device: where each sequence's queries start
+            in q, from 0, non-decreasing, ending at total_q.
+        cu_seqlens_k: int32 (batch + 1,): the same for k and v, ending at total_k.
+        max_seqlen_q: The longest sequence's number of queries (at least that; a smaller
+            value raises).
+        max_seqlen_k: The longest sequence's number of keys (at least that).
+        dropout_p: Must be 0.0 (no dropout; other values raise NotImplementedError).
+        softmax_scale: Factor applied to q k^T before the softmax. None: 1 / sqrt(headdim);
+            0.0 is a scale of 0 (uniform weights), as in FlashAttention. Must be finite in
+            float32.
+        causal: Whether to apply a causal mask, aligned to the bottom-right corner of each
+            sequence's score matrix, as in flash_attn_func.
+        window_size: (left, right) sliding window around each query's diagonal key, per
+            sequence, as in flash_attn_func; (-1, -1) is full attention.
+        softcap: If > 0, scores are soft-capped to softcap * tanh(s / softcap); 0.0: off.
+        alibi_slopes: Must be None (no ALiBi; a tensor raises NotImplementedError).
+        deterministic: Whether the backward must give the same bits on every run, as in
+            flash_attn_func.
+        return_attn_probs: Return (out, softmax_lse, None) instead of out.
+        block_table: A paged KV cache's block table. Must be None (no paged KV cache; a
+            tensor raises NotImplementedError).
+        return_lse: tilegrid's keyword (keyword only): return (out, softmax_lse).
+
+    Returns:
+        out, (total_q, nheads, headdim) in q's dtype; or, with return_attn_probs or
+        return_lse, out together with softmax_lse, float32 (nheads, total_q), whose gradient
+        is taken into account by the backward.
+
+    On CUDA the offsets are copied to the host to be validated, which waits for the current
+    stream.
+    """
     op = "flash_attn_varlen_func"
     _check_unsupported(dropout_p, alibi_slopes, block_table)
     left, right = _window(op, window_size)

@@ -89,6 +89,17 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def describe_matmul(
     a: torch.Tensor, b: torch.Tensor, out_dtype: Optional[torch.dtype] = None, kernel: str = "auto"
 ) -> str:
-    """The kernel matmul(a, b) would run, e.g. 'sm90 cooperative 128x256x64 cluster 2x1'."""
+    """The kernel matmul(a, b, out_dtype=out_dtype) would run, as text, e.g. 'sm90
+    cooperative 128x256x64 cluster 2x1' or 'cpu reference (blocked, float32 accumulation)'.
+    The arguments are checked as matmul checks them; nothing is computed.
+
+    Args:
+        a: The left operand, as for matmul.
+        b: The right operand, as for matmul.
+        out_dtype: The output's dtype, as for matmul; None: a's dtype.
+        kernel: "auto" (the kernel matmul picks), or one to force: "sm90_cooperative",
+            "sm90_pingpong" (Hopper's CUTLASS kernels) or "portable". Forcing one on a device
+            that cannot run it raises; the CPU takes "auto" only.
+    """
     out = torch.empty((a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype, device=a.device)
     return _C.describe_matmul(a.detach(), b.detach(), out, kernel)

@@ -48,9 +48,19 @@ def _int32_ijk(op: str, ijk: JaggedTensor) -> JaggedTensor:
 
 
 def jcat(things: Sequence, dim: Optional[int] = None):
-    """fVDB's jcat. GridBatches: one batch holding the grids of several, in order (feature rows
-    in order too). JaggedTensors: see jagged_tensor.jcat_jagged (dim=None: the batches one after
-    another; dim=k: tensor by tensor along dimension k)."""
+    """fVDB's jcat: concatenates GridBatches or JaggedTensors (not a mix).
+
+    Args:
+        things: The GridBatches, or the JaggedTensors, in order (at least one).
+        dim: For GridBatches, None only: one batch holding the grids of every batch in order,
+            their feature rows in order too. For JaggedTensors, None puts the batches one
+            after another (their tensors in order); k concatenates the i-th tensors of every
+            batch along dimension k of each tensor (k=0: their rows; the batches must hold
+            equally many tensors).
+
+    Returns:
+        A GridBatch or a JaggedTensor.
+    """
     things = list(things)
     if not things:
         raise ValueError("jcat: expected at least one GridBatch or JaggedTensor")
@@ -100,6 +110,18 @@ def _jagged(capsules) -> JaggedTensor:
 
 
 class GridBatch:
+    """A batch of sparse voxel grids: for each grid, its active voxels' integer coordinates
+    (ijk), each the row of a feature tensor, with a voxel size and an origin (voxel ijk's
+    centre is at origin + voxel_size * ijk in world space). Immutable.
+
+    Build one with from_ijk, from_points, from_nearest_voxels_to_points, from_mesh or
+    from_dense, or from another batch (conv_grid, coarsened_grid, ...). The features of a
+    batch are a [total_voxels, ...] tensor or a JaggedTensor jagged as voxel_offsets.
+
+    Args:
+        impl: The C++ grid batch (tilegrid._C.GridBatch) to wrap, as the builders make it.
+    """
+
     def __init__(self, impl: "_C.GridBatch"):
         self._impl = impl
         # Plain values for the ops that torch.compile traces (it cannot read the C++ object):
@@ -209,6 +231,7 @@ class GridBatch:
 
     @property
     def device(self) -> torch.device:
+        """The device the tree lives on."""
         return torch.device(self._impl.device)
 
     def to(self, device) -> "GridBatch":
@@ -222,17 +245,21 @@ class GridBatch:
         return GridBatch(self._impl.to("cpu", 0, 0))
 
     def cuda(self, index: Optional[int] = None) -> "GridBatch":
+        """This batch on CUDA device `index` (default: the current one)."""
         return self.to(torch.device("cuda", index) if index is not None else "cuda")
 
     def cpu(self) -> "GridBatch":
+        """This batch on the CPU."""
         return self.to("cpu")
 
     @property
     def num_grids(self) -> int:
+        """The number of grids in the batch (B)."""
         return self._impl.num_grids
 
     @property
     def total_voxels(self) -> int:
+        """The number of active voxels of all grids (the rows of the batch's features)."""
         return self._total_voxels
 
     @property
@@ -251,10 +278,13 @@ class GridBatch:
 
     @property
     def voxel_sizes(self) -> torch.Tensor:
+        """float64 [B, 3] on the CPU: each grid's voxel size along each axis."""
         return torch.tensor(self._impl.voxel_sizes, dtype=torch.float64)
 
     @property
     def origins(self) -> torch.Tensor:
+        """float64 [B, 3] on the CPU: the world position of each grid's voxel (0, 0, 0)'s
+        centre."""
         return torch.tensor(self._impl.origins, dtype=torch.float64)
 
     @property
@@ -264,6 +294,7 @@ class GridBatch:
 
     @property
     def bytes_per_voxel(self) -> float:
+        """tree_bytes divided by the number of voxels (by 1 for an empty batch)."""
         return self.tree_bytes / max(self.total_voxels, 1)
 
     def ijk(self) -> JaggedTensor:

@@ -48,9 +48,14 @@ def save(
 ) -> None:
     """Write `grid` and its per-voxel features to a .nvdb file, replacing it.
 
-    features: None, a [total_voxels, ...] tensor or JaggedTensor (bool, uint8, int32, int64,
-    float16, bfloat16, float32 or float64), or a list of them; each is saved with its dtype and
-    per-voxel shape. names: one per grid, or one name for every grid; default "grid_<b>".
+    Args:
+        path: The file to write (a str or os.PathLike).
+        grid: The GridBatch; a batch on a GPU is copied to the host first.
+        features: None, a [total_voxels, ...] tensor or JaggedTensor (bool, uint8, int32,
+            int64, float16, bfloat16, float32 or float64), or a list of them; each is saved
+            with its dtype and per-voxel shape. A JaggedTensor must be jagged like the grid's
+            voxels.
+        names: One name per grid, or one name for every grid; default "grid_<b>".
     """
     if not isinstance(grid, GridBatch):
         raise TypeError(f"save: grid must be a GridBatch, got {type(grid).__name__}")
@@ -72,13 +77,21 @@ def load(
 ) -> tuple[GridBatch, list[JaggedTensor], list[str]]:
     """Read a .nvdb file written by save (or NanoVDB index grids of active voxels).
 
-    Returns (grid, features, names): the batch on `device`, one JaggedTensor per stored
-    feature ([total_voxels, ...], jagged like the grid's voxels; an empty list when there are
-    none), and the grid names.
+    Args:
+        path: The file to read (a str or os.PathLike).
+        device: Where the batch and its features are put; default "cpu".
 
-    Raises ValueError for any file it cannot read, whatever its bytes (the message names the
-    file, the grid and what was expected and found; names must be UTF-8), and RuntimeError
-    when the file cannot be opened. Time and memory are bounded by the file's size.
+    Returns:
+        (grid, features, names): the batch on `device`, one JaggedTensor per stored feature
+        ([total_voxels, ...], jagged like the grid's voxels; an empty list when there are
+        none), and the grid names.
+
+    Raises:
+        ValueError: any file it cannot read, whatever its bytes (the message names the
+            file, the grid and what was expected and found; names must be UTF-8).
+        RuntimeError: the file cannot be opened.
+
+    Time and memory are bounded by the file's size.
     """
     impl, capsules, names = _C.load_nvdb(os.fspath(path))
     grid = GridBatch(impl)

@@ -50,6 +50,15 @@ def _check_layout(jdata: torch.Tensor, joffsets: torch.Tensor) -> None:
 
 
 class JaggedTensor:
+    """A batch of tensors of different leading sizes stored as one: jdata [N, ...] holds the
+    rows of every tensor one after another, joffsets (int64 [B + 1]) where each starts.
+
+    Args:
+        tensors: The tensors (or one tensor, a batch of one), each with at least one
+            dimension; their shapes agree in all but the first, and their dtypes and devices
+            agree. They are copied into jdata.
+    """
+
     def __init__(self, tensors: Union[Sequence[torch.Tensor], torch.Tensor]):
         """From a list of tensors whose shapes agree in all but the first dimension."""
         if isinstance(tensors, torch.Tensor):
@@ -100,10 +109,12 @@ class JaggedTensor:
 
     @property
     def jdata(self) -> torch.Tensor:
+        """[N, ...]: the rows of every tensor, one tensor after another."""
         return self._jdata
 
     @property
     def joffsets(self) -> torch.Tensor:
+        """int64 [B + 1]: tensor b is rows joffsets[b] to joffsets[b + 1] of jdata."""
         return self._joffsets
 
     @property
@@ -115,14 +126,17 @@ class JaggedTensor:
 
     @property
     def device(self) -> torch.device:
+        """jdata's device."""
         return self._jdata.device
 
     @property
     def dtype(self) -> torch.dtype:
+        """jdata's dtype."""
         return self._jdata.dtype
 
     @property
     def num_tensors(self) -> int:
+        """The number of tensors (B)."""
         return self._joffsets.shape[0] - 1
 
     def __len__(self) -> int:
@@ -151,6 +165,8 @@ class JaggedTensor:
         return out
 
     def to(self, *args, **kwargs) -> "JaggedTensor":
+        """jdata converted by torch.Tensor.to with the same arguments (a device, a dtype or
+        both), joffsets moved to its device; the same layout."""
         data = self._jdata.to(*args, **kwargs)
         out = JaggedTensor.__new__(JaggedTensor)
         out._jdata, out._joffsets, out._jidx = data, self._joffsets.to(data.device), None

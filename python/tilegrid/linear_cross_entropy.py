@@ -171,8 +171,28 @@ class _LinearCrossEntropy(torch.autograd.Function):
 def linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                          ignore_index: int = -100, reduction: str = "mean",
                          label_smoothing: float = 0.0, chunk_size: Optional[int] = None) -> torch.Tensor:
-    """F.cross_entropy(F.linear(input, weight), target, ...) without the logits in memory:
-    input [..., d], weight [V, d] (no bias), target [...] int64 class indices."""
+    """F.cross_entropy(F.linear(input, weight), target, ...) without the logits in memory.
+
+    The rows of input are taken chunk_size at a time: one chunk's logits, their loss and both
+    gradients are formed in the forward (see the module's text), and the backward scales the
+    gradients by the incoming one, once. Differentiable in input and weight.
+
+    Args:
+        input: Hidden states [..., d], float16 or bfloat16, on the CPU or a CUDA GPU.
+        weight: The output layer's weight [V, d] (no bias), input's dtype and device; V and d
+            multiples of 8 (tg.matmul's requirement), V >= 8.
+        target: int64 class indices [...], one a row of input, each in [0, V) or equal to
+            ignore_index.
+        ignore_index: Rows whose target is this value add nothing to the loss and are not
+            counted in the mean. Default -100.
+        reduction: "mean" (default; NaN when every row is ignored) or "sum".
+        label_smoothing: Must be 0.0 (other values raise NotImplementedError).
+        chunk_size: Rows a chunk. None: as many rows, a multiple of 128, as make one chunk's
+            logits at most 1 GiB (at least 128, at most the number of rows).
+
+    Returns:
+        The scalar loss, float32.
+    """
     if reduction not in ("mean", "sum"):
         raise ValueError(f"linear_cross_entropy: reduction must be 'mean' or 'sum', got {reduction!r}")
     if label_smoothing != 0.0:
@@ -200,8 +220,15 @@ def linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target: torc
 
 
 class LinearCrossEntropyLoss(torch.nn.Module):
-    """Liger's LigerFusedLinearCrossEntropyLoss interface: forward(lin_weight, _input, target)
-    -> loss, the LM head's weight first. See linear_cross_entropy."""
+    """Liger's LigerFusedLinearCrossEntropyLoss interface over tg.linear_cross_entropy:
+    forward(lin_weight, _input, target) -> loss, the LM head's weight first.
+
+    Args:
+        ignore_index: Target value whose rows are left out of the loss. Default -100.
+        reduction: "mean" (default) or "sum".
+        label_smoothing: Must be 0.0; the forward raises NotImplementedError otherwise.
+        chunk_size: Rows a chunk; None picks one, as tg.linear_cross_entropy's.
+    """
 
     def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
                  chunk_size: Optional[int] = None):

@@ -40,13 +40,21 @@ def _tracing(t: torch.Tensor) -> bool:
 
 def rope_rotate(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
                 inverse: bool = False, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """x rotated pair by pair; returns `out` (a new contiguous tensor when None).
+    """x rotated pair by pair (the module's text); returns `out`. Not differentiable.
 
-    x: [M, W] float32/float16/bfloat16, the last dimension contiguous, any row stride;
-    positions: int32/int64 [M]; inv_freq: float32 [head_dim / 2], W a multiple of head_dim;
-    out: x's shape and dtype, the last dimension contiguous, any row stride that keeps its rows
-    apart (a column block of a wider matrix), or x itself. Math in float32 on the GPU, float64
-    on the CPU; the result rounded to x's dtype once.
+    Math in float32 on the GPU, float64 on the CPU; the result is rounded to x's dtype once.
+
+    Args:
+        x: [M, W] float32, float16 or bfloat16, the last dimension contiguous, any row
+            stride; W a multiple of head_dim = 2 * len(inv_freq) (heads side by side).
+        positions: int32 or int64 [M]: the position of each row.
+        inv_freq: float32 [head_dim / 2]: pair j of every head turns by positions[i] *
+            inv_freq[j].
+        inverse: Rotate by minus that angle (the rotation's inverse, its gradient).
+            Default False.
+        out: Where to write: x's shape and dtype, the last dimension contiguous, any row
+            stride that keeps its rows apart (a column block of a wider matrix), or x itself.
+            None: a new contiguous tensor.
     """
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)

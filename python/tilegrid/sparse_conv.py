@@ -218,7 +218,17 @@ class ConvolutionPlan:
     """The maps of one convolution between two grids, reused across layers and passes.
 
     Build with from_grid_batch / from_grid_batch_transposed (fVDB's names and argument order);
-    run with execute(data, weights)."""
+    run with execute(data, weights).
+
+    Args:
+        kernel_size: An int or three ints (kx, ky, kz), each >= 1.
+        stride: An int or three ints, each >= 1.
+        source_grid: The GridBatch whose features the convolution reads.
+        target_grid: The GridBatch whose features it writes, on source_grid's device.
+        transposed: Whether the plan is of a transposed convolution (input i feeds output
+            i * stride + t - pad through tap t) rather than a convolution (output o reads
+            input o * stride + t - pad).
+    """
 
     def __init__(self, kernel_size, stride, source_grid, target_grid, transposed: bool, *,
                  _row_orders: bool = True):

@@ -53,8 +53,26 @@ class _VolumeRender(torch.autograd.Function):
 
 
 def volume_render(sigmas, rgbs, deltas, ts, joffsets, transmittance_threshold: float = 0.0):
-    """(rgb, depth, opacity, weights, count); see the module's text. sigmas, deltas, ts: [S]
-    tensors or JaggedTensors (one entry a ray); rgbs [S, C]; joffsets int64 [R + 1]."""
+    """Composites the samples along each ray front to back (the module's text), as fVDB's
+    volume_render. Differentiable in sigmas, rgbs, deltas and ts.
+
+    Args:
+        sigmas: Densities [S], float32 or float64: a tensor or a JaggedTensor (one entry a
+            ray).
+        rgbs: Features [S, C] (any C), sigmas' dtype; a tensor or a JaggedTensor.
+        deltas: Lengths of the samples' intervals [S], sigmas' dtype.
+        ts: Distances of the samples along their rays [S], sigmas' dtype.
+        joffsets: int64 [R + 1]: ray r owns samples joffsets[r] to joffsets[r + 1], in order
+            along it; or a JaggedTensor, whose joffsets are taken.
+        transmittance_threshold: In [0, 1]: the march along a ray stops once its
+            transmittance falls below this; later samples weigh 0. Default 0.0 (every sample
+            counts).
+
+    Returns:
+        (rgb [R, C], depth [R], opacity [R], weights [S], count [R] int64): the weighted sums
+        of the features, of ts and of the weights, each sample's weight, and the number of
+        samples marched on each ray.
+    """
     if isinstance(joffsets, JaggedTensor):
         joffsets = joffsets.joffsets
     data = [t.jdata if isinstance(t, JaggedTensor) else t for t in (sigmas, rgbs, deltas, ts)]

@@ -1,7 +1,7 @@
 """Context-parallel (ring) attention over torch.distributed: a sequence split across the ranks
 of a process group, each rank holding its queries and passing its keys and values around the
 ring, with tilegrid's attention kernels (tg.flash_attn_func's forward and backward) on each
-block and the partial outputs merged exactly by their log-sum-exp.
+block and the partial outputs merged exactly by their log-sum-exp::
 
     out = tg.distributed.ring_flash_attn_func(q, k, v, causal=True, group=group)
     out = tg.distributed.zigzag_ring_flash_attn_func(q, k, v, causal=True, group=group)
@@ -206,8 +206,32 @@ def ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, drop
                          softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
                          softcap: float = 0.0, alibi_slopes=None, deterministic: bool = False,
                          return_attn_probs: bool = False, group=None) -> torch.Tensor:
-    """Attention of this rank's queries over the whole sequence, contiguous shards (module
-    docstring); flash_attn_func's arguments, and the process group last."""
+    """Attention of this rank's queries over the whole sequence, held in contiguous shards
+    (rank r holds tokens [r L, (r + 1) L) of a sequence of W L; the module's text).
+    flash_attn_func's arguments, and the process group last. Differentiable in q, k, v.
+
+    Args:
+        q: This rank's queries, (batch, seqlen_local, nheads, headdim), as flash_attn_func
+            takes them; the same seqlen_local on every rank.
+        k: This rank's keys, (batch, seqlen_local, nheads_k, headdim).
+        v: This rank's values, k's shape.
+        dropout_p: Must be 0.0 (no dropout; other values raise NotImplementedError).
+        softmax_scale: Factor applied to q k^T before the softmax. None: 1 / sqrt(headdim).
+        causal: Whether to apply a causal mask over the whole sequence: each query sees the
+            keys at or before its place in the whole sequence, whichever rank holds them.
+        window_size: Must be (-1, -1): sliding windows are not supported across the ring
+            (other values raise NotImplementedError).
+        softcap: If > 0, scores are soft-capped to softcap * tanh(s / softcap); 0.0: off.
+        alibi_slopes: Must be None (no ALiBi; a tensor raises NotImplementedError).
+        deterministic: Passed to each block's backward, as flash_attn_func's.
+        return_attn_probs: Must be False (raises NotImplementedError otherwise).
+        group: The torch.distributed process group whose ranks hold the sequence; None: the
+            default (world) group. torch.distributed must be initialized.
+
+    Returns:
+        out, (batch, seqlen_local, nheads, headdim) in q's dtype: this rank's queries'
+        attention over every rank's keys and values.
+    """
     return _ring_call("ring_flash_attn_func", False, q, k, v, dropout_p, softmax_scale, causal, window_size,
                       softcap, alibi_slopes, deterministic, return_attn_probs, group)
 
@@ -217,7 +241,31 @@ def zigzag_ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
                                 window_size=(-1, -1), softcap: float = 0.0, alibi_slopes=None,
                                 deterministic: bool = False, return_attn_probs: bool = False,
                                 group=None) -> torch.Tensor:
-    """As ring_flash_attn_func, on zig-zag shards (zigzag_shard): causal work balanced."""
+    """As ring_flash_attn_func, on zig-zag shards (zigzag_shard: of 2 W chunks of the
+    sequence, rank r holds chunks r and 2W-1-r), which give every rank the same causal work.
+
+    Args:
+        q: This rank's zig-zag shard of the queries, (batch, seqlen_local, nheads, headdim);
+            seqlen_local even, the same on every rank.
+        k: This rank's zig-zag shard of the keys, (batch, seqlen_local, nheads_k, headdim).
+        v: This rank's zig-zag shard of the values, k's shape.
+        dropout_p: Must be 0.0 (no dropout; other values raise NotImplementedError).
+        softmax_scale: Factor applied to q k^T before the softmax. None: 1 / sqrt(headdim).
+        causal: Whether to apply a causal mask over the whole sequence: each query sees the
+            keys at or before its place in the whole sequence, whichever rank holds them.
+        window_size: Must be (-1, -1): sliding windows are not supported across the ring
+            (other values raise NotImplementedError).
+        softcap: If > 0, scores are soft-capped to softcap * tanh(s / softcap); 0.0: off.
+        alibi_slopes: Must be None (no ALiBi; a tensor raises NotImplementedError).
+        deterministic: Passed to each block's backward, as flash_attn_func's.
+        return_attn_probs: Must be False (raises NotImplementedError otherwise).
+        group: The torch.distributed process group whose ranks hold the sequence; None: the
+            default (world) group. torch.distributed must be initialized.
+
+    Returns:
+        out, q's shape and dtype: this rank's queries' attention, in its zig-zag order
+        (zigzag_unshard gathers the whole sequence).
+    """
     return _ring_call("zigzag_ring_flash_attn_func", True, q, k, v, dropout_p, softmax_scale, causal,
                       window_size, softcap, alibi_slopes, deterministic, return_attn_probs, group)
 
@@ -356,9 +404,34 @@ def ring_flash_attn_varlen_func(q, k, v, cu_seqlens: torch.Tensor, max_seqlen: i
                                 softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
                                 softcap: float = 0.0, alibi_slopes=None, deterministic: bool = False,
                                 return_attn_probs: bool = False, group=None) -> torch.Tensor:
-    """Packed sequences, every sequence split into world contiguous pieces and rank r holding
-    piece r of each (the same lengths on every rank): q, k, v (total_local, heads, headdim),
-    cu_seqlens / max_seqlen of the local pieces (int32, as flash_attn_varlen_func's)."""
+    """Ring attention over packed sequences, every sequence split into W contiguous pieces
+    and rank r holding piece r of each (the same lengths on every rank), in
+    flash_attn_varlen_func's layout. Differentiable in q, k, v.
+
+    Args:
+        q: This rank's queries, (total_local, nheads, headdim): its piece of every sequence,
+            one after another.
+        k: This rank's keys, (total_local, nheads_k, headdim).
+        v: This rank's values, k's shape.
+        cu_seqlens: int32 (batch + 1,): where each local piece starts in q (and k, v), from 0,
+            ending at total_local; the same on every rank.
+        max_seqlen: The longest local piece's length.
+        dropout_p: Must be 0.0 (no dropout; other values raise NotImplementedError).
+        softmax_scale: Factor applied to q k^T before the softmax. None: 1 / sqrt(headdim).
+        causal: Whether to apply a causal mask over the whole sequence: each query sees the
+            keys at or before its place in the whole sequence, whichever rank holds them.
+        window_size: Must be (-1, -1): sliding windows are not supported across the ring
+            (other values raise NotImplementedError).
+        softcap: If > 0, scores are soft-capped to softcap * tanh(s / softcap); 0.0: off.
+        alibi_slopes: Must be None (no ALiBi; a tensor raises NotImplementedError).
+        deterministic: Passed to each block's backward, as flash_attn_func's.
+        return_attn_probs: Must be False (raises NotImplementedError otherwise).
+        group: The torch.distributed process group whose ranks hold the sequence; None: the
+            default (world) group. torch.distributed must be initialized.
+
+    Returns:
+        out, (total_local, nheads, headdim) in q's dtype.
+    """
     return _varlen_call("ring_flash_attn_varlen_func", False, q, k, v, cu_seqlens, max_seqlen, dropout_p,
                         softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                         return_attn_probs, group)
@@ -370,7 +443,32 @@ def zigzag_ring_flash_attn_varlen_func(q, k, v, cu_seqlens: torch.Tensor, max_se
                                        alibi_slopes=None, deterministic: bool = False,
                                        return_attn_probs: bool = False, group=None) -> torch.Tensor:
     """As ring_flash_attn_varlen_func with every sequence in zig-zag shards (2 W chunks; rank r
-    holds chunks r and 2W-1-r of each, concatenated): causal work balanced."""
+    holds chunks r and 2W-1-r of each, concatenated): causal work balanced.
+
+    Args:
+        q: This rank's queries, (total_local, nheads, headdim): its zig-zag shard of every
+            sequence, one after another.
+        k: This rank's keys, (total_local, nheads_k, headdim).
+        v: This rank's values, k's shape.
+        cu_seqlens: int32 (batch + 1,): where each local shard starts, from 0, ending at
+            total_local; every local length even (two chunks), the same on every rank.
+        max_seqlen: The longest local shard's length.
+        dropout_p: Must be 0.0 (no dropout; other values raise NotImplementedError).
+        softmax_scale: Factor applied to q k^T before the softmax. None: 1 / sqrt(headdim).
+        causal: Whether to apply a causal mask over the whole sequence: each query sees the
+            keys at or before its place in the whole sequence, whichever rank holds them.
+        window_size: Must be (-1, -1): sliding windows are not supported across the ring
+            (other values raise NotImplementedError).
+        softcap: If > 0, scores are soft-capped to softcap * tanh(s / softcap); 0.0: off.
+        alibi_slopes: Must be None (no ALiBi; a tensor raises NotImplementedError).
+        deterministic: Passed to each block's backward, as flash_attn_func's.
+        return_attn_probs: Must be False (raises NotImplementedError otherwise).
+        group: The torch.distributed process group whose ranks hold the sequence; None: the
+            default (world) group. torch.distributed must be initialized.
+
+    Returns:
+        out, (total_local, nheads, headdim) in q's dtype, in the shards' order.
+    """
     return _varlen_call("zigzag_ring_flash_attn_varlen_func", True, q, k, v, cu_seqlens, max_seqlen, dropout_p,
                         softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                         return_attn_probs, group)
@@ -378,7 +476,17 @@ def zigzag_ring_flash_attn_varlen_func(q, k, v, cu_seqlens: torch.Tensor, max_se
 
 def zigzag_shard(x: torch.Tensor, dim: int = 1, group=None) -> torch.Tensor:
     """This rank's zig-zag shard of a whole sequence: of 2 W equal chunks along dim, chunks r
-    and 2W-1-r, concatenated."""
+    and 2W-1-r, concatenated.
+
+    Args:
+        x: The whole sequence (every rank passes the same); its length along dim a multiple
+            of 2 W.
+        dim: The sequence dimension; default 1, flash_attn_func's seqlen.
+        group: The process group (W ranks); None: the default (world) group.
+
+    Returns:
+        A new tensor, x's shape with 1 / W of its length along dim.
+    """
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     if x.shape[dim] % (2 * world):
         raise ValueError(f"zigzag_shard: the length along dim {dim} ({x.shape[dim]}) must be a multiple of "
@@ -388,7 +496,17 @@ def zigzag_shard(x: torch.Tensor, dim: int = 1, group=None) -> torch.Tensor:
 
 
 def zigzag_unshard(x: torch.Tensor, dim: int = 1, group=None) -> torch.Tensor:
-    """The whole sequence from every rank's zig-zag shard (an all-gather; not differentiable)."""
+    """The whole sequence from every rank's zig-zag shard (an all-gather; not
+    differentiable): zigzag_shard's inverse.
+
+    Args:
+        x: This rank's zig-zag shard, the same shape on every rank.
+        dim: The sequence dimension; default 1.
+        group: The process group (W ranks); None: the default (world) group.
+
+    Returns:
+        The whole sequence, x's shape with W times its length along dim.
+    """
     world = dist.get_world_size(group)
     parts = [torch.empty_like(x) for _ in range(world)]
     dist.all_gather(parts, x.contiguous(), group=group)

@@ -110,7 +110,20 @@ def _interleave(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 class LlamaMLP(torch.nn.Module):
     """Hugging Face's LlamaMLP (gate_proj, up_proj, down_proj; no bias; hidden_act "silu"):
     down_proj(act(gate_proj(x)) * up_proj(x)). state_dict keys: gate_proj.weight,
-    up_proj.weight, down_proj.weight."""
+    up_proj.weight, down_proj.weight.
+
+    The gate and up weights are one parameter, gate_up_weight, with their rows interleaved
+    (the layout the gate/up product's epilogue reads); gate_weight and up_weight are views of
+    it.
+
+    Args:
+        hidden_size: The input's and output's last dimension.
+        intermediate_size: The gate and up projections' width.
+        hidden_act: "silu" (default) or "gelu_pytorch_tanh".
+        mlp_bias: Must be False (Llama's MLP has no bias; True raises NotImplementedError).
+        device: The parameters' device.
+        dtype: The parameters' dtype.
+    """
 
     _ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 
@@ -255,7 +268,20 @@ class LlamaAttention(torch.nn.Module):
     Checkpoints are reordered into it when they load and back by state_dict(), exactly;
     q_weight, k_weight and v_weight are the three in Hugging Face's layout (q and k copies, v a
     view of qkv_weight's rows), differentiable. Attention is the same in the pair basis, since
-    q and k share it and v keeps its own."""
+    q and k share it and v keeps its own.
+
+    Args:
+        hidden_size: The input's and output's last dimension.
+        num_attention_heads: The number of query heads.
+        num_key_value_heads: The number of key and value heads, dividing
+            num_attention_heads; None (default): num_attention_heads.
+        head_dim: Each head's dimension, even; None (default): hidden_size //
+            num_attention_heads.
+        rope_theta: The rotary embedding's base; default 10000.0.
+        attention_bias: Must be False (True raises NotImplementedError).
+        device: The parameters' device.
+        dtype: The parameters' dtype.
+    """
 
     def __init__(self, hidden_size: int, num_attention_heads: int, num_key_value_heads: Optional[int] = None,
                  head_dim: Optional[int] = None, rope_theta: float = 10000.0, attention_bias: bool = False,
@@ -385,7 +411,22 @@ class LlamaAttention(torch.nn.Module):
 class LlamaDecoderLayer(torch.nn.Module):
     """Hugging Face's pre-norm LlamaDecoderLayer: x + attn(norm(x)), then h + mlp(norm(h)).
     state_dict keys as Hugging Face's: input_layernorm.weight, self_attn.{q,k,v,o}_proj.weight,
-    post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight."""
+    post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight.
+
+    Args:
+        hidden_size: The input's and output's last dimension.
+        num_attention_heads: The number of query heads.
+        intermediate_size: The MLP's gate and up projections' width.
+        num_key_value_heads: The number of key and value heads; None (default):
+            num_attention_heads.
+        head_dim: Each head's dimension; None (default): hidden_size //
+            num_attention_heads.
+        rms_norm_eps: The two RMSNorms' eps; default 1e-6.
+        rope_theta: The rotary embedding's base; default 10000.0.
+        hidden_act: The MLP's activation, "silu" (default) or "gelu_pytorch_tanh".
+        device: The parameters' device.
+        dtype: The parameters' dtype.
+    """
 
     def __init__(self, hidden_size: int, num_attention_heads: int, intermediate_size: int,
                  num_key_value_heads: Optional[int] = None, head_dim: Optional[int] = None,

@@ -14,7 +14,17 @@ from ..rms_norm import rms_norm
 class RMSNorm(torch.nn.Module):
     """Same constructor, parameter (`weight`) and defaults as torch.nn.RMSNorm, so that a
     model's modules and checkpoints swap either way. Normalises over the trailing
-    `normalized_shape` dimensions, which must be contiguous in the input."""
+    `normalized_shape` dimensions, which must be contiguous in the input, with tg.rms_norm.
+
+    Args:
+        normalized_shape: The trailing dimensions normalised over: an int or a list of ints.
+        eps: Added to the mean square; None (default): torch's default, the machine epsilon
+            of the dtype the math runs in (float32 for float16 and bfloat16 inputs).
+        elementwise_affine: Whether there is a learnable weight of normalized_shape,
+            initialised to ones; default True.
+        device: The weight's device.
+        dtype: The weight's dtype.
+    """
 
     def __init__(
         self,

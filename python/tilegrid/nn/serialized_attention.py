@@ -34,7 +34,21 @@ def serialized_patches(grid, order: str, patch_size: int):
 
 
 class SerializedAttention(torch.nn.Module):
-    """qkv projection, attention within each patch, output projection; [N, C] -> [N, C]."""
+    """qkv projection, attention within each patch, output projection; [N, C] -> [N, C].
+
+    forward(features, grid): features are the grid's, a JaggedTensor or a
+    [total_voxels, channels] tensor; the output has their layout.
+
+    Args:
+        channels: C, the features' width; a multiple of num_heads.
+        num_heads: The number of attention heads (each of channels / num_heads dims).
+        patch_size: Voxels a patch (a grid's last patch holds what is left); default 1024.
+        order: The space-filling curve that orders the voxels, "hilbert" (default) or
+            "morton".
+        bias: Whether the qkv and output projections have a bias; default True.
+        device: The parameters' device.
+        dtype: The parameters' dtype.
+    """
 
     def __init__(self, channels: int, num_heads: int, patch_size: int = 1024, order: str = "hilbert",
                  bias: bool = True, device=None, dtype=None):

@@ -70,12 +70,33 @@ class _SparseConvBase(nn.Module):
 class SparseConv3d(_SparseConvBase):
     """out[o] = sum over taps t of W[:, :, t] . data[o * stride + t - pad] (+ bias), over the
     plan's grids (ConvolutionPlan.from_grid_batch; target = source for a submanifold
-    convolution). weight [out_channels, in_channels, kx, ky, kz], as torch.nn.Conv3d."""
+    convolution). weight [out_channels, in_channels, kx, ky, kz], as torch.nn.Conv3d, and
+    initialised as its.
+
+    Args:
+        in_channels: The input features' width, >= 1.
+        out_channels: The output features' width, >= 1.
+        kernel_size: An int or three ints; default 3. Must match the plan's.
+        stride: An int or three ints; default 1. Must match the plan's.
+        bias: Whether there is a learnable bias [out_channels]; default True.
+        device: The parameters' device.
+        dtype: The parameters' dtype.
+    """
 
 
 class SparseConvTranspose3d(_SparseConvBase):
     """The transposed convolution: data[i] feeds out[i * stride + t - pad] through tap t
     (ConvolutionPlan.from_grid_batch_transposed). Weight layout as SparseConv3d's (fVDB's
-    convention: [out_channels, in_channels, ...], not torch.nn.ConvTranspose3d's)."""
+    convention: [out_channels, in_channels, ...], not torch.nn.ConvTranspose3d's).
+
+    Args:
+        in_channels: The input features' width, >= 1.
+        out_channels: The output features' width, >= 1.
+        kernel_size: An int or three ints; default 3. Must match the plan's.
+        stride: An int or three ints; default 1. Must match the plan's.
+        bias: Whether there is a learnable bias [out_channels]; default True.
+        device: The parameters' device.
+        dtype: The parameters' dtype.
+    """
 
     transposed = True

@@ -22,7 +22,13 @@ class _OnFeatureRows:
 
 class MaxPool(nn.Module):
     """forward(fine_data, fine_grid, coarse_grid=None) -> (coarse_data, coarse_grid): the max
-    over each window of kernel_size voxels every stride (default kernel_size) voxels."""
+    over each window of kernel_size voxels every stride voxels, over its active voxels
+    (GridBatch.max_pool). coarse_grid defaults to fine_grid.conv_grid(kernel_size, stride).
+
+    Args:
+        kernel_size: The window, an int or three ints.
+        stride: The step between windows, an int or three ints; None (default): kernel_size.
+    """
 
     def __init__(self, kernel_size, stride=None):
         super().__init__()
@@ -37,7 +43,12 @@ class MaxPool(nn.Module):
 
 
 class AvgPool(MaxPool):
-    """As MaxPool, with the mean over each window's active voxels."""
+    """As MaxPool, with the mean over each window's active voxels (GridBatch.avg_pool).
+
+    Args:
+        kernel_size: The window, an int or three ints.
+        stride: The step between windows, an int or three ints; None (default): kernel_size.
+    """
 
     def forward(self, fine_data, fine_grid, coarse_grid=None):
         return fine_grid.avg_pool(self.kernel_size, fine_data, self.stride, coarse_grid)
@@ -54,7 +65,24 @@ class BatchNorm(_OnFeatureRows, nn.BatchNorm1d):
     change: by an in-place op (their version counters), by load_state_dict, or by training
     (train() drops them; torch's training-mode update of the running statistics does not always
     advance their version counters). A change made through .data in eval mode is not seen:
-    call train(False) again after one."""
+    call train(False) again after one.
+
+    forward(data, grid=None) normalises data's rows (a JaggedTensor's jdata, or an [N, C]
+    tensor) and keeps data's layout; grid is not read.
+
+    Args:
+        num_features: C, the number of channels.
+        eps: Added to the variance for stability; default 1e-5.
+        momentum: The running statistics' update factor; None: a cumulative average.
+            Default 0.1.
+        affine: Whether there are learnable per-channel weight and bias; default True.
+        track_running_stats: Whether running statistics are kept (and used in eval mode);
+            default True.
+        device: The parameters' and buffers' device.
+        dtype: The parameters' and buffers' dtype.
+
+    All as torch.nn.BatchNorm1d's.
+    """
 
     def train(self, mode: bool = True):
         self.__dict__.pop("_tilegrid_folded", None)
@@ -68,7 +96,20 @@ class SyncBatchNorm(BatchNorm):
     across the ranks, in float64, by torch.distributed.nn's differentiable all_reduce, so that
     the gradients flow through the shared statistics too). In eval mode, or without an
     initialized group of more than one rank, it is BatchNorm. convert_sync_batchnorm swaps
-    a model's tg.nn.BatchNorm modules for it, as torch's does."""
+    a model's tg.nn.BatchNorm modules for it, as torch's does.
+
+    Args:
+        num_features: C, the number of channels.
+        eps: Added to the variance for stability; default 1e-5.
+        momentum: The running statistics' update factor; None: a cumulative average.
+            Default 0.1.
+        affine: Whether there are learnable per-channel weight and bias; default True.
+        track_running_stats: Whether running statistics are kept; default True.
+        process_group: The torch.distributed group whose ranks share the statistics; None:
+            the default (world) group.
+        device: The parameters' and buffers' device.
+        dtype: The parameters' and buffers' dtype.
+    """
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = True,
                  track_running_stats: bool = True, process_group=None, device=None, dtype=None):
@@ -126,7 +167,19 @@ class SyncBatchNorm(BatchNorm):
 
 class GroupNorm(nn.GroupNorm):
     """GroupNorm of a batch of grids, as fVDB's: the statistics of each group of channels over
-    all voxels of one grid (data must be a JaggedTensor, one tensor a grid)."""
+    all voxels of one grid (data must be a JaggedTensor, one tensor a grid).
+    forward(data, grid=None); grid is not read.
+
+    Args:
+        num_groups: The number of groups the channels are split into.
+        num_channels: C, a multiple of num_groups.
+        eps: Added to the variance for stability; default 1e-5.
+        affine: Whether there are learnable per-channel weight and bias; default True.
+        device: The parameters' device.
+        dtype: The parameters' dtype.
+
+    All as torch.nn.GroupNorm's.
+    """
 
     def forward(self, data: JaggedTensor, grid=None) -> JaggedTensor:
         if not isinstance(data, JaggedTensor):
@@ -148,16 +201,43 @@ class GroupNorm(nn.GroupNorm):
 
 
 class LayerNorm(_OnFeatureRows, nn.LayerNorm):
-    """torch.nn.LayerNorm over each voxel's channels."""
+    """torch.nn.LayerNorm over each voxel's channels: forward(data, grid=None) normalises
+    data's rows (a JaggedTensor's jdata, or an [N, C] tensor) and keeps its layout.
+
+    Args:
+        normalized_shape: The channels' shape, C or [C].
+        eps: Added to the variance for stability; default 1e-5.
+        elementwise_affine: Whether there is a learnable per-channel weight; default True.
+        bias: Whether there is a learnable per-channel bias (with elementwise_affine);
+            default True.
+        device: The parameters' device.
+        dtype: The parameters' dtype.
+
+    All as torch.nn.LayerNorm's.
+    """
 
 
 class ReLU(_OnFeatureRows, nn.ReLU):
-    pass
+    """torch.nn.ReLU on a grid's features: forward(data, grid=None) applies it to data's rows
+    (a JaggedTensor's jdata, or a tensor) and keeps its layout.
+
+    Args:
+        inplace: Overwrite the features, as torch.nn.ReLU's; default False.
+    """
 
 
 class LeakyReLU(_OnFeatureRows, nn.LeakyReLU):
-    pass
+    """torch.nn.LeakyReLU on a grid's features, as ReLU.
+
+    Args:
+        negative_slope: The slope for negative inputs; default 0.01.
+        inplace: Overwrite the features, as torch.nn.LeakyReLU's; default False.
+    """
 
 
 class SiLU(_OnFeatureRows, nn.SiLU):
-    pass
+    """torch.nn.SiLU on a grid's features, as ReLU.
+
+    Args:
+        inplace: Overwrite the features, as torch.nn.SiLU's; default False.
+    """

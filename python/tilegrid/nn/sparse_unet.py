@@ -89,7 +89,12 @@ class _ResidualBlock(nn.Module):
 
 
 class SparseUNetPlans:
-    """The grids of a SparseUNet's levels and the plans between them, for one input grid."""
+    """The grids of a SparseUNet's levels and the plans between them, for one input grid.
+
+    Args:
+        grid: The input GridBatch, level 0; level l + 1 is level l's conv_grid(2, 2).
+        levels: The number of levels.
+    """
 
     def __init__(self, grid, levels: int):
         self.grids = [grid]
@@ -102,6 +107,23 @@ class SparseUNetPlans:
 
 
 class SparseUNet(nn.Module):
+    """A sparse residual U-Net (the module's text): forward(data, grid) -> per-voxel outputs
+    [grid.total_voxels, out_channels], a JaggedTensor jagged as data.
+
+    A stem (3x3x3 convolution, BatchNorm, ReLU), then per level blocks_per_level residual
+    blocks of two 3x3x3 convolutions; a stride-2 convolution down to the next level; on the
+    way back up a stride-2 transposed convolution, concatenation with the level's encoder
+    features, a 3x3x3 convolution and blocks_per_level residual blocks; a linear head.
+
+    Args:
+        in_channels: The input features' width.
+        out_channels: The output's width (e.g. the number of classes).
+        channels: The features' width at each level, finest first; its length is the number
+            of levels. Default (32, 64, 128, 256).
+        blocks_per_level: Residual blocks a level, in the encoder and in the decoder;
+            default 1.
+    """
+
     def __init__(self, in_channels: int, out_channels: int, channels: Sequence[int] = (32, 64, 128, 256),
                  blocks_per_level: int = 1):
         super().__init__()
