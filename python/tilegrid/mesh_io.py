@@ -382,10 +382,21 @@ def _triangles(reader: str, path: str, where: str, lists, vertex_count: int) -> 
 
 
 def read_ply(path: PathLike, strict: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(vertices float32 [V, 3], faces int64 [F, 3] or None) of a PLY file. strict=False
-    keeps the whole rows of a binary file that ends inside its vertex table (with a warning,
-    and without the elements after it) instead of raising; some shipped scans are cut short by
-    a few bytes. Raises MeshFormatError for a file it cannot read."""
+    """Read a PLY file (ASCII or binary, either byte order).
+
+    Args:
+        path: The file (a str or os.PathLike).
+        strict: False keeps the whole rows of a binary file that ends inside its vertex table
+            (with a warning, and without the elements after it) instead of raising; some
+            shipped scans are cut short by a few bytes.
+
+    Returns:
+        (vertices float32 [V, 3], faces int64 [F, 3] or None); polygons are split into fans.
+
+    Raises:
+        MeshFormatError: a file it cannot read (the message names the file, the part of it and
+            what was expected and found).
+    """
     path = os.fsdecode(os.fspath(path))
     with open(path, "rb") as f:
         data = f.read()
@@ -451,8 +462,17 @@ def read_ply(path: PathLike, strict: bool = True) -> tuple[torch.Tensor, torch.T
 
 
 def read_off(path: PathLike) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(vertices float32 [V, 3], faces int64 [F, 3] or None) of a plain ASCII OFF file.
-    Raises MeshFormatError for a file it cannot read."""
+    """Read a plain ASCII OFF file.
+
+    Args:
+        path: The file (a str or os.PathLike).
+
+    Returns:
+        (vertices float32 [V, 3], faces int64 [F, 3] or None); polygons are split into fans.
+
+    Raises:
+        MeshFormatError: a file it cannot read.
+    """
     path = os.fsdecode(os.fspath(path))
     with open(path, "rb") as f:
         data = f.read()
@@ -549,7 +569,15 @@ def _off_faces_of_one_length(rows: list, vertex_count: int) -> np.ndarray | None
 
 
 def read_mesh(path: PathLike, strict: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """read_ply or read_off, by the file's extension (a str or os.PathLike path)."""
+    """read_ply or read_off, by the file's extension.
+
+    Args:
+        path: A .ply or .off file (a str or os.PathLike).
+        strict: Passed to read_ply (OFF files have no such option).
+
+    Returns:
+        (vertices float32 [V, 3], faces int64 [F, 3] or None).
+    """
     text = os.fsdecode(os.fspath(path))
     lower = text.lower()
     if lower.endswith(".ply"):
