@@ -3,6 +3,8 @@
 // program's signature).
 #include "tilegrid/gemm/epilogue/program.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "gemm/epilogue/evaluate_cpu.h"
