@@ -31,11 +31,12 @@ if [ ! -f "$cutlass/cute/tensor.hpp" ]; then
   exit 1
 fi
 
-# name:fast_exp2:dq_atomic:stages (0: the head dim's default). "default" is BwdConfig<>.
+# name:fast_exp2:dq_atomic:stages (0: the head dim's default). "default" is BwdConfig<> (fast
+# exp2); "exp2f" is the same kernel with exp2f.
 variants_for() {
   case $1 in
-    256) echo "default:0:0:0 exp2:1:0:0 exp2-atomic:1:1:0 exp2-atomic-2st:1:1:2" ;;
-    *) echo "default:0:0:0 exp2:1:0:0 exp2-atomic:1:1:0 exp2-atomic-3st:1:1:3" ;;
+    256) echo "default:1:0:0 exp2f:0:0:0 atomic:1:1:0 atomic-2st:1:1:2" ;;
+    *) echo "default:1:0:0 exp2f:0:0:0 atomic:1:1:0 atomic-3st:1:1:3" ;;
   esac
 }
 

@@ -8,13 +8,15 @@ namespace tilegrid::attention::sm90_bwd {
 // kFastExp2: P = 2^x by ex2.approx.ftz (one MUFU.EX2) instead of exp2f, whose denormal
 //   handling adds an FSETP and two predicated FMULs to every score (4 instructions instead of
 //   1; the score loop is about 6 instructions a score otherwise). Flushes P < 2^-126 to 0.
+//   Shipped on: +2-4% at head dims 64 and 128 and +6-11% at 256 on an H100, 16k tokens a
+//   batch, bf16 (bench/results/2026-12-05_h100_attention_backward_variants.json).
 // kDqAtomic: the consumer warpgroups add their dQ part into the float32 sums straight from
 //   registers (red.global.add.v2.f32) instead of through the float32 tile in shared memory and
 //   the producer's bulk-add warp. Frees the tile (36 KB at head dim 128, 68 KB at 256) for
 //   more Q/dO stages, costs the consumers kBlockM x head_dim / 512 reductions a thread a step.
 // kStages: Q/dO pipeline stages; 0 takes the head dim's default (2 at 64 and 128, 1 at 256,
 //   as many as fit 227 KB with the shared-memory dQ tile).
-template <bool kFastExp2_ = false, bool kDqAtomic_ = false, int kStages_ = 0>
+template <bool kFastExp2_ = true, bool kDqAtomic_ = false, int kStages_ = 0>
 struct BwdConfig {
   static constexpr bool kFastExp2 = kFastExp2_;
   static constexpr bool kDqAtomic = kDqAtomic_;

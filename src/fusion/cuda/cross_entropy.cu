@@ -2,12 +2,16 @@
 // LM head (V = 128256, bfloat16) a row is 250 KB, more than a block's shared memory, so the row
 // is read twice and written once, 6 bytes an element (the second read may partly hit L2; not
 // measured apart from the linear cross-entropy it serves):
-//  - pass 1 keeps a running maximum and sum of exponentials per thread (in base 2: one
-//    multiply and one ex2 an element, one rescale a vector), combined over the block;
+//  - pass 1 keeps a running maximum and sum of exponentials per thread (exp(x - max) as
+//    ex2((x - max) log2 e): one subtract, one multiply and one ex2 an element, one rescale a
+//    vector), combined over the block;
 //  - pass 2 writes (exp(x - lse) - [column == target]) * scale over the row.
-// Differences are taken before the log of the sum is added: the loss is (max - x_t) + log(sum)
-// and the probabilities exp((x - max) - log(sum)), as torch's log_softmax forms them; with
-// logits of 1e17 (an ulp of 1e10 in float32) max + log(sum) would lose log(sum).
+// Differences are taken on the logits as they are, before any scaling and before the log of
+// the sum is added: the loss is (max - x_t) + log(sum) and the probabilities
+// exp((x - max) - log(sum)), as torch's log_softmax forms them. Near a logit of 1e15 an ulp in
+// float32 is 1.3e8: scaling each logit by log2(e) first would round it by up to half that, and
+// max + log(sum) would lose log(sum) altogether. x - max is exact for logits within a factor
+// of 2 of each other (Sterbenz).
 // Each thread reads 16-byte vectors, kUnroll of them in flight, so that a block keeps several
 // loads outstanding (the loop-carried maximum would otherwise serialize them).
 #include <cuda_bf16.h>
@@ -37,7 +41,7 @@ struct alignas(sizeof(T) * VEC) Vec {
   T v[VEC];
 };
 
-// A running (maximum, sum of exp2(x - maximum)) pair, in base 2. A NaN logit makes the sum
+// A running (maximum, sum of exp(x - maximum)) pair, the maximum in the logits' units. A NaN logit makes the sum
 // NaN, and the row's loss and gradient with it, as on the CPU and in torch: fmaxf skips NaN,
 // so the maximum stays finite (or -inf) and the NaN is carried by the sum.
 struct MaxSum {
@@ -49,28 +53,28 @@ struct MaxSum {
       sum += o.sum;
       return;
     }
-    sum = sum * exp2f(max - m) + o.sum * exp2f(o.max - m);
+    sum = sum * exp2f((max - m) * kLog2e) + o.sum * exp2f((o.max - m) * kLog2e);
     max = m;
   }
 };
 
-// Adds VEC logits (already in base 2) to the running pair: one rescale a vector.
+// Adds VEC logits to the running pair: one rescale a vector.
 template <int VEC>
-__device__ __forceinline__ void add_vector(MaxSum& ms, const float (&x2)[VEC]) {
-  float vmax = x2[0];
+__device__ __forceinline__ void add_vector(MaxSum& ms, const float (&x)[VEC]) {
+  float vmax = x[0];
 #pragma unroll
-  for (int k = 1; k < VEC; ++k) vmax = fmaxf(vmax, x2[k]);
+  for (int k = 1; k < VEC; ++k) vmax = fmaxf(vmax, x[k]);
   const float m = fmaxf(ms.max, vmax);
   if (m == -INFINITY) {  // -inf and NaN logits only so far: keep a NaN in the sum
 #pragma unroll
     for (int k = 0; k < VEC; ++k)
-      if (isnan(x2[k])) ms.sum = NAN;
+      if (isnan(x[k])) ms.sum = NAN;
     return;
   }
   float s = 0.f;
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) s += exp2f(x2[k] - m);
-  ms.sum = ms.sum * exp2f(ms.max - m) + s;
+  for (int k = 0; k < VEC; ++k) s += exp2f((x[k] - m) * kLog2e);
+  ms.sum = ms.sum * exp2f((ms.max - m) * kLog2e) + s;
   ms.max = m;
 }
 
@@ -92,18 +96,11 @@ __device__ __forceinline__ MaxSum block_max_sum(MaxSum ms, MaxSum* scratch) {
   return total;
 }
 
-// x * log2(e), rounded on its own (__fmul_rn: never fused into a later add), so that the
-// target's scaled logit in the loss equals the one inside the row's maximum bit for bit: a
-// row whose target is far above the rest gets a loss of exactly 0.
-__device__ __forceinline__ float base2(float x) {
-  return __fmul_rn(x, kLog2e);
-}
-
 template <class T, int VEC>
-__device__ __forceinline__ void load_base2(const T* p, float (&x2)[VEC]) {
+__device__ __forceinline__ void load_floats(const T* p, float (&x)[VEC]) {
   const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(p);
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) x2[k] = base2(to_float(v.v[k]));
+  for (int k = 0; k < VEC; ++k) x[k] = to_float(v.v[k]);
 }
 
 // VEC elements a vector when the row and its length allow 16-byte accesses, else 1.
@@ -131,22 +128,24 @@ __global__ void __launch_bounds__(kMaxThreads) loss_and_grad_kernel(Params p) {
   MaxSum ms;
   int64_t i = threadIdx.x;
   for (; i + (kUnroll - 1) * step < vectors; i += kUnroll * step) {
-    float x2[kUnroll][VEC];
+    float x[kUnroll][VEC];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_base2<T, VEC>(row + (i + u * step) * VEC, x2[u]);
+    for (int u = 0; u < kUnroll; ++u) load_floats<T, VEC>(row + (i + u * step) * VEC, x[u]);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) add_vector<VEC>(ms, x2[u]);
+    for (int u = 0; u < kUnroll; ++u) add_vector<VEC>(ms, x[u]);
   }
   for (; i < vectors; i += step) {
-    float x2[VEC];
-    load_base2<T, VEC>(row + i * VEC, x2);
-    add_vector<VEC>(ms, x2);
+    float x[VEC];
+    load_floats<T, VEC>(row + i * VEC, x);
+    add_vector<VEC>(ms, x);
   }
   const MaxSum total = block_max_sum(ms, scratch);
-  const float log2_sum = log2f(total.sum);  // log2 of the row's sum of exp2(x - max)
+  const float log2_sum = log2f(total.sum);  // log2 of the row's sum of exp(x - max)
   const bool in_range = t >= 0 && t < p.vocab;
+  // A target at the row's maximum gives max - x_t = 0 exactly: a row whose target is far
+  // above the rest gets a loss of exactly 0.
   if (threadIdx.x == 0)
-    p.loss[r] = in_range ? ((total.max - base2(to_float(row[t]))) + log2_sum) * kLn2 : NAN;
+    p.loss[r] = in_range ? (total.max - to_float(row[t])) + log2_sum * kLn2 : NAN;
   if (p.grad_scale == nullptr) return;
   // Every thread has read its own elements and row[t] is read above by thread 0 before the
   // barrier below, which orders it before pass 2 overwrites it.
@@ -154,13 +153,13 @@ __global__ void __launch_bounds__(kMaxThreads) loss_and_grad_kernel(Params p) {
 
   const float scale = *p.grad_scale;
   for (int64_t j = threadIdx.x; j < vectors; j += step) {
-    float x2[VEC];
-    load_base2<T, VEC>(row + j * VEC, x2);
+    float x[VEC];
+    load_floats<T, VEC>(row + j * VEC, x);
     Vec<T, VEC> g;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       const float onehot = (j * VEC + k == t) ? scale : 0.f;
-      g.v[k] = from_float<T>(exp2f((x2[k] - total.max) - log2_sum) * scale - onehot);
+      g.v[k] = from_float<T>(exp2f((x[k] - total.max) * kLog2e - log2_sum) * scale - onehot);
     }
     *reinterpret_cast<Vec<T, VEC>*>(row + j * VEC) = g;
   }
