@@ -284,8 +284,8 @@ __device__ __forceinline__ TileWork tile_work(const FlashFwdParams& p, int m_blo
 // together; a section's tiles run before the next section's, longest query tiles first within
 // it. (With the longest tiles of every pair first instead, the CTAs in flight read the K/V of
 // up to 132 pairs at once: 66 MB at head dim 128, 1k keys, more than the 60 MB L2, and the
-// kernel was 13% slower than the one-tile grid at that size; with sections, even: bench/results/
-// 2026-12-01_h200_attention_sm90_persistent*.json.)
+// kernel was 13% slower than the one-tile grid at that size; with sections, even:
+// bench/results/2026-12-01_h200_attention_sm90_persistent*.json.)
 struct TileSchedule {
   int count, heads, batches, m_blocks, section;
   bool persistent;
@@ -703,8 +703,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // S (see the loop), but on the issue slots the other warpgroup's softmax needs: always
   // multiplied (as FlashAttention-3 does) it is kHeadDim / 2 multiplications a thread and
   // tile, 128 at head dim 256 for 32 scores; that version ran head dim 256 3-5% further from
-  // FlashAttention-3 than before (bench/results/2026-12-01_h200_attention_fa3_loop_always_
-  // rescale.json against ..._fa3_three_way.json, ratios to FlashAttention-3 in each run).
+  // FlashAttention-3 than before (ratios to FlashAttention-3 in each run:
+  // bench/results/2026-12-01_h200_attention_fa3_loop_always_rescale.json against
+  // ..._fa3_three_way.json).
   auto rescale_o = [&](const float (&o_scale)[2]) {
     if (!__any_sync(0xffffffff, o_scale[0] != 1.f || o_scale[1] != 1.f)) return;
     CUTE_UNROLL

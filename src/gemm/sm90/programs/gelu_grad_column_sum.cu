@@ -43,8 +43,9 @@ void run_gelu_grad_column_sum(const Problem& p, const epilogue::Program& program
                               Stream stream) {
   using namespace programs;
   using Element = ElementOf<E>;
-  // Cooperative 128x256: 1.113x the plain product against 1.151x on the ping-pong kernel
-  // (bench/results/2026-12-01_h200_gemm_epilogue_pingpong_trial.json).
+  // Cooperative 128x256: 1.113x the plain product against 1.151x on the ping-pong kernel, on an
+  // H200 (bench/results/2026-12-01_h200_gemm_epilogue_backward_scalar_rows.json, then
+  // bench/results/2026-12-01_h200_gemm_epilogue_pingpong_trial.json).
   using Gemm = FusedGemm<Element, GeluGradColumnSum<Element>, DgradB>;
   const TensorView& pre = std::get<epilogue::ElementwiseGrad>(program.steps[0]).input;
   const TensorView* out = nullptr;
