@@ -40,14 +40,13 @@ Backends: CPU tensors (float32, float16, bfloat16) run the reference, forward an
 (float64 sums). CUDA tensors (float16, bfloat16): the forward runs the portable flash kernel
 (sm_80 and newer) or, on Hopper, the TMA + wgmma kernel; the backward, on Hopper at head
 dims 64, 128 and 256 (96 and 192 padded to those), TMA + wgmma kernels whose dQ is summed by
-float32 bulk additions (the last bits of dq may differ between runs; 0.85-0.95x cuDNN's
-backward at 16k tokens on an H200 at head dims 64-128, 0.50-0.54x at 256, docs/PERFORMANCE.md)
-or, with deterministic=True, the same kernels with the key tiles adding into each query tile
-in a fixed order (the same bits on every run; 0.68-0.96x the default's speed), and
-everywhere else a portable tensor-core kernel (mma.sync; the CUDA-core one where
-the shared memory per block is too small for its tiles, e.g. sm_86/sm_89) that gives the same
-bits on every run. On CUDA, the varlen entry points copy cu_seqlens to the
-host to validate them, which waits for the current stream.
+float32 bulk additions (the last bits of dq may differ between runs) or, with
+deterministic=True, the same kernels with the key tiles adding into each query tile in a
+fixed order (the same bits on every run), and everywhere else a portable tensor-core kernel
+(mma.sync; the CUDA-core one where the shared memory per block is too small for its tiles,
+e.g. sm_86/sm_89) that gives the same bits on every run. On CUDA, the varlen entry points
+copy cu_seqlens to the host to validate them, which waits for the current stream. Speeds:
+docs/PERFORMANCE.md.
 """
 
 from __future__ import annotations
@@ -150,8 +149,10 @@ def _kernel_ready(x: torch.Tensor) -> torch.Tensor:
 # Hopper's TMA + wgmma kernels, forward and backward, exist at head dims 64, 128 and 256: on
 # a GPU of compute capability 9.0 the head dims between are padded to the next of these, so
 # that 96 and 192 run on them. That is a third more products than kernels of their own would
-# do, on kernels faster than the portable ones (the Hopper backward at 256: 1.9-2.0x the
-# portable one at 16k tokens on an H200, docs/PERFORMANCE.md). The padding is decided by the
+# do, on kernels faster than the portable ones (the backward at head dim 256 and 16k tokens
+# on an H200: 256-260 TFLOP/s against the portable kernel's 99-101, in
+# bench/results/2026-12-04_h200_attention_backward_hd256_dq_after_dkdv.json and
+# bench/results/2026-12-02_h200_attention_backward_mma.json). The padding is decided by the
 # GPU alone, so it applies when the portable kernels are forced there too.
 _HOPPER_HEAD_DIMS = (64, 128, 256)
 _HOPPER_BY_DEVICE: dict[int, bool] = {}
