@@ -11,9 +11,9 @@ reconvergence regions (BSSY: a branch the compiler could not prove uniform in th
 
 Why: a change that leaves the loop's source alone can still slow it. A branch on the thread
 index placed between the two products moved the K/V stage addresses out of the uniform
-registers and cost every variant 3-5% at 16k queries (docs/PERFORMANCE.md); the loop grew by
-only 20 instructions, but gained a BSSY and two S2R. Compare the rows of two builds before
-measuring on a GPU.
+registers and cost every variant 3-5% at 16k queries on an H200 (2026-12-01,
+docs/history/PERFORMANCE_LOG.md); the loop grew by only 20 instructions, but gained a BSSY
+and two S2R. Compare the rows of two builds before measuring on a GPU.
 """
 
 from __future__ import annotations
