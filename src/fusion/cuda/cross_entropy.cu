@@ -9,9 +9,9 @@
 // Differences are taken on the logits as they are, before any scaling and before the log of
 // the sum is added: the loss is (max - x_t) + log(sum) and the probabilities
 // exp((x - max) - log(sum)), as torch's log_softmax forms them. Near a logit of 1e15 an ulp in
-// float32 is 1.3e8: scaling each logit by log2(e) first would round it by up to half that, and
-// max + log(sum) would lose log(sum) altogether. x - max is exact for logits within a factor
-// of 2 of each other (Sterbenz).
+// float32 is 6.7e7, and 1.3e8 once scaled by log2(e): scaling each logit first would round it
+// by up to half the latter, and max + log(sum) would lose log(sum) altogether. x - max is
+// exact for logits within a factor of 2 of each other (Sterbenz).
 // Each thread reads 16-byte vectors, kUnroll of them in flight, so that a block keeps several
 // loads outstanding (the loop-carried maximum would otherwise serialize them).
 #include <cuda_bf16.h>
