@@ -30,8 +30,10 @@ What is fused today (forward and backward):
 Not fused yet: the norms' row statistics (computed by the norm kernel, not in the O and down
 products' epilogues).
 
-On CUDA the fused programs run on Hopper (sm_90a, bfloat16 or float16); elsewhere the
-program raises (see tg.epilogue). On the CPU every piece runs its reference.
+The fused programs take bfloat16 or float16 and run on Hopper (sm_90a) and, as their
+reference, on the CPU. In float32, or on another CUDA GPU, the modules run unfused: the MLP
+as torch operations, attention's projections as tg.linear (torch's in float32) with torch's
+RoPE.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 from .. import epilogue
 from ..flash_attn import flash_attn_func
@@ -101,6 +104,9 @@ class _GluMLP(torch.autograd.Function):
         dgate_up = matmul(dpre.t(), x) if ctx.needs_input_grad[1] else None
         ddown = matmul(dout.t(), h) if ctx.needs_input_grad[2] else None
         return dx, dgate_up, ddown, None, dout if ctx.needs_input_grad[4] else None
+
+
+_TORCH_ACTS = {"silu": F.silu, "gelu_pytorch_tanh": lambda t: F.gelu(t, approximate="tanh")}
 
 
 def _interleave(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -173,6 +179,12 @@ class LlamaMLP(torch.nn.Module):
         if residual is not None and residual.shape != x.shape:
             raise ValueError(f"LlamaMLP: residual must have the input's shape {list(x.shape)}, "
                              f"got {list(residual.shape)}")
+        if not _fused_programs_run_on(x):
+            # float32, or a CUDA GPU other than Hopper: torch's operations, unfused.
+            act = _TORCH_ACTS[self.hidden_act]
+            h = act(F.linear(x, self.gate_weight)) * F.linear(x, self.up_weight)
+            out = F.linear(h, self.down_proj.weight)
+            return out if residual is None else residual + out
         rows = x.reshape(-1, self.hidden_size).contiguous()
         res = residual.reshape(-1, self.hidden_size).to(x.dtype) if residual is not None else None
         out = _GluMLP.apply(rows, self.gate_up_weight, self.down_proj.weight, self._ACTS[self.hidden_act],
@@ -210,11 +222,17 @@ def _from_pairs(w: torch.Tensor, head_dim: int) -> torch.Tensor:
     return w.reshape(-1, head_dim // 2, 2, w.shape[-1]).transpose(1, 2).reshape(w.shape)
 
 
+def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x w^T: tg.linear in bfloat16 and float16, torch's in other dtypes (tg.linear takes
+    neither float32 nor float64)."""
+    return linear(x, w) if x.dtype in (torch.bfloat16, torch.float16) else F.linear(x, w)
+
+
 def _fused_programs_run_on(x: torch.Tensor) -> bool:
-    """The fused epilogue programs run on the CPU (their reference) and on Hopper in bfloat16 or
-    float16."""
-    return not x.is_cuda or (x.dtype in (torch.bfloat16, torch.float16)
-                             and torch.cuda.get_device_capability(x.device) == (9, 0))
+    """The fused epilogue programs take bfloat16 or float16, and run on the CPU (their
+    reference) and on Hopper."""
+    return x.dtype in (torch.bfloat16, torch.float16) and (
+        not x.is_cuda or torch.cuda.get_device_capability(x.device) == (9, 0))
 
 
 class _QkvRope(torch.autograd.Function):
@@ -376,15 +394,15 @@ class LlamaAttention(torch.nn.Module):
         if _fused_programs_run_on(x):
             return self._fused_forward(x, position_ids, residual)
         wq, wk, wv = self._unpack(self.qkv_weight)
-        q = linear(x, wq).view(b, s, self.num_heads, self.head_dim)
-        k = linear(x, wk).view(b, s, self.num_kv_heads, self.head_dim)
-        v = linear(x, wv).view(b, s, self.num_kv_heads, self.head_dim)
+        q = project(x, wq).view(b, s, self.num_heads, self.head_dim)
+        k = project(x, wk).view(b, s, self.num_kv_heads, self.head_dim)
+        v = project(x, wv).view(b, s, self.num_kv_heads, self.head_dim)
         cos, sin = rotary_cos_sin(position_ids, self.head_dim, self.rope_theta, x.dtype)
         cos, sin = cos[:, :, None, :], sin[:, :, None, :]
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         out = flash_attn_func(q, k, v, causal=True)
-        out = linear(out.reshape(b, s, self.num_heads * self.head_dim), self.o_proj.weight)
+        out = project(out.reshape(b, s, self.num_heads * self.head_dim), self.o_proj.weight)
         return out if residual is None else residual + out
 
     def _fused_forward(self, x: torch.Tensor, position_ids: torch.Tensor,
