@@ -12,6 +12,7 @@ from . import _C, distributed, epilogue, nn
 from ._torch import install_torch_allocator, uninstall_torch_allocator
 from .cross_entropy import cross_entropy
 from .flash_attn import flash_attn_func, flash_attn_varlen_func
+from .flash_attn_kvcache import flash_attn_with_kvcache
 from .gemm import describe_matmul, linear, matmul
 from .grid_batch import GridBatch, jcat
 from .grid_io import load, save
@@ -41,6 +42,7 @@ __all__ = [
     "epilogue",
     "flash_attn_func",
     "flash_attn_varlen_func",
+    "flash_attn_with_kvcache",
     "install_torch_allocator",
     "jcat",
     "load",

@@ -1,0 +1,258 @@
+"""tg.flash_attn_with_kvcache: attention of new queries over a KV cache, with FlashAttention's
+signature and semantics (its ``flash_attn_with_kvcache``): new keys and values appended to the
+cache in place, rotary embeddings applied to q and the new k, contiguous or paged caches.
+
+How it runs today: every argument is checked before anything is written (a bad block table,
+lengths past the cache or a wrong shape raise and leave the cache as it was); the new k and v
+are written into the cache by tensor indexing; each sequence's keys (its pages, in order) are
+gathered into one packed buffer and attention runs as tg.flash_attn_varlen_func over them,
+tilegrid's attention kernels (the CPU reference on the CPU). Decoding so reads each sequence's keys twice (the
+gather, then attention) where a kernel reading the pages in place would read them once, and
+nothing splits a long cache across CTAs: no speed is claimed for this path.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+
+from .flash_attn import _real, _window, flash_attn_varlen_func
+
+_OP = "flash_attn_with_kvcache"
+
+
+def _int32_vector(name: str, t, batch: int, device) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{_OP}: {name} must be a tensor, got {type(t).__name__}")
+    if t.dtype not in (torch.int32, torch.int64) or t.shape != (batch,):
+        raise ValueError(f"{_OP}: {name} must be int32 of shape [{batch}] (one entry a sequence), got "
+                         f"{t.dtype} of shape {list(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{_OP}: {name} must be on q's device {device}, got {t.device}")
+    return t.to(torch.int64)
+
+
+def _apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """x [b, s, h, d] rotated on its first 2 * cos.shape[-1] dims by cos/sin [b, s, rot/2]:
+    pairs (2j, 2j + 1) when interleaved (GPT-J), (j, j + rot/2) otherwise (GPT-NeoX), in float32."""
+    rot = 2 * cos.shape[-1]
+    xf = x.float()
+    head, tail = xf[..., :rot], xf[..., rot:]
+    c, s = cos[:, :, None, :].float(), sin[:, :, None, :].float()
+    if interleaved:
+        a, b = head[..., 0::2], head[..., 1::2]
+        rotated = torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
+    else:
+        a, b = head[..., :rot // 2], head[..., rot // 2:]
+        rotated = torch.cat([a * c - b * s, a * s + b * c], dim=-1)
+    return torch.cat([rotated, tail], dim=-1).to(x.dtype)
+
+
+def flash_attn_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: Optional[torch.Tensor] = None,
+    v: Optional[torch.Tensor] = None,
+    rotary_cos: Optional[torch.Tensor] = None,
+    rotary_sin: Optional[torch.Tensor] = None,
+    cache_seqlens: Optional[Union[int, torch.Tensor]] = None,
+    cache_batch_idx: Optional[torch.Tensor] = None,
+    cache_leftpad: Optional[torch.Tensor] = None,
+    block_table: Optional[torch.Tensor] = None,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size=(-1, -1),
+    softcap: float = 0.0,
+    rotary_interleaved: bool = True,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    num_splits: int = 0,
+    return_softmax_lse: bool = False,
+):
+    """Attention of q over a KV cache, after appending k and v to it in place.
+
+    FlashAttention 2's ``flash_attn_with_kvcache``: the same arguments in the same order.
+
+    Args:
+        q: Queries (batch, seqlen_q, nheads, headdim): float16 or bfloat16 on a CUDA GPU,
+            float32, float16 or bfloat16 on the CPU.
+        k_cache: The key cache: (batch_cache, seqlen_cache, nheads_k, headdim), or with
+            block_table the page pool (num_blocks, page_block_size, nheads_k, headdim). q's
+            dtype and device; nheads a multiple of nheads_k.
+        v_cache: The value cache, k_cache's shape.
+        k: New keys (batch, seqlen_new, nheads_k, headdim) to append at each sequence's
+            cache_seqlens, or None. Given with v or not at all.
+        v: New values, k's shape.
+        rotary_cos: (seqlen_ro, rotary_dim / 2), rotary_dim <= headdim and even; with
+            rotary_sin, RoPE is applied to the new k at positions cache_seqlens + i, and to q
+            at the same positions when causal or windowed, else at cache_seqlens for every
+            query (FlashAttention's rule). Needs k and v.
+        rotary_sin: Same shape as rotary_cos.
+        cache_seqlens: The cache's current length for each sequence, before the append: an
+            int for all, or int32 (batch,). None: the whole cache (seqlen_cache, or the
+            pages of block_table) holds valid keys.
+        cache_batch_idx: int32 (batch,): which row of the cache each sequence uses; None:
+            row b for sequence b. Not with block_table.
+        cache_leftpad: int32 (batch,): where each sequence's keys start in its cache row
+            (the cells before are padding); None: 0. Not with block_table.
+        block_table: int32 (batch, max_blocks_per_seq): the pages of each sequence in
+            order, indices into the pool's first dimension. None: a contiguous cache.
+        softmax_scale: As in flash_attn_func; None: 1 / sqrt(headdim).
+        causal: A causal mask aligned to the bottom-right corner: query i sees keys up to
+            i + seqlen_k - seqlen_q, seqlen_k being the keys after the append.
+        window_size: (left, right) sliding window, as in flash_attn_func.
+        softcap: As in flash_attn_func; 0.0: off.
+        rotary_interleaved: True: rotate dims (2j, 2j + 1) (GPT-J); False: dims (j,
+            j + rotary_dim / 2) (GPT-NeoX, Llama).
+        alibi_slopes: Must be None (no ALiBi; a tensor raises NotImplementedError).
+        num_splits: How many parts to split each sequence's keys into; 0: chosen by
+            the implementation. A hint: the current implementation does not split.
+        return_softmax_lse: Return (out, softmax_lse) instead of out.
+
+    Returns:
+        out (batch, seqlen_q, nheads, headdim) in q's dtype; with return_softmax_lse also
+        softmax_lse, float32 (batch, nheads, seqlen_q).
+
+    Raises:
+        ValueError: shapes, lengths past the cache (the append included), block table entries
+            outside the pool, arguments that do not go together. Raised before the cache is
+            written.
+        TypeError: dtypes or argument types that do not fit.
+        NotImplementedError: alibi_slopes given.
+    """
+    if alibi_slopes is not None:
+        raise NotImplementedError(f"{_OP}: ALiBi is not implemented: alibi_slopes must be None")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{_OP}: {name} must be a 4-D tensor, got {got}")
+    if k_cache.shape != v_cache.shape or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        raise ValueError(f"{_OP}: k_cache and v_cache must have one shape and q's dtype {q.dtype}, got "
+                         f"{list(k_cache.shape)} {k_cache.dtype} and {list(v_cache.shape)} {v_cache.dtype}")
+    if k_cache.device != q.device or v_cache.device != q.device:
+        raise ValueError(f"{_OP}: the caches must be on q's device {q.device}")
+    batch, seqlen_q, nheads, d = q.shape
+    _, page, nheads_k, d_k = k_cache.shape
+    if d_k != d:
+        raise ValueError(f"{_OP}: the caches' head dim must be q's ({d}), got {d_k}")
+    if nheads_k == 0 or nheads % nheads_k:
+        raise ValueError(f"{_OP}: q's heads ({nheads}) must be a multiple of the caches' ({nheads_k})")
+    left, right = _window(_OP, window_size)
+    if not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError(f"{_OP}: num_splits must be an int >= 0, got {num_splits!r}")
+    if (k is None) != (v is None):
+        raise ValueError(f"{_OP}: k and v are given together or not at all")
+    seqlen_new = 0
+    if k is not None:
+        want = (batch, k.shape[1] if k.dim() == 4 else -1, nheads_k, d)
+        if k.dim() != 4 or tuple(k.shape) != want or v.shape != k.shape:
+            raise ValueError(f"{_OP}: k and v must be [batch {batch}, seqlen_new, nheads_k {nheads_k}, headdim {d}], "
+                             f"got {list(k.shape)} and {list(v.shape)}")
+        if k.dtype != q.dtype or v.dtype != q.dtype or k.device != q.device or v.device != q.device:
+            raise ValueError(f"{_OP}: k and v must have q's dtype and device")
+        seqlen_new = k.shape[1]
+
+    # Where each sequence's keys live: cache row and capacity, or pages.
+    if block_table is not None:
+        if cache_batch_idx is not None or cache_leftpad is not None:
+            raise ValueError(f"{_OP}: cache_batch_idx and cache_leftpad do not go with block_table "
+                             "(as in FlashAttention)")
+        if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2 or block_table.shape[0] != batch \
+                or block_table.dtype not in (torch.int32, torch.int64):
+            got = (f"{block_table.dtype} of shape {list(block_table.shape)}" if isinstance(block_table, torch.Tensor)
+                   else type(block_table).__name__)
+            raise ValueError(f"{_OP}: block_table must be int32 [batch {batch}, max_blocks_per_seq], got {got}")
+        if block_table.device != q.device:
+            raise ValueError(f"{_OP}: block_table must be on q's device {q.device}, got {block_table.device}")
+        pool = k_cache.shape[0]
+        pages = block_table.to(torch.int64)
+        capacity = pages.shape[1] * page
+        rows = None
+        leftpad = torch.zeros(batch, dtype=torch.int64, device=q.device)
+    else:
+        rows = (torch.arange(batch, device=q.device) if cache_batch_idx is None
+                else _int32_vector("cache_batch_idx", cache_batch_idx, batch, q.device))
+        capacity = page
+        leftpad = (torch.zeros(batch, dtype=torch.int64, device=q.device) if cache_leftpad is None
+                   else _int32_vector("cache_leftpad", cache_leftpad, batch, q.device))
+    if cache_seqlens is None:
+        lengths = torch.full((batch,), capacity - seqlen_new, dtype=torch.int64, device=q.device)
+    elif isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        lengths = torch.full((batch,), cache_seqlens, dtype=torch.int64, device=q.device)
+    else:
+        lengths = _int32_vector("cache_seqlens", cache_seqlens, batch, q.device)
+
+    # Every check on values, before anything is written (one copy of the small vectors).
+    lengths_h, leftpad_h = lengths.cpu(), leftpad.cpu()
+    if (lengths_h < 0).any() or (leftpad_h < 0).any() or (leftpad_h > lengths_h).any():
+        raise ValueError(f"{_OP}: need 0 <= cache_leftpad <= cache_seqlens, got cache_seqlens "
+                         f"{lengths_h.tolist()} and cache_leftpad {leftpad_h.tolist()}")
+    if (lengths_h + seqlen_new > capacity).any():
+        raise ValueError(f"{_OP}: cache_seqlens + seqlen_new ({seqlen_new}) must be at most the cache's "
+                         f"capacity {capacity}, got cache_seqlens {lengths_h.tolist()}")
+    if rows is not None:
+        rows_h = rows.cpu()
+        if (rows_h < 0).any() or (rows_h >= k_cache.shape[0]).any():
+            raise ValueError(f"{_OP}: cache_batch_idx entries must be in [0, {k_cache.shape[0]}), got "
+                             f"{rows_h.tolist()}")
+    else:
+        total = lengths_h + seqlen_new
+        used = (total + page - 1) // page  # pages each sequence reaches
+        pages_h = pages.cpu()
+        for b in range(batch):
+            row = pages_h[b, :int(used[b])]
+            if ((row < 0) | (row >= pool)).any():
+                raise ValueError(f"{_OP}: block_table[{b}] holds pages outside the pool [0, {pool}): "
+                                 f"{row.tolist()}")
+    if rotary_cos is not None or rotary_sin is not None:
+        if rotary_cos is None or rotary_sin is None or k is None:
+            raise ValueError(f"{_OP}: rotary_cos and rotary_sin go together, and with k and v")
+        if rotary_cos.dim() != 2 or rotary_cos.shape != rotary_sin.shape or 2 * rotary_cos.shape[1] > d:
+            raise ValueError(f"{_OP}: rotary_cos and rotary_sin must be [seqlen_ro, rotary_dim / 2] with "
+                             f"rotary_dim <= headdim {d}, got {list(rotary_cos.shape)} and {list(rotary_sin.shape)}")
+        # q is rotated at cache_seqlens + i when causal or windowed, else at cache_seqlens.
+        windowed = causal or left >= 0 or right >= 0
+        reach = max(seqlen_new, seqlen_q if windowed else 1)
+        if (lengths_h + reach > rotary_cos.shape[0]).any():
+            raise ValueError(f"{_OP}: rotary_cos has {rotary_cos.shape[0]} positions, fewer than the "
+                             f"{(lengths_h + reach).tolist()} that q and the new k are rotated at")
+    scale = None if softmax_scale is None else _real(_OP, "softmax_scale", softmax_scale)
+
+    def cells(b: int, start: int, stop: int):
+        """(pool index, slot) of sequence b's cache cells start..stop - 1."""
+        pos = torch.arange(start, stop, device=q.device)
+        if rows is None:
+            return pages[b, pos // page], pos % page
+        return rows[b].expand_as(pos), pos
+
+    with torch.no_grad():
+        if rotary_cos is not None:
+            pos_k = lengths[:, None] + torch.arange(seqlen_new, device=q.device)
+            k = _apply_rotary(k, rotary_cos[pos_k], rotary_sin[pos_k], rotary_interleaved)
+            pos_q = (lengths[:, None] + torch.arange(seqlen_q, device=q.device) if windowed
+                     else lengths[:, None].expand(batch, seqlen_q))
+            q = _apply_rotary(q, rotary_cos[pos_q], rotary_sin[pos_q], rotary_interleaved)
+        keys, values, cu_k = [], [], [0]
+        for b in range(batch):
+            n = int(lengths_h[b])
+            if seqlen_new:
+                block, slot = cells(b, n, n + seqlen_new)
+                k_cache[block, slot] = k[b]
+                v_cache[block, slot] = v[b]
+            block, slot = cells(b, int(leftpad_h[b]), n + seqlen_new)
+            keys.append(k_cache[block, slot])
+            values.append(v_cache[block, slot])
+            cu_k.append(cu_k[-1] + keys[-1].shape[0])
+    cu_k_t = torch.tensor(cu_k, dtype=torch.int32, device=q.device)
+    cu_q_t = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
+    max_k = max(cu_k[i + 1] - cu_k[i] for i in range(batch)) if batch else 0
+    out, lse = flash_attn_varlen_func(
+        q.reshape(batch * seqlen_q, nheads, d), torch.cat(keys), torch.cat(values), cu_q_t, cu_k_t,
+        max(seqlen_q, 1), max(max_k, 1), softmax_scale=scale, causal=causal, window_size=(left, right),
+        softcap=softcap, return_lse=True)
+    out = out.view(batch, seqlen_q, nheads, d)
+    if not return_softmax_lse:
+        return out
+    # (nheads, total_q) -> (batch, nheads, seqlen_q)
+    return out, lse.view(nheads, batch, seqlen_q).transpose(0, 1).contiguous()
