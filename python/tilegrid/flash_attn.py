@@ -332,9 +332,9 @@ def _positive_scale(q: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]
 
 
 def _prepare(q, k, v, softmax_scale, softcap=0.0, op="flash_attn_func"):
-    """Kernel-ready, head-dim-padded q, k, v; the scale (of the given head dim when None);
-    that head dim. Checked before any padding: tensors, one head dim for q, k and v, a scale
-    finite in float32."""
+    """Kernel-ready, head-dim-padded q, k, v; the scale (of q's head dim when None); v's head
+    dim, the output's. Checked before any padding: tensors, one head dim for q and k, head
+    dims from 1 to 256, a scale finite in float32."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -345,23 +345,25 @@ def _prepare(q, k, v, softmax_scale, softcap=0.0, op="flash_attn_func"):
         raise ValueError(f"{op}: q and k must have the same head dimension, got q's {head_dim} "
                          f"(q shape {list(q.shape)}) and k's {k.shape[-1]} (k shape "
                          f"{list(k.shape)})")
-    if v.shape[-1] != head_dim:
-        raise ValueError(f"{op}: v's head dimension must equal q's and k's ({head_dim}; the "
-                         f"kernels have no head dimension of v's own), got {v.shape[-1]} "
-                         f"(v shape {list(v.shape)})")
-    if head_dim > 256:
-        raise ValueError(f"{op}: head dimension must be at most 256, got {head_dim}")
-    if head_dim < 1:
-        raise ValueError(f"{op}: head dimension must be at least 1, got {head_dim}")
+    v_dim = v.shape[-1]
+    if max(head_dim, v_dim) > 256:
+        raise ValueError(f"{op}: head dimensions must be at most 256, got q's and k's {head_dim} and "
+                         f"v's {v_dim}")
+    if min(head_dim, v_dim) < 1:
+        raise ValueError(f"{op}: head dimensions must be at least 1, got q's and k's {head_dim} and "
+                         f"v's {v_dim}")
     if softmax_scale is None:
         scale = 1.0 / math.sqrt(head_dim)
     else:
         scale = _real(op, "softmax_scale", softmax_scale)
     if q.is_cuda and softcap == 0:
         q, scale = _positive_scale(q, scale)
-    padded = _padded_head_dim(head_dim, q.device)
+    # One head dim for the kernels: q, k and v zero-padded to the larger of q's and v's (and up
+    # to a kernel's), which changes no score (q.k over zeros adds 0) and only adds output
+    # columns that are cut off: a head dim of v's own (MLA: 192 for q and k, 128 for v).
+    padded = _padded_head_dim(max(head_dim, v_dim), q.device)
     q, k, v = (_kernel_ready(_pad_head_dim(t, padded)) for t in (q, k, v))
-    return q, k, v, scale, head_dim
+    return q, k, v, scale, v_dim
 
 
 def _softcap(op: str, softcap) -> float:
@@ -396,7 +398,8 @@ def flash_attn_func(
         k: Keys, (batch, seqlen_k, nheads_k, headdim), q's dtype and device. nheads must be a
             multiple of nheads_k: query head h reads key/value head h // (nheads / nheads_k)
             (multi-query and grouped-query attention).
-        v: Values, k's shape, dtype and device.
+        v: Values, k's shape, dtype and device, except its head dim, which may differ from
+            q's and k's (1 to 256; e.g. 128 under 192 for MLA): the output has v's.
         dropout_p: Dropout probability on the attention weights. Must be 0.0: there is no
             dropout, and any other value raises NotImplementedError.
         softmax_scale: Factor applied to q k^T before the softmax. None: 1 / sqrt(headdim);
@@ -425,7 +428,7 @@ def flash_attn_func(
             (out, softmax_lse).
 
     Returns:
-        out, (batch, seqlen_q, nheads, headdim) in q's dtype; or, with return_attn_probs or
+        out, (batch, seqlen_q, nheads, v's headdim) in q's dtype; or, with return_attn_probs or
         return_lse, out together with softmax_lse, float32 (batch, nheads, seqlen_q): the
         log-sum-exp of each query's scaled scores, whose gradient is taken into account by
         the backward.
@@ -467,7 +470,8 @@ def flash_attn_varlen_func(
             CUDA GPU, float32, float16 or bfloat16 on the CPU. headdim from 1 to 256.
         k: Keys, (total_k, nheads_k, headdim), q's dtype and device; nheads a multiple of
             nheads_k, as in flash_attn_func.
-        v: Values, k's shape, dtype and device.
+        v: Values, k's shape, dtype and device, except its head dim, which may differ from
+            q's and k's (1 to 256; e.g. 128 under 192 for MLA): the output has v's.
         cu_seqlens_q: int32 (batch + 1,) on q's device: where each sequence's queries start
             in q, from 0, non-decreasing, ending at total_q.
         cu_seqlens_k: int32 (batch + 1,): the same for k and v, ending at total_k.
@@ -492,7 +496,7 @@ def flash_attn_varlen_func(
         return_lse: tilegrid's keyword (keyword only): return (out, softmax_lse).
 
     Returns:
-        out, (total_q, nheads, headdim) in q's dtype; or, with return_attn_probs or
+        out, (total_q, nheads, v's headdim) in q's dtype; or, with return_attn_probs or
         return_lse, out together with softmax_lse, float32 (nheads, total_q), whose gradient
         is taken into account by the backward.
 

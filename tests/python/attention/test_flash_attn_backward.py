@@ -209,7 +209,7 @@ class TestFlashAttention2CallSurface:
 
     def test_head_dim_over_256_is_refused(self):
         q = torch.randn(1, 8, 2, 264)
-        with pytest.raises(ValueError, match="head dimension must be at most 256, got 264"):
+        with pytest.raises(ValueError, match="head dimensions must be at most 256, got q.s and k.s 264"):
             tg.flash_attn_func(q, q, q)
 
 

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import tilegrid as tg
+from conftest import DEVICES
 import torch
 import torch.nn.functional as F
 from attention_reference import reference
@@ -68,15 +69,35 @@ def test_q_and_k_head_dims_that_differ_are_refused_by_the_cpp_api():
             tg._C.flash_attn_forward(q, k, k, None, False, -1, -1, 0.0, torch.empty_like(q), None, 0)
 
 
-def test_a_head_dim_of_v_other_than_q_and_k_is_refused_not_padded():
-    # FlashAttention 2 takes one head dim; tilegrid's kernels too: no padding or truncation of v.
-    q, k = torch.randn(1, 8, 2, 64), torch.randn(1, 8, 2, 64)
-    for dv in (32, 128):
-        v = torch.randn(1, 8, 2, dv)
-        with pytest.raises(ValueError, match=rf"v's head dimension must equal q's and k's \(64.*got {dv}"):
-            tg.flash_attn_func(q, k, v)
-        with pytest.raises(ValueError, match=rf"v's head dimension must equal q's and k's \(64.*got {dv}"):
-            tg._C.flash_attn_forward(q, k, v, None, False, -1, -1, 0.0, torch.empty_like(q), None, 0)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dqk, dv", [(192, 128), (64, 128), (64, 32)])
+def test_a_head_dim_of_v_of_its_own(device, dqk, dv):
+    """v's head dim may differ from q's and k's (MLA: 192 and 128), as in FlashAttention 3: the
+    output and dv have v's, the default scale is q's; forward and backward against float64."""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q = torch.randn(2, 37, 4, dqk, device=device, dtype=dtype, requires_grad=True)
+    k = torch.randn(2, 45, 2, dqk, device=device, dtype=dtype, requires_grad=True)
+    v = torch.randn(2, 45, 2, dv, device=device, dtype=dtype, requires_grad=True)
+    out = tg.flash_attn_func(q, k, v, causal=True)
+    assert out.shape == (2, 37, 4, dv)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    kk, vv = k64.repeat_interleave(2, dim=2), v64.repeat_interleave(2, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q64, kk) / dqk ** 0.5
+    s = s.masked_fill(torch.ones(37, 45, dtype=torch.bool, device=device).triu(45 - 37 + 1), float("-inf"))
+    want = torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), vv)
+    want_grads = torch.autograd.grad(want, (q64, k64, v64), grad.double())
+    tol = 2e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
+    for g, w in zip(got, want_grads):
+        torch.testing.assert_close(g.double(), w, rtol=tol, atol=tol * max(1.0, w.abs().max().item()))
+
+
+def test_head_dims_past_256_name_both():
+    q = torch.randn(1, 8, 2, 64)
+    with pytest.raises(ValueError, match="at most 256, got q's and k's 64 and v's 320"):
+        tg.flash_attn_func(q, q, torch.randn(1, 8, 2, 320))
 
 
 # ---- windows wider than any sequence are no window ---------------------------------------------
