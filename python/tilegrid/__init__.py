@@ -13,6 +13,12 @@ from ._torch import install_torch_allocator, uninstall_torch_allocator
 from .cross_entropy import cross_entropy
 from .flash_attn import flash_attn_func, flash_attn_varlen_func
 from .flash_attn_kvcache import flash_attn_with_kvcache
+from .flash_attn_packed import (
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
 from .gemm import describe_matmul, linear, matmul
 from .grid_batch import GridBatch, jcat
 from .grid_io import load, save
@@ -43,6 +49,10 @@ __all__ = [
     "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
     "install_torch_allocator",
     "jcat",
     "load",
