@@ -20,12 +20,34 @@ float16 or bfloat16 logits on the CPU or a CUDA GPU.
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from . import _C
 from ._torch import current_stream, dlpack
 
 _REDUCTIONS = ("mean", "sum", "none")
+
+
+def check_arguments(op: str, ignore_index, **tensors) -> int:
+    """Raises a TypeError unless each of `tensors` is a torch.Tensor and ignore_index an
+    integer (Python, numpy or torch; not a bool, which torch's schema would refuse with a
+    RuntimeError, nor a float) within int64 (past it, a ValueError, not OverflowError).
+    Returns ignore_index as an int."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    try:
+        if isinstance(ignore_index, bool):
+            raise TypeError
+        value = operator.index(ignore_index)
+    except TypeError:
+        raise TypeError(f"{op}: ignore_index must be an int, got {type(ignore_index).__name__} "
+                        f"({ignore_index!r})") from None
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{op}: ignore_index must fit int64 (the targets' type), got {value}")
+    return value
 
 
 def check_target_range(op: str, target: torch.Tensor, ignore_index: int, classes: int) -> None:
@@ -144,6 +166,7 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight=None, ignore
     Returns:
         The loss in input's dtype: a scalar for "mean" and "sum", [N] for "none".
     """
+    ignore_index = check_arguments("cross_entropy", ignore_index, input=input, target=target)
     if weight is not None:
         raise NotImplementedError("cross_entropy: class weights are not supported (weight must be None)")
     if label_smoothing != 0.0:

@@ -12,6 +12,8 @@ sampling and splatting run as CUDA kernels.
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Optional, Sequence
 
 import torch
@@ -26,14 +28,46 @@ from .sparse_conv import vec3
 def _per_grid(values, n: int, name: str) -> list:
     if values is None:
         return []
-    t = torch.as_tensor(values, dtype=torch.float64)
+    try:
+        t = torch.as_tensor(values, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        # torch's messages here (e.g. "Could not infer dtype of str", "int too large to
+        # convert to float") do not say which argument; a list that is not a grid of numbers
+        # gets one error type.
+        raise TypeError(f"GridBatch: {name} must be a number, three numbers or [{n}, 3] "
+                        f"numbers, got {values!r}") from None
     if t.dim() == 0:  # one number for every axis of every grid, as fVDB takes it
         t = t.expand(n, 3)
-    elif t.dim() == 1:
-        t = t.expand(n, 3) if t.numel() == 3 else t.reshape(-1, 3)
+    elif t.dim() == 1 and t.numel() == 3:
+        t = t.expand(n, 3)
     if t.shape != (n, 3):
         raise ValueError(f"GridBatch: {name} must be [3] or [{n}, 3], got {list(t.shape)}")
     return t.tolist()
+
+
+def _int_arg(op: str, name: str, value) -> int:
+    """value as a Python int (Python, numpy or torch integers; not bools or floats)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__} "
+                        f"({value!r})") from None
+
+
+def _ints3(op: str, name: str, value) -> list[int]:
+    """Three ints of any sign (a box corner)."""
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{op}: {name} must be three ints, got {value!r}")
+    out = [_int_arg(op, name, v) for v in value]
+    if len(out) != 3:
+        raise ValueError(f"{op}: {name} must be three ints, got {value!r}")
+    return out
 
 
 def _int32_ijk(op: str, ijk: JaggedTensor) -> JaggedTensor:
@@ -206,21 +240,25 @@ class GridBatch:
         """Every voxel of the box [ijk_min, ijk_min + dense_dims) in each of num_grids grids,
         built on `device`."""
         device = torch.device(device)
+        op = "GridBatch.from_dense"
+        num_grids = _int_arg(op, "num_grids", num_grids)
+        dims = list(vec3(f"{op}: dense_dims", dense_dims, minimum=0))
+        low = _ints3(op, "ijk_min", ijk_min)
+        if num_grids < 1:
+            raise ValueError(f"{op}: num_grids must be >= 1, got {num_grids}")
+        if any(lo < -(2**31) or lo + d - 1 >= 2**31 for lo, d in zip(low, dims)):
+            raise ValueError(f"{op}: the box leaves the int32 range")
+        # Checked before any allocation: a box of 2000^3 voxels (8e9) otherwise asks for ~100
+        # GB. Convolution maps index rows as int32 (ConvolutionPlan's limit).
+        if num_grids * math.prod(dims) > 2**31 - 1:
+            raise ValueError(f"{op}: {num_grids} grids of {' x '.join(map(str, dims))} voxels "
+                             f"would be {num_grids * math.prod(dims)} voxels, more than 2**31 - 1")
         if device.type != "cuda":
             return cls(_C.GridBatch.from_dense(
-                int(num_grids), [int(d) for d in dense_dims], [int(d) for d in ijk_min],
-                _per_grid(voxel_sizes, num_grids, "voxel_sizes"),
+                num_grids, dims, low, _per_grid(voxel_sizes, num_grids, "voxel_sizes"),
                 _per_grid(origins, num_grids, "origins"),
             ))
         # On a GPU the box's coordinates are made there and built like any other ijk set.
-        dims, low = [int(d) for d in dense_dims], [int(d) for d in ijk_min]
-        if int(num_grids) < 1 or len(dims) != 3 or len(low) != 3 or min(dims) < 0:
-            raise ValueError(
-                f"GridBatch.from_dense: expected num_grids >= 1 and three sizes >= 0, got "
-                f"num_grids={num_grids}, dense_dims={list(dense_dims)}"
-            )
-        if any(lo < -(2**31) or lo + d - 1 >= 2**31 for lo, d in zip(low, dims)):
-            raise ValueError("GridBatch.from_dense: the box leaves the int32 range")
         axes = [torch.arange(d, device=device, dtype=torch.int64) + lo for lo, d in zip(low, dims)]
         box = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3).to(torch.int32)
         ijk = JaggedTensor.from_data_and_offsets(

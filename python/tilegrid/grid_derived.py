@@ -9,23 +9,35 @@ block of fine voxels it covers; a dual grid's voxels sit at the corners of the p
 from __future__ import annotations
 
 import itertools
+import math
+import operator
 
 import torch
 
 from .jagged_tensor import JaggedTensor
+from .sparse_conv import vec3
 
 
 def _factor(name: str, factor) -> torch.Tensor:
-    f = torch.as_tensor(factor, dtype=torch.int64).flatten()
-    if f.numel() == 1:
-        f = f.expand(3)
-    if f.numel() != 3 or (f < 1).any():
-        raise ValueError(f"{name}: factor must be a positive int or three of them, got {factor!r}")
-    return f.clone()
+    """A positive int or three (each at most 2**31 - 1) as int64 [3]; a float or a bool raises
+    a TypeError rather than being truncated."""
+    return torch.tensor(vec3(f"{name}: factor", factor), dtype=torch.int64)
 
 
-def _offsets(extent: torch.Tensor) -> torch.Tensor:
-    """All integer offsets in [0, extent) per axis, as [n, 3] int32."""
+# Rows are int32 in the maps and lookups (ConvolutionPlan refuses larger batches), so a
+# derived grid is bounded by them; the bound is checked before anything is allocated, so
+# refined_grid(10**5) raises at once instead of filling memory with 1e15 offsets.
+_MAX_VOXELS = 2**31 - 1
+
+
+def _offsets(name: str, grid, extent: torch.Tensor) -> torch.Tensor:
+    """All integer offsets in [0, extent) per axis, as [n, 3] int32, where grid's voxels times
+    n stay within _MAX_VOXELS (the derived grid's candidates)."""
+    count = math.prod(int(e) for e in extent)
+    if grid.total_voxels * count > _MAX_VOXELS:
+        raise ValueError(
+            f"{name}: {grid.total_voxels} voxels x {count} offsets each would make "
+            f"{grid.total_voxels * count} candidate voxels, more than 2**31 - 1 (rows are int32)")
     ranges = [range(int(e)) for e in extent]
     return torch.tensor(list(itertools.product(*ranges)), dtype=torch.int32).reshape(-1, 3)
 
@@ -60,23 +72,29 @@ def coarsened(grid, factor):
 
 def refined(grid, factor):
     f = _factor("refined_grid", factor)
-    fine = _expand(grid.ijk(), _offsets(f), f)
+    fine = _expand(grid.ijk(), _offsets("refined_grid", grid, f), f)
     sizes = grid.voxel_sizes / f
     origins = grid.origins - (f - 1) / (2 * f) * grid.voxel_sizes
     return type(grid).from_ijk(fine, voxel_sizes=sizes.tolist(), origins=origins.tolist())
 
 
 def dual(grid):
-    corners = _expand(grid.ijk(), _offsets(torch.tensor([2, 2, 2])), torch.ones(3, dtype=torch.int64))
+    corners = _expand(grid.ijk(), _offsets("dual_grid", grid, torch.tensor([2, 2, 2])),
+                      torch.ones(3, dtype=torch.int64))
     origins = grid.origins - grid.voxel_sizes / 2
     return type(grid).from_ijk(corners, voxel_sizes=grid.voxel_sizes.tolist(), origins=origins.tolist())
 
 
 def dilated(grid, n: int):
-    if int(n) < 0:
-        raise ValueError(f"dilated_grid: n must be >= 0, got {n}")
-    n = int(n)
-    shifts = _offsets(torch.tensor([2 * n + 1] * 3)) - n
+    try:
+        if isinstance(n, bool):
+            raise TypeError
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"dilated_grid: n must be an int, got {type(n).__name__} ({n!r})") from None
+    if not 0 <= n < 2**31:
+        raise ValueError(f"dilated_grid: n must be in [0, 2**31 - 1], got {n}")
+    shifts = _offsets("dilated_grid", grid, torch.tensor([2 * n + 1] * 3)) - n
     grown = _expand(grid.ijk(), shifts, torch.ones(3, dtype=torch.int64))
     return type(grid).from_ijk(grown, voxel_sizes=grid.voxel_sizes.tolist(), origins=grid.origins.tolist())
 

@@ -40,6 +40,18 @@ def _feature_capsule(grid: GridBatch, k: int, f) -> object:
     return f.detach().cpu().contiguous().__dlpack__()
 
 
+def _path(op: str, path) -> str:
+    """path as a str (a str or an os.PathLike of str; bytes paths are not taken by the C++
+    side, which would answer with its signature)."""
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise TypeError(f"{op}: path must be a str or os.PathLike, got {type(path).__name__}") from None
+    if not isinstance(p, str):
+        raise TypeError(f"{op}: path must be a str or an os.PathLike of str, got {type(p).__name__}")
+    return p
+
+
 def save(
     path: Union[str, os.PathLike],
     grid: GridBatch,
@@ -68,8 +80,12 @@ def save(
         names = []
     elif isinstance(names, str):
         names = [names] * grid.num_grids
+    names = list(names)
+    for k, name in enumerate(names):
+        if not isinstance(name, str):
+            raise TypeError(f"save: names[{k}] must be a str, got {type(name).__name__} ({name!r})")
     host = grid if grid.device.type == "cpu" else grid.cpu()
-    _C.save_nvdb(os.fspath(path), host._impl, capsules, list(names))
+    _C.save_nvdb(_path("save", path), host._impl, capsules, names)
 
 
 def load(
@@ -93,7 +109,7 @@ def load(
 
     Time and memory are bounded by the file's size.
     """
-    impl, capsules, names = _C.load_nvdb(os.fspath(path))
+    impl, capsules, names = _C.load_nvdb(_path("load", path))
     grid = GridBatch(impl)
     offsets = grid.voxel_offsets
     features = [JaggedTensor.from_data_and_offsets(torch.from_dlpack(c), offsets) for c in capsules]

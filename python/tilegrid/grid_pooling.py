@@ -18,7 +18,7 @@ import torch
 from . import _C
 from ._torch import current_stream
 from .jagged_tensor import JaggedTensor
-from .sparse_conv import ConvolutionPlan, vec3
+from .sparse_conv import ConvolutionPlan, _check_jagged_like, vec3
 
 _FLOATS = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
@@ -136,6 +136,8 @@ def _features(op: str, fine_grid, data):
             f"{op}: data must have one row per voxel ({fine_grid.total_voxels}), got "
             f"{list(features.shape) if isinstance(features, torch.Tensor) else type(data).__name__}"
         )
+    if isinstance(data, JaggedTensor):
+        _check_jagged_like(op, "data", data, fine_grid.voxel_offsets, "the grid")
     return features
 
 

@@ -44,7 +44,8 @@ import torch
 
 from . import _C
 from ._torch import current_stream, dlpack
-from .cross_entropy import check_target_range, claim_the_backward, loss_scale, reduce_rows
+from .cross_entropy import (check_arguments, check_target_range, claim_the_backward, loss_scale,
+                            reduce_rows)
 
 # The default chunk: as many rows, a multiple of the products' 128-row tile, as make one chunk's
 # logits at most 1 GiB (4096 rows at Llama-3's LM head in bfloat16). Measured on an H200 at T =
@@ -193,6 +194,8 @@ def linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target: torc
     Returns:
         The scalar loss, float32.
     """
+    ignore_index = check_arguments("linear_cross_entropy", ignore_index, input=input,
+                                   weight=weight, target=target)
     if reduction not in ("mean", "sum"):
         raise ValueError(f"linear_cross_entropy: reduction must be 'mean' or 'sum', got {reduction!r}")
     if label_smoothing != 0.0:

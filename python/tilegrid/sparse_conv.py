@@ -18,6 +18,7 @@ them. They run on the CPU (float64 sums) or the GPU, where the grids are.
 
 from __future__ import annotations
 
+import operator
 from typing import Optional, Union
 
 import torch
@@ -28,18 +29,26 @@ from .gemm import matmul
 from .jagged_tensor import JaggedTensor
 
 
+_INT32_MAX = 2**31 - 1
+
+
 def vec3(name: str, value, minimum: int = 1) -> tuple[int, int, int]:
-    """An int or three ints, each >= minimum, as a tuple of three."""
+    """An int or three ints (Python, numpy or torch integers; not bools or floats, which
+    int() would truncate), each in [minimum, 2**31 - 1], the C++ side's int32, as a tuple."""
     if isinstance(value, torch.Tensor):
         value = value.tolist()
-    if isinstance(value, int):
-        value = (value,) * 3
     try:
-        out = tuple(int(v) for v in value)
+        if isinstance(value, (bool, str, bytes)):
+            raise TypeError
+        items = tuple(value) if hasattr(value, "__iter__") else (operator.index(value),) * 3
+        if any(isinstance(v, bool) for v in items):
+            raise TypeError
+        out = tuple(operator.index(v) for v in items)
     except TypeError:
         raise TypeError(f"{name} must be an int or three ints, got {value!r}") from None
-    if len(out) != 3 or any(v < minimum for v in out):
-        raise ValueError(f"{name} must be an int or three ints, each >= {minimum}, got {value!r}")
+    if len(out) != 3 or any(not minimum <= v <= _INT32_MAX for v in out):
+        raise ValueError(f"{name} must be an int or three ints, each in [{minimum}, 2**31 - 1], "
+                         f"got {value!r}")
     return out
 
 
@@ -186,6 +195,36 @@ def _epilogue_args(scale, shift, residual, relu, features, cout, rows):
     return per_channel("scale", scale), per_channel("shift", shift), residual, bool(relu)
 
 
+def _check_jagged_like(op: str, name: str, data: JaggedTensor, offsets: torch.Tensor,
+                       whose: str) -> None:
+    """Raises unless `data` is jagged as `offsets` (a grid's voxel_offsets): the same number
+    of tensors with the same rows each. The offsets object itself passes at once (features
+    made by tilegrid for that grid carry it); any other is compared on the host, as
+    JaggedTensor's arithmetic compares operands, which waits for a GPU's stream. Under
+    torch.compile only the number of tensors is checked (reading values would break the
+    graph)."""
+    j = data.joffsets
+    if j is offsets:
+        return
+    if j.shape != offsets.shape:
+        raise ValueError(f"{op}: {name} holds {j.shape[0] - 1} tensors but {whose} has "
+                         f"{offsets.shape[0] - 1} grids")
+    if torch.compiler.is_compiling():
+        return
+    got, want = j.cpu(), offsets.cpu()
+    if not torch.equal(got, want):
+        b = int((got != want).nonzero()[0, 0])
+        raise ValueError(f"{op}: {name} is jagged as {_head(got)} but {whose}'s voxels as "
+                         f"{_head(want)} (joffsets differ first at entry {b}: {int(got[b])} "
+                         f"against {int(want[b])}); the features of grid b must be its rows")
+
+
+def _head(offsets: torch.Tensor, n: int = 8) -> str:
+    """The first n entries of a list of offsets, as text."""
+    values = offsets[:n].tolist()
+    return str(values) if offsets.shape[0] <= n else str(values)[:-1] + ", ...]"
+
+
 def _describe(v) -> str:
     return f"{list(v.shape)} {v.dtype}" if isinstance(v, torch.Tensor) else type(v).__name__
 
@@ -246,6 +285,7 @@ class ConvolutionPlan:
         # Plain values of the grids, so that execute() reads no C++ object (torch.compile
         # traces it whole).
         self.source_voxels = source_grid.total_voxels
+        self.source_offsets = source_grid.voxel_offsets
         self.target_offsets = target_grid.voxel_offsets
         stream = current_stream(source_grid.device)
         args = (source_grid._impl, target_grid._impl, list(self.kernel_size), list(self.stride),
@@ -357,7 +397,7 @@ class ConvolutionPlan:
         out.transposed = not self.transposed
         out.source_grid, out.target_grid = self.target_grid, self.source_grid
         out.source_voxels = self.target_grid.total_voxels
-        out.target_offsets = self.source_grid.voxel_offsets
+        out.source_offsets, out.target_offsets = self.target_offsets, self.source_offsets
         out.kernel_map, out._inverse_map = self.inverse_map, self.kernel_map
         out.dense = self.dense
         out.row_order, out.inverse_row_order = self.inverse_row_order, self.row_order
@@ -408,6 +448,12 @@ class ConvolutionPlan:
                 f"ConvolutionPlan.execute: data must have one row per source voxel "
                 f"({self.source_voxels}), got {features.shape[0]}"
             )
+        if isinstance(data, JaggedTensor):
+            _check_jagged_like("ConvolutionPlan.execute", "data", data, self.source_offsets,
+                               "the source grid")
+        if isinstance(residual, JaggedTensor):
+            _check_jagged_like("ConvolutionPlan.execute", "residual", residual,
+                               self.target_offsets, "the target grid")
         if features.device != self.kernel_map.device:
             raise ValueError(
                 f"ConvolutionPlan.execute: data is on {features.device} but the plan's grids "

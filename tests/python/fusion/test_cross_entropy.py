@@ -111,6 +111,23 @@ def test_bad_inputs_and_a_second_backward():
         tg.cross_entropy(x, torch.full((4,), 8))
     with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
         tg.cross_entropy(x.double(), t)
+    # Arguments of the wrong kind: a TypeError naming them, not AttributeError (a list),
+    # RuntimeError (torch's schema, for a float) or OverflowError (past int64).
+    with pytest.raises(TypeError, match="cross_entropy: input must be a torch.Tensor, got list"):
+        tg.cross_entropy(x.tolist(), t)
+    with pytest.raises(TypeError, match="cross_entropy: target must be a torch.Tensor, got list"):
+        tg.cross_entropy(x, t.tolist())
+    for bad in (1.5, True, "x", None):
+        with pytest.raises(TypeError, match="cross_entropy: ignore_index must be an int, got"):
+            tg.cross_entropy(x, t, ignore_index=bad)
+    with pytest.raises(ValueError, match=r"ignore_index must fit int64 \(the targets' type\), got 1180591620717411303424"):
+        tg.cross_entropy(x, t, ignore_index=2**70)
+    assert torch.equal(tg.cross_entropy(x, t, ignore_index=torch.tensor(3)),
+                       tg.cross_entropy(x, t, ignore_index=3))
+    with pytest.raises(TypeError, match="linear_cross_entropy: weight must be a torch.Tensor"):
+        tg.linear_cross_entropy(x, None, t)
+    with pytest.raises(TypeError, match="linear_cross_entropy: ignore_index must be an int"):
+        tg.linear_cross_entropy(x, x, t, ignore_index=0.5)
     xg = x.clone().requires_grad_()
     loss = tg.cross_entropy(xg, t)
     loss.backward(retain_graph=True)

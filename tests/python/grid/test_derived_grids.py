@@ -71,7 +71,7 @@ def test_points_in_grid_and_bbox():
 
 def test_bad_factors():
     grid = random_grid(10)
-    with pytest.raises(ValueError, match="factor must be a positive int"):
+    with pytest.raises(ValueError, match=r"coarsened_grid: factor must be an int or three ints, each in \[1, "):
         grid.coarsened_grid(0)
     with pytest.raises(ValueError, match="mask must be bool"):
         grid.pruned_grid(torch.ones(3))

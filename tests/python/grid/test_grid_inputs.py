@@ -146,3 +146,49 @@ def test_num_voxels_is_fvdbs_per_grid_tensor():
     assert counts.dtype == torch.int64 and counts.shape == (3,)
     assert counts.tolist() == [grid.num_voxels_at(b) for b in range(3)]
     assert counts.tolist() == [torch.unique(t, dim=0).shape[0] for t in ijk]
+
+
+# ---- arguments of the wrong kind or past int32: a TypeError or ValueError naming them, never
+# nanobind's signature dump, a truncated float or an allocation the size of the number -------
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda g: g.conv_grid(2**70, 1), ValueError, r"conv_grid: kernel_size must be an int or three ints, each in \[1, 2\*\*31 - 1\]"),
+    (lambda g: g.conv_grid(3, [1, 1]), ValueError, r"conv_grid: stride must be an int or three ints"),
+    (lambda g: g.conv_grid(3.0, 1), TypeError, r"conv_grid: kernel_size must be an int or three ints, got 3.0"),
+    (lambda g: g.conv_grid(True, 1), TypeError, r"conv_grid: kernel_size must be an int or three ints, got True"),
+    (lambda g: tg.ConvolutionPlan.from_grid_batch([3, 3, 2**40], 1, g, g), ValueError, r"ConvolutionPlan: kernel_size"),
+    (lambda g: g.coarsened_grid(2**70), ValueError, r"coarsened_grid: factor must be an int or three ints, each in \[1, "),
+    (lambda g: g.coarsened_grid(1.5), TypeError, r"coarsened_grid: factor must be an int or three ints, got 1.5"),
+    (lambda g: g.refined_grid([2, 2]), ValueError, r"refined_grid: factor must be an int or three ints"),
+    (lambda g: g.refined_grid(10**5), ValueError, r"refined_grid: 8 voxels x 10{15} offsets each would make .* more than 2\*\*31 - 1"),
+    (lambda g: g.dilated_grid(10**5), ValueError, r"dilated_grid: 8 voxels x \d+ offsets each"),
+    (lambda g: g.dilated_grid(1.5), TypeError, r"dilated_grid: n must be an int, got float"),
+    (lambda g: g.dilated_grid(-1), ValueError, r"dilated_grid: n must be in \[0, 2\*\*31 - 1\], got -1"),
+    (lambda g: g.max_pool(2**40, g.ijk().jdata.float()), ValueError, r"max_pool: kernel_size must be an int or three ints, each in"),
+    (lambda g: tg.GridBatch.from_dense(1, [2**70, 1, 1]), ValueError, r"from_dense: dense_dims must be an int or three ints, each in \[0, "),
+    (lambda g: tg.GridBatch.from_dense(1, [[2], [2], [2]]), TypeError, r"from_dense: dense_dims must be an int or three ints"),
+    (lambda g: tg.GridBatch.from_dense(1.0, [2, 2, 2]), TypeError, r"from_dense: num_grids must be an int, got float"),
+    (lambda g: tg.GridBatch.from_dense(0, [2, 2, 2]), ValueError, r"from_dense: num_grids must be >= 1, got 0"),
+    (lambda g: tg.GridBatch.from_dense(1, [2, 2, 2], ijk_min=[0, 0]), ValueError, r"from_dense: ijk_min must be three ints"),
+    (lambda g: tg.GridBatch.from_dense(1, [2, 2, 2], ijk_min=[0, 0, 2**70]), ValueError, r"from_dense: the box leaves the int32 range"),
+    (lambda g: tg.GridBatch.from_dense(1, [2000] * 3), ValueError, r"from_dense: 1 grids of 2000 x 2000 x 2000 voxels would be 8000000000 voxels"),
+    (lambda g: tg.GridBatch.from_dense(2**40, [1] * 3), ValueError, r"from_dense: 1099511627776 grids of 1 x 1 x 1 voxels"),
+    (lambda g: tg.GridBatch.from_dense(1, [2, 2, 2], voxel_sizes=[1, 2]), ValueError, r"voxel_sizes must be \[3\] or \[1, 3\], got \[2\]"),
+    (lambda g: tg.GridBatch.from_dense(1, [2, 2, 2], voxel_sizes="a"), TypeError, r"voxel_sizes must be a number, three numbers or \[1, 3\] numbers"),
+    (lambda g: tg.GridBatch.from_points(tg.JaggedTensor([torch.rand(4, 3)]), voxel_sizes=10**400), TypeError, r"voxel_sizes must be a number"),
+])
+def test_integer_and_size_arguments_get_clear_errors(call, error, message):
+    grid = tg.GridBatch.from_dense(1, [2, 2, 2])
+    with pytest.raises(error, match=message):
+        call(grid)
+
+
+def test_integer_arguments_may_be_numpy_or_torch_integers():
+    import numpy as np
+
+    grid = tg.GridBatch.from_dense(np.int64(1), np.array([2, 3, 4]), ijk_min=torch.tensor([1, 0, 0]))
+    assert grid.total_voxels == 24 and grid.bbox()[0].tolist() == [[1, 0, 0], [2, 2, 3]]
+    assert grid.conv_grid(np.array([3, 3, 3]), torch.tensor(1)).total_voxels == grid.conv_grid(3, 1).total_voxels
+    assert grid.coarsened_grid(np.int32(2)).total_voxels == grid.coarsened_grid(2).total_voxels
+    assert grid.dilated_grid(np.int64(1)).total_voxels == grid.dilated_grid(1).total_voxels

@@ -120,6 +120,13 @@ def test_bad_arguments_and_files_get_clear_errors(tmp_path):
         tg.save(tmp_path / "a.nvdb", grid, names=["only one"])
     with pytest.raises(TypeError, match="GridBatch"):
         tg.save(tmp_path / "a.nvdb", torch.zeros(3))
+    # Of the wrong kind: a TypeError naming the argument, not the binding's signature.
+    with pytest.raises(TypeError, match=r"save: names\[1\] must be a str, got int \(7\)"):
+        tg.save(tmp_path / "a.nvdb", grid, names=["a", 7])
+    with pytest.raises(TypeError, match="load: path must be a str or an os.PathLike of str, got bytes"):
+        tg.load(bytes(tmp_path / "a.nvdb"))
+    with pytest.raises(TypeError, match="save: path must be a str or os.PathLike, got int"):
+        tg.save(3, grid)
     with pytest.raises(RuntimeError, match="cannot open"):
         tg.load(tmp_path / "absent.nvdb")
     (tmp_path / "text.nvdb").write_bytes(b"solid cube\nfacet normal 0 0 1\n")

@@ -293,6 +293,40 @@ def test_a_bad_epilogue_is_refused():
         plan.execute(x, w, shift=torch.ones(4, dtype=torch.int64))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_jagged_features_must_be_jagged_as_the_grids_voxels(device):
+    """A JaggedTensor whose tensors split the rows otherwise than the grid splits its voxels
+    (the same total) is refused, by execute (data and residual) and by pooling: its rows
+    would be convolved as another grid's. The same offsets in another tensor are taken."""
+    ijk = [torch.randint(0, 5, (20, 3), dtype=torch.int32) for _ in range(2)]
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor(ijk)).to(device)
+    plan = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, grid)
+    n, (a, b) = grid.total_voxels, grid.num_voxels.tolist()
+    w = torch.randn(4, 3, 3, 3, 3, device=device)
+    x = torch.randn(n, 3, device=device)
+    shifted = tg.JaggedTensor([x[:a - 1], x[a - 1:]])
+    with pytest.raises(ValueError, match=rf"data is jagged as \[0, {a - 1}, {n}\] but the source "
+                                         rf"grid's voxels as \[0, {a}, {n}\] .*entry 1"):
+        plan.execute(shifted, w)
+    with pytest.raises(ValueError, match=r"data holds 1 tensors but the source grid has 2 grids"):
+        plan.execute(tg.JaggedTensor([x]), w)
+    good = tg.JaggedTensor.from_data_and_offsets(x, grid.voxel_offsets.clone())
+    want = plan.execute(x, w)
+    assert torch.equal(plan.execute(good, w).jdata, want)
+    assert torch.equal(plan.execute(tg.JaggedTensor([x[:a], x[a:]]), w).jdata, want)
+    residual = tg.JaggedTensor([torch.ones(a + 1, 4, device=device), torch.ones(b - 1, 4, device=device)])
+    with pytest.raises(ValueError, match=r"residual is jagged as .* but the target grid's voxels"):
+        plan.execute(good, w, residual=residual)
+    with pytest.raises(ValueError, match=r"max_pool: data is jagged as .* but the grid's voxels"):
+        grid.max_pool(2, shifted)
+    with pytest.raises(ValueError, match=r"avg_pool: data is jagged as .* but the grid's voxels"):
+        grid.avg_pool(2, shifted)
+    back = plan.transpose()  # its source is this plan's target
+    assert torch.equal(back.execute(good, w).jdata, back.execute(x, w))
+    with pytest.raises(ValueError, match=r"data is jagged as .* but the source grid's voxels"):
+        back.execute(shifted, w)
+
+
 def test_a_unet_in_eval_mode_folds_its_batchnorms_into_the_convolutions():
     """SparseUNet in eval mode without autograd runs conv + BatchNorm + ReLU (+ residual) as
     one convolution with an epilogue; with autograd, as separate ops: the same output."""
