@@ -9,8 +9,7 @@ namespace tilegrid::attention::sm90_bwd {
 //   handling adds an FSETP and two predicated FMULs to every score (4 instructions instead of
 //   1; the score loop is about 6 instructions a score otherwise). Flushes P < 2^-126 to 0.
 //   On by default: +3-5% at head dim 64, 0-3% at 128 and +6-11% at 256 on an H100, 16k
-//   tokens a batch, bf16 (bench/results/2026-12-05_h100_attention_backward_variants.json, whose
-//   "exp2" rows are this and "default" rows the exp2f build of that day).
+//   tokens a batch, bf16 (bench/attention_variants.sh times both).
 // kDqAtomic: the consumer warpgroups add their dQ part into the float32 sums straight from
 //   registers (red.global.add.v2.f32) instead of through the float32 tile in shared memory and
 //   the producer's bulk-add warp. Frees the tile (36 KB at head dim 128, 68 KB at 256) for
