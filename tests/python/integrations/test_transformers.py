@@ -62,9 +62,11 @@ def assert_within_noise(got, unpatched, exact, what):
     assert err <= allowed, f"{what}: error {err:.3g} > allowed {allowed:.3g}"
 
 
-@pytest.mark.parametrize("device", DEVICES)
+# float32 runs on the CPU only: tilegrid's CUDA attention takes float16/bfloat16, as
+# FlashAttention's does (and refuses float32 with a TypeError).
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
-def test_patched_model_matches_unpatched_float32(device, model_type):
+def test_patched_model_matches_unpatched_float32(model_type):
+    device = "cpu"
     reference = tiny_model(model_type, device)
     patched = tgt.apply_tilegrid(copy.deepcopy(reference))
     ids = torch.randint(0, VOCAB, (2, 40), device=device)
@@ -167,8 +169,12 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_registered_attention_handles_padding_and_packed_sequences(device):
+    """float32 on the CPU; bfloat16 on CUDA (the CUDA kernels take 16-bit inputs), compared with
+    the eager bfloat16 model within a few bfloat16 ulps of logits of order 1."""
     tgt.register()
-    model = tiny_model("llama", device, attn="eager").eval()
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    tol = dict(rtol=1e-4, atol=1e-5) if device == "cpu" else dict(rtol=2e-2, atol=2e-2)
+    model = tiny_model("llama", device, dtype=dtype, attn="eager").eval()
     ids = torch.randint(0, VOCAB, (3, 17), device=device)
     mask = torch.ones_like(ids)
     mask[1, :5] = 0
@@ -178,16 +184,16 @@ def test_registered_attention_handles_padding_and_packed_sequences(device):
         model.set_attn_implementation("tilegrid")
         got = model(ids, attention_mask=mask).logits
         valid = mask.bool()
-        torch.testing.assert_close(got[valid], want[valid], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got[valid], want[valid], **tol)
         # Two documents packed in one row: the same as each on its own.
         positions = torch.cat([torch.arange(7), torch.arange(10)])[None].to(device)
         packed = model(ids[:1], position_ids=positions).logits
         apart = torch.cat([model(ids[:1, :7]).logits, model(ids[:1, 7:]).logits], dim=1)
-        torch.testing.assert_close(packed, apart, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(packed, apart, **tol)
         cu = torch.tensor([0, 7, 17], dtype=torch.int32, device=device)
         flat = model(ids[:1], position_ids=positions, cu_seq_lens_q=cu, cu_seq_lens_k=cu,
                      max_length_q=10, max_length_k=10).logits
-        torch.testing.assert_close(flat, apart, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(flat, apart, **tol)
 
 
 def test_sliding_window_and_softcap_reach_the_kernel():
