@@ -61,6 +61,7 @@ import torch.nn.functional as F
 
 from . import _C
 from ._torch import current_stream, dlpack
+from .attention_sinks import apply_learnable_sink, check_learnable_sink
 
 # Head dimensions the kernels are compiled for; others are padded to the next one.
 _KERNEL_HEAD_DIMS = (64, 96, 128, 192, 256)
@@ -98,9 +99,12 @@ def _real(op: str, name: str, value) -> float:
 def _window(op: str, window_size) -> tuple[int, int]:
     """(left, right) as ints >= -1. A window of seqlen_q + seqlen_k or more keys is no window
     (the C++ validation makes it -1), so one past int64 is taken as int64's largest."""
+    if window_size is None:
+        return -1, -1
     if not (isinstance(window_size, (tuple, list)) and len(window_size) == 2):
         raise ValueError(f"{op}: window_size must be a pair (left, right), got {window_size!r}")
-    left, right = (_integer(op, "window_size", w) for w in window_size)
+    # None: that side unbounded, as FlashAttention 4 writes it (-1 in FlashAttention 2 and 3).
+    left, right = (-1 if w is None else _integer(op, "window_size", w) for w in window_size)
     if left < -1 or right < -1:
         raise ValueError(f"{op}: window sizes must be >= -1 (-1: unbounded), got ({left}, {right})")
     return min(left, _INT64_MAX), min(right, _INT64_MAX)
@@ -373,9 +377,11 @@ def _softcap(op: str, softcap) -> float:
     return cap
 
 
-def _results(out, lse, head_dim, return_attn_probs, return_lse):
+def _results(out, lse, head_dim, return_attn_probs, return_lse, sink=None, varlen=False):
     if out.shape[-1] != head_dim:
         out = out[..., :head_dim]
+    if sink is not None:
+        out, lse = apply_learnable_sink(out, lse, sink, varlen)
     if return_attn_probs:
         return out, lse, None
     return (out, lse) if return_lse else out
@@ -386,6 +392,7 @@ def flash_attn_func(
     softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
     softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
     deterministic: bool = False, return_attn_probs: bool = False, *, return_lse: bool = False,
+    learnable_sink: Optional[torch.Tensor] = None,
 ):
     """Exact attention over (batch, seqlen, heads, headdim) tensors, differentiable in q, k, v.
 
@@ -411,7 +418,7 @@ def flash_attn_func(
         window_size: (left, right): sliding-window (local) attention; query i sees the keys
             within ``left`` before and ``right`` after its diagonal key i + seqlen_k -
             seqlen_q. -1 leaves that side unbounded; (-1, -1) is full attention. With causal,
-            right is 0.
+            right is 0. None for a side, or for the pair, is -1 (FlashAttention 4's form).
         softcap: If > 0, each scaled score s becomes softcap * tanh(s / softcap) before the
             softmax; 0.0 leaves the scores as they are.
         alibi_slopes: ALiBi slopes. Must be None: ALiBi is not implemented and any tensor
@@ -426,6 +433,11 @@ def flash_attn_func(
             fills the third slot only when testing dropout, so it is always None here.
         return_lse: tilegrid's keyword (after the others, keyword only): return
             (out, softmax_lse).
+        learnable_sink: FlashAttention 4's keyword (keyword only): None, or one logit a query
+            head, a floating (nheads,) tensor on q's device, added to each query's softmax
+            denominator as a key with no value (gpt-oss's sinks); differentiable. Applied to
+            the kernel's output and log-sum-exp in one elementwise pass
+            (tilegrid.attention_sinks); the lse returned then includes the sink.
 
     Returns:
         out, (batch, seqlen_q, nheads, v's headdim) in q's dtype; or, with return_attn_probs or
@@ -443,10 +455,11 @@ def flash_attn_func(
     left, right = _window(op, window_size)
     cap = _softcap(op, softcap)
     q, k, v, scale, head_dim = _prepare(q, k, v, softmax_scale, cap, op)
+    sink = check_learnable_sink(op, learnable_sink, q.shape[2], q.device)
     out, lse = flash_attn_forward(
         q, k, v, scale, bool(causal), left, right, cap, bool(deterministic)
     )
-    return _results(out, lse, head_dim, return_attn_probs, return_lse)
+    return _results(out, lse, head_dim, return_attn_probs, return_lse, sink)
 
 
 def flash_attn_varlen_func(
@@ -455,7 +468,7 @@ def flash_attn_varlen_func(
     softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
     softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
     deterministic: bool = False, return_attn_probs: bool = False, block_table=None, *,
-    return_lse: bool = False,
+    return_lse: bool = False, learnable_sink: Optional[torch.Tensor] = None,
 ):
     """Exact attention over variable-length sequences packed one after another, differentiable
     in q, k, v.
@@ -494,6 +507,8 @@ def flash_attn_varlen_func(
         block_table: A paged KV cache's block table. Must be None (no paged KV cache; a
             tensor raises NotImplementedError).
         return_lse: tilegrid's keyword (keyword only): return (out, softmax_lse).
+        learnable_sink: None, or a floating (nheads,) tensor: one softmax-denominator logit a
+            query head, as in flash_attn_func (FlashAttention 4's keyword).
 
     Returns:
         out, (total_q, nheads, v's headdim) in q's dtype; or, with return_attn_probs or
@@ -510,8 +525,9 @@ def flash_attn_varlen_func(
     max_q = _seqlen(op, "max_seqlen_q", max_seqlen_q)
     max_k = _seqlen(op, "max_seqlen_k", max_seqlen_k)
     q, k, v, scale, head_dim = _prepare(q, k, v, softmax_scale, cap, op)
+    sink = check_learnable_sink(op, learnable_sink, q.shape[1], q.device)
     out, lse = flash_attn_varlen_forward(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, bool(causal), left, right, cap,
         bool(deterministic),
     )
-    return _results(out, lse, head_dim, return_attn_probs, return_lse)
+    return _results(out, lse, head_dim, return_attn_probs, return_lse, sink, varlen=True)

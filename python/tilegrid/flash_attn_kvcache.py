@@ -17,6 +17,7 @@ from typing import Optional, Union
 
 import torch
 
+from .attention_sinks import check_learnable_sink
 from .flash_attn import _real, _window, flash_attn_varlen_func
 
 _OP = "flash_attn_with_kvcache"
@@ -69,6 +70,8 @@ def flash_attn_with_kvcache(
     alibi_slopes: Optional[torch.Tensor] = None,
     num_splits: int = 0,
     return_softmax_lse: bool = False,
+    *,
+    learnable_sink: Optional[torch.Tensor] = None,
 ):
     """Attention of q over a KV cache, after appending k and v to it in place.
 
@@ -109,6 +112,8 @@ def flash_attn_with_kvcache(
         num_splits: How many parts to split each sequence's keys into; 0: chosen by
             the implementation. A hint: the current implementation does not split.
         return_softmax_lse: Return (out, softmax_lse) instead of out.
+        learnable_sink: Keyword only: None, or a floating (nheads,) tensor, one softmax-
+            denominator logit a query head (FlashAttention 4's keyword; see flash_attn_func).
 
     Returns:
         out (batch, seqlen_q, nheads, headdim) in q's dtype; with return_softmax_lse also
@@ -127,6 +132,7 @@ def flash_attn_with_kvcache(
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{_OP}: {name} must be a 4-D tensor, got {got}")
+    check_learnable_sink(_OP, learnable_sink, q.shape[2], q.device)  # before the cache is written
     if k_cache.shape != v_cache.shape or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
         raise ValueError(f"{_OP}: k_cache and v_cache must have one shape and q's dtype {q.dtype}, got "
                          f"{list(k_cache.shape)} {k_cache.dtype} and {list(v_cache.shape)} {v_cache.dtype}")
@@ -250,7 +256,7 @@ def flash_attn_with_kvcache(
     out, lse = flash_attn_varlen_func(
         q.reshape(batch * seqlen_q, nheads, d), torch.cat(keys), torch.cat(values), cu_q_t, cu_k_t,
         max(seqlen_q, 1), max(max_k, 1), softmax_scale=scale, causal=causal, window_size=(left, right),
-        softcap=softcap, return_lse=True)
+        softcap=softcap, return_lse=True, learnable_sink=learnable_sink)
     out = out.view(batch, seqlen_q, nheads, d)
     if not return_softmax_lse:
         return out

@@ -5,14 +5,18 @@ import torch
 
 
 def reference(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0,
-              dtype=torch.float64):
+              dtype=torch.float64, sink=None):
     """float64 attention for one sequence: q [sq, hq, d], k/v [sk, hk, d] -> out, lse [hq, sq].
     dtype=torch.bfloat16 (or float16) computes it in that type instead: "a plain torch
     implementation", FlashAttention's yardstick for a kernel's error.
 
     Masks as FlashAttention's: the diagonal aligned bottom-right (query i's is key
     i + sk - sq), window (left, right) keys around it, causal = right 0. A query that sees no
-    key gets out 0 and lse -inf. Differentiable in q, k and v (gradients of masked rows 0)."""
+    key gets out 0 and lse -inf. Differentiable in q, k and v (gradients of masked rows 0).
+
+    sink: None, or [hq] logits, one a query head, as one more key column of the scaled scores
+    with no value (FlashAttention 4's learnable_sink); lse then includes it, and a query that
+    sees no key gets out 0 and lse = sink. Differentiable in sink too."""
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     sq, hq, d = q.shape
     sk, hk = k.shape[:2]
@@ -37,6 +41,11 @@ def reference(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0,
     # Masked scores at the type's most negative finite value (exp gives exactly 0) keep the
     # softmax's gradient free of NaN; a row that sees nothing is zeroed after the softmax.
     s = s.masked_fill(~allowed, torch.finfo(dtype).min)
+    if sink is not None:
+        s = torch.cat([s, sink.to(dtype)[:, None, None].expand(hq, sq, 1)], dim=-1)
+        p = torch.softmax(s, dim=-1)[..., :-1] * seen[:, None]
+        lse = torch.where(seen, torch.logsumexp(s, dim=-1), s[..., -1])
+        return torch.einsum("hqk,khd->qhd", p, v), lse
     p = torch.softmax(s, dim=-1) * seen[:, None]
     lse = torch.logsumexp(s, dim=-1).masked_fill(~seen, float("-inf"))
     out = torch.einsum("hqk,khd->qhd", p, v)
