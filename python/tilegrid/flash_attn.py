@@ -30,7 +30,7 @@ max_seqlen_q, max_seqlen_k, dropout_p=0.0, ...)` with the same keywords after dr
   outside a query's window are never read (as in FA), so their NaNs do not reach it, where
   the math backend, which multiplies masked probabilities of 0 by them, spreads them.
 - What does not: dropout (dropout_p must be 0; anything else raises NotImplementedError),
-  alibi_slopes (raises), block_table / paged KV (raises).
+  alibi_slopes (raises). block_table (paged KV) in the varlen function gathers the pages first.
 - return_attn_probs=True returns (out, softmax_lse, None): FA fills the third slot only with
   dropout. return_lse=True (tilegrid's keyword) returns (out, lse). LSE is float32,
   (batch, heads, seqlen_q) or (heads, total_q) for varlen; its gradient is taken into account.
@@ -62,6 +62,7 @@ import torch.nn.functional as F
 from . import _C
 from ._torch import current_stream, dlpack
 from .attention_sinks import apply_learnable_sink, check_learnable_sink
+from .paged_kv import gather_paged_kv
 
 # Head dimensions the kernels are compiled for; others are padded to the next one.
 _KERNEL_HEAD_DIMS = (64, 96, 128, 192, 256)
@@ -117,7 +118,7 @@ def _seqlen(op: str, name: str, value) -> int:
     return n
 
 
-def _check_unsupported(dropout_p, alibi_slopes, block_table=None) -> None:
+def _check_unsupported(dropout_p, alibi_slopes) -> None:
     if dropout_p is None or not isinstance(dropout_p, (int, float)):
         raise TypeError(
             f"dropout_p must be a float (FlashAttention's fourth positional argument; pass "
@@ -131,8 +132,6 @@ def _check_unsupported(dropout_p, alibi_slopes, block_table=None) -> None:
         )
     if alibi_slopes is not None:
         raise NotImplementedError("tilegrid attention has no ALiBi: alibi_slopes must be None")
-    if block_table is not None:
-        raise NotImplementedError("tilegrid attention has no paged KV cache: block_table must be None")
 
 
 def _kernel_ready(x: torch.Tensor) -> torch.Tensor:
@@ -504,8 +503,12 @@ def flash_attn_varlen_func(
         deterministic: Whether the backward must give the same bits on every run, as in
             flash_attn_func.
         return_attn_probs: Return (out, softmax_lse, None) instead of out.
-        block_table: A paged KV cache's block table. Must be None (no paged KV cache; a
-            tensor raises NotImplementedError).
+        block_table: None, or a paged KV cache's block table, int32 (batch,
+            max_blocks_per_seq): k and v are then page pools (num_blocks, page_block_size,
+            nheads_k, headdim), any page size, and sequence b's cu_seqlens_k[b + 1] -
+            cu_seqlens_k[b] keys fill its pages block_table[b, 0], [b, 1], ... from slot 0, as
+            in FlashAttention. The keys are gathered into packed rows before the kernel
+            (tilegrid.paged_kv); differentiable in the pools.
         return_lse: tilegrid's keyword (keyword only): return (out, softmax_lse).
         learnable_sink: None, or a floating (nheads,) tensor: one softmax-denominator logit a
             query head, as in flash_attn_func (FlashAttention 4's keyword).
@@ -519,11 +522,13 @@ def flash_attn_varlen_func(
     stream.
     """
     op = "flash_attn_varlen_func"
-    _check_unsupported(dropout_p, alibi_slopes, block_table)
+    _check_unsupported(dropout_p, alibi_slopes)
     left, right = _window(op, window_size)
     cap = _softcap(op, softcap)
     max_q = _seqlen(op, "max_seqlen_q", max_seqlen_q)
     max_k = _seqlen(op, "max_seqlen_k", max_seqlen_k)
+    if block_table is not None:
+        k, v = gather_paged_kv(op, k, v, block_table, cu_seqlens_k)
     q, k, v, scale, head_dim = _prepare(q, k, v, softmax_scale, cap, op)
     sink = check_learnable_sink(op, learnable_sink, q.shape[1], q.device)
     out, lse = flash_attn_varlen_forward(

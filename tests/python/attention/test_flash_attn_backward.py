@@ -192,13 +192,10 @@ class TestFlashAttention2CallSurface:
         with pytest.raises(NotImplementedError, match="dropout"):
             tg.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 8, 8, 0.5)
 
-    def test_alibi_and_paged_kv_are_refused(self):
+    def test_alibi_is_refused(self):
         q = torch.randn(1, 8, 2, 64)
         with pytest.raises(NotImplementedError, match="alibi_slopes"):
             tg.flash_attn_func(q, q, q, alibi_slopes=torch.ones(2))
-        cu = torch.tensor([0, 8], dtype=torch.int32)
-        with pytest.raises(NotImplementedError, match="block_table"):
-            tg.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 8, 8, block_table=torch.zeros(1, 1))
 
     def test_return_attn_probs_gives_out_lse_and_none(self):
         q = torch.randn(1, 8, 2, 64)
