@@ -63,6 +63,7 @@ from . import _C
 from ._torch import current_stream, dlpack
 from .attention_sinks import apply_learnable_sink, check_learnable_sink
 from .paged_kv import gather_paged_kv
+from .varlen_used import offsets_of, place_back, used_rows
 
 # Head dimensions the kernels are compiled for; others are padded to the next one.
 _KERNEL_HEAD_DIMS = (64, 96, 128, 192, 256)
@@ -468,6 +469,7 @@ def flash_attn_varlen_func(
     softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
     deterministic: bool = False, return_attn_probs: bool = False, block_table=None, *,
     return_lse: bool = False, learnable_sink: Optional[torch.Tensor] = None,
+    seqused_q: Optional[torch.Tensor] = None, seqused_k: Optional[torch.Tensor] = None,
 ):
     """Exact attention over variable-length sequences packed one after another, differentiable
     in q, k, v.
@@ -512,6 +514,12 @@ def flash_attn_varlen_func(
         return_lse: tilegrid's keyword (keyword only): return (out, softmax_lse).
         learnable_sink: None, or a floating (nheads,) tensor: one softmax-denominator logit a
             query head, as in flash_attn_func (FlashAttention 4's keyword).
+        seqused_q: FlashAttention 3's keyword (keyword only): None, or int32 (batch,): only
+            the first seqused_q[b] queries of sequence b are computed; its other output rows
+            are 0 (lse -inf). The used rows are gathered before the kernel (one copy).
+        seqused_k: The same for the keys: only the first seqused_k[b] keys of sequence b are
+            attended to. With block_table, it may give the key counts instead of
+            cu_seqlens_k (pass cu_seqlens_k=None), as FlashAttention 3's paged call does.
 
     Returns:
         out, (total_q, nheads, v's headdim) in q's dtype; or, with return_attn_probs or
@@ -528,11 +536,29 @@ def flash_attn_varlen_func(
     max_q = _seqlen(op, "max_seqlen_q", max_seqlen_q)
     max_k = _seqlen(op, "max_seqlen_k", max_seqlen_k)
     if block_table is not None:
+        if seqused_k is not None:
+            # FlashAttention 3's paged call: the key counts by seqused_k, cu_seqlens_k None.
+            if cu_seqlens_k is not None:
+                raise ValueError(f"{op}: with block_table, give each sequence's keys by cu_seqlens_k or by "
+                                 "seqused_k (cu_seqlens_k=None), not both")
+            cu_seqlens_k = offsets_of(op, "seqused_k", seqused_k)
+            seqused_k = None
         k, v = gather_paged_kv(op, k, v, block_table, cu_seqlens_k)
+    used_q = used_rows(op, "seqused_q", seqused_q, cu_seqlens_q)
+    used_k = used_rows(op, "seqused_k", seqused_k, cu_seqlens_k)
+    total_q = q.shape[0] if isinstance(q, torch.Tensor) and q.dim() > 0 else 0
+    if used_q is not None:
+        rows_q, cu_seqlens_q, _ = used_q
+        q = q[rows_q]
+    if used_k is not None:
+        rows_k, cu_seqlens_k, _ = used_k
+        k, v = k[rows_k], v[rows_k]
     q, k, v, scale, head_dim = _prepare(q, k, v, softmax_scale, cap, op)
     sink = check_learnable_sink(op, learnable_sink, q.shape[1], q.device)
     out, lse = flash_attn_varlen_forward(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, bool(causal), left, right, cap,
         bool(deterministic),
     )
+    if used_q is not None:
+        out, lse = place_back(out, lse, rows_q, total_q)
     return _results(out, lse, head_dim, return_attn_probs, return_lse, sink, varlen=True)
