@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 import torch
 
 from . import _C, _deprecation
-from . import grid_derived, grid_pooling, grid_rays, grid_sampling, grid_serialize, grid_tsdf
+from . import grid_derived, grid_pooling, grid_rays, grid_sampling, grid_serialize, grid_transfer, grid_tsdf
 from ._torch import current_stream, dlpack_pair
 from .jagged_tensor import JaggedTensor, _batch_index, jcat_jagged
 from .sparse_conv import vec3
@@ -238,16 +238,36 @@ class GridBatch:
 
     @classmethod
     def from_dense(
-        cls, num_grids: int, dense_dims, ijk_min=0, voxel_sizes=1, origins=0, device=None,
+        cls, num_grids: int, dense_dims, ijk_min=0, voxel_sizes=1, origins=0, mask=None,
+        device=None,
     ) -> "GridBatch":
         """Every voxel of the box [ijk_min, ijk_min + dense_dims) in each of num_grids grids,
-        built on `device` (default the CPU). dense_dims and ijk_min: an int or three;
-        voxel_sizes / origins as from_ijk's (default 1 and 0, fVDB's)."""
-        device = torch.device("cpu" if device is None else device)
+        or with mask (bool [X, Y, Z], dense_dims' shape) those where it is set (the same in
+        every grid), built on `device` (default: mask's device, else the CPU). dense_dims and
+        ijk_min: an int or three; voxel_sizes / origins as from_ijk's (default 1 and 0,
+        fVDB's). A device passed by position after origins (before mask was an argument)
+        still works, with a DeprecationWarning."""
         op = "GridBatch.from_dense"
+        if isinstance(mask, (str, torch.device)):
+            _deprecation.warn(f"{op}: device is now the argument after mask (fVDB's order); "
+                              f"pass device={str(mask)!r}")
+            mask, device = None, mask
+        if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool):
+            got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise TypeError(f"{op}: mask must be a bool tensor, got {got}")
+        if device is None:
+            device = mask.device if mask is not None else "cpu"
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         num_grids = _int_arg(op, "num_grids", num_grids)
         dims = list(vec3(f"{op}: dense_dims", dense_dims, minimum=0))
         low = _ints3(op, "ijk_min", ijk_min)
+        if mask is not None:
+            if list(mask.shape) != dims:
+                raise ValueError(f"{op}: mask must have the shape dense_dims {dims}, got "
+                                 f"{list(mask.shape)}")
+            _same_device("from_dense", "mask", mask, device)
         if num_grids < 1:
             raise ValueError(f"{op}: num_grids must be >= 1, got {num_grids}")
         if any(lo < -(2**31) or lo + d - 1 >= 2**31 for lo, d in zip(low, dims)):
@@ -257,14 +277,14 @@ class GridBatch:
         if num_grids * math.prod(dims) > 2**31 - 1:
             raise ValueError(f"{op}: {num_grids} grids of {' x '.join(map(str, dims))} voxels "
                              f"would be {num_grids * math.prod(dims)} voxels, more than 2**31 - 1")
-        if device.type != "cuda":
+        if device.type != "cuda" and mask is None:
             return cls(_C.GridBatch.from_dense(
                 num_grids, dims, low, _per_grid(voxel_sizes, num_grids, "voxel_sizes"),
                 _per_grid(origins, num_grids, "origins"),
             ))
-        # On a GPU the box's coordinates are made there and built like any other ijk set.
-        axes = [torch.arange(d, device=device, dtype=torch.int64) + lo for lo, d in zip(low, dims)]
-        box = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3).to(torch.int32)
+        # On a GPU, or under a mask, the box's coordinates are made on the device and built like
+        # any other ijk set.
+        box = grid_transfer.dense_ijk(dims, low, mask, device)
         ijk = JaggedTensor.from_data_and_offsets(
             box.repeat(int(num_grids), 1),
             torch.arange(int(num_grids) + 1, device=device, dtype=torch.int64) * box.shape[0],
@@ -686,42 +706,94 @@ class GridBatch:
                           "(fVDB's name; on the grid's device)")
         return self.bboxes.cpu()
 
+    def coords_in_grid(self, ijk: JaggedTensor) -> JaggedTensor:
+        """Whether each coordinate (a JaggedTensor with one [N_b, 3] integer tensor a grid) is
+        an active voxel of its grid (bool [N], jagged like ijk)."""
+        return ijk.jagged_like(self.ijk_to_index(_jagged_arg("coords_in_grid", "ijk", ijk)).jdata >= 0)
+
+    def sample_nearest(self, points: JaggedTensor, voxel_data) -> JaggedTensor:
+        """The features (voxel_data, [total_voxels, ...]) of the active voxel nearest each
+        world point among the 8 around it, zero where none is (grid_transfer.py).
+        Differentiable in voxel_data."""
+        return grid_transfer.sample_nearest(self, points, voxel_data)
+
+    def neighbor_indexes(self, ijk: JaggedTensor, extent: int, bitshift: int = 0) -> JaggedTensor:
+        """int64 [N, 2 extent + 1, 2 extent + 1, 2 extent + 1]: the rows (within their grid, -1
+        where inactive) of the voxels within extent of each coordinate of ijk, shifted left by
+        bitshift bits first (grid_transfer.py)."""
+        return grid_transfer.neighbor_indexes(self, ijk, extent, bitshift)
+
+    def inject_from(self, src_grid: "GridBatch", src, dst=None, default_value=0):
+        """This batch's features with src_grid's features src copied in at the voxels both
+        have: into dst in place, or a new tensor of default_value (grid_transfer.inject).
+        Differentiable in src and dst."""
+        return grid_transfer.inject(self, src_grid, src, dst, default_value)
+
+    def inject_to(self, dst_grid: "GridBatch", src, dst=None, default_value=0):
+        """This batch's features src copied into dst_grid's voxels that this batch has: into
+        dst (dst_grid's features) in place, or a new tensor of default_value
+        (grid_transfer.inject). Differentiable in src and dst."""
+        return grid_transfer.inject(dst_grid, self, src, dst, default_value)
+
+    def inject_from_ijk(self, src_ijk: JaggedTensor, src, dst=None, default_value=0):
+        """This batch's features with src (features at the coordinates src_ijk) copied in at
+        those that are active: into dst in place, or a new tensor of default_value
+        (grid_transfer.py). Differentiable in src and dst."""
+        return grid_transfer.inject_from_ijk(self, src_ijk, src, dst, default_value)
+
+    def inject_to_dense_cminor(self, sparse_data, min_coord=None, grid_size=None) -> torch.Tensor:
+        """The features sparse_data ([total_voxels, *C]) in dense volumes [B, X, Y, Z, *C]
+        whose index (0, 0, 0) is voxel min_coord (default total_bbox's lowest corner), of
+        grid_size (default total_bbox's extent); zeros elsewhere. Differentiable."""
+        return grid_transfer.inject_to_dense(self, sparse_data, min_coord, grid_size, True)
+
+    def inject_to_dense_cmajor(self, sparse_data, min_coord=None, grid_size=None) -> torch.Tensor:
+        """As inject_to_dense_cminor, channels first: [B, *C, X, Y, Z]."""
+        return grid_transfer.inject_to_dense(self, sparse_data, min_coord, grid_size, False)
+
+    def inject_from_dense_cminor(self, dense_data: torch.Tensor, dense_origins=0) -> JaggedTensor:
+        """The voxels' features read from dense volumes dense_data [B, X, Y, Z, *C] whose index
+        (0, 0, 0) is voxel dense_origins (default 0, as fVDB's); zeros for voxels outside.
+        Differentiable."""
+        return grid_transfer.inject_from_dense(self, dense_data, dense_origins, True)
+
+    def inject_from_dense_cmajor(self, dense_data: torch.Tensor, dense_origins=0) -> JaggedTensor:
+        """As inject_from_dense_cminor, from channels-first volumes [B, *C, X, Y, Z]."""
+        return grid_transfer.inject_from_dense(self, dense_data, dense_origins, False)
+
     def inject_to_dense(self, features, min_coord=None, size=None) -> torch.Tensor:
-        """Voxel features ([total_voxels, ...]) written into dense volumes
-        [B, size_i, size_j, size_k, ...] covering [min_coord, min_coord + size) per grid
-        (default: the batch's bounding box); zeros elsewhere. Differentiable."""
+        """Deprecated: inject_to_dense_cminor (fVDB's name). Here a size left out reaches from
+        min_coord to the batch's highest voxel."""
+        _deprecation.warn("GridBatch.inject_to_dense is deprecated: use inject_to_dense_cminor "
+                          "(fVDB's name), whose grid_size defaults to the bounding box's extent")
+        if size is None and min_coord is not None:
+            lo = torch.as_tensor(min_coord, dtype=torch.int64).to(self.device)
+            size = (self.total_bbox[1].long() - lo + 1).tolist()
         data = features.jdata if isinstance(features, JaggedTensor) else features
-        _same_device("inject_to_dense", "features", data, self.device)
-        lo, size = self._dense_box(min_coord, size)
-        ijk = self.ijk
-        local = ijk.jdata.long() - lo.to(data.device)
-        size = size.to(data.device)
-        b = ijk.jidx.long()
-        inside = ((local >= 0) & (local < size)).all(1)
-        out = data.new_zeros(self.num_grids, *size.tolist(), *data.shape[1:])
-        li = local[inside]
-        return out.index_put((b[inside], li[:, 0], li[:, 1], li[:, 2]), data[inside])
+        return grid_transfer.inject_to_dense(self, data, min_coord, size, True)
 
     def inject_from_dense(self, dense: torch.Tensor, min_coord=None) -> torch.Tensor:
-        """Voxel features read from dense volumes [B, size_i, size_j, size_k, ...] whose
-        voxel (0, 0, 0) is min_coord (default: the batch's bounding-box minimum); voxels
-        outside the volume get zeros. Differentiable."""
-        _same_device("inject_from_dense", "dense", dense, self.device)
-        size = torch.tensor(dense.shape[1:4])
-        lo, size = self._dense_box(min_coord, size)
-        ijk = self.ijk
-        local = ijk.jdata.long() - lo.to(dense.device)
-        inside = ((local >= 0) & (local < size.to(dense.device))).all(1)
-        out = dense.new_zeros(self.total_voxels, *dense.shape[4:])
-        li, b = local[inside], ijk.jidx.long()[inside]
-        return out.index_put((inside.nonzero().flatten(),), dense[b, li[:, 0], li[:, 1], li[:, 2]])
+        """Deprecated: inject_from_dense_cminor (fVDB's name), whose dense_origins default 0;
+        here min_coord defaults to the batch's lowest voxel. Returns a tensor."""
+        _deprecation.warn("GridBatch.inject_from_dense is deprecated: use inject_from_dense_cminor "
+                          "(fVDB's name), whose dense_origins default to 0")
+        lo = self.total_bbox[0] if min_coord is None else min_coord
+        return grid_transfer.inject_from_dense(self, dense, lo, True).jdata
 
-    def _dense_box(self, min_coord, size):
-        box = self.bboxes.cpu()
-        lo = box[:, 0].min(0).values.long() if min_coord is None else torch.as_tensor(min_coord).long()
-        if size is None:
-            size = box[:, 1].max(0).values.long() - lo + 1
-        return lo, torch.as_tensor(size).long()
+    def merged_grid(self, other: "GridBatch") -> "GridBatch":
+        """The union of this batch's and other's voxels, grid b with grid b, with this batch's
+        voxel sizes and origins (grid_transfer.py)."""
+        return grid_transfer.merged_grid(self, other)
+
+    def clipped_grid(self, ijk_min, ijk_max) -> "GridBatch":
+        """The voxels inside the box [ijk_min, ijk_max] (inclusive; an int, three ints or
+        [B, 3] a grid), in this batch's order (grid_transfer.py)."""
+        return grid_transfer.clipped_grid(self, ijk_min, ijk_max)
+
+    def clip(self, features, ijk_min, ijk_max):
+        """(features, grid): clipped_grid(ijk_min, ijk_max) and the rows of features
+        ([total_voxels, ...]) of the voxels it keeps. Differentiable in features."""
+        return grid_transfer.clip(self, features, ijk_min, ijk_max)
 
     def __repr__(self) -> str:
         return (

@@ -80,9 +80,9 @@ def test_bad_factors():
 def test_dense_injection_round_trip():
     grid = random_grid(200, 5)
     features = torch.randn(grid.total_voxels, 2, requires_grad=True)
-    dense = grid.inject_to_dense(features)
+    dense = grid.inject_to_dense_cminor(features)
     assert dense.shape[0] == 2 and dense.shape[-1] == 2
-    back = grid.inject_from_dense(dense)
+    back = grid.inject_from_dense_cminor(dense, dense_origins=grid.total_bbox[0]).jdata
     torch.testing.assert_close(back, features)
     back.sum().backward()
     torch.testing.assert_close(features.grad, torch.ones_like(features))

@@ -89,9 +89,9 @@ def test_inject_refuses_features_on_another_device():
         pytest.skip("no CUDA GPU on this machine")
     grid = tg.GridBatch.from_dense(1, [3, 3, 3], device="cuda")
     with pytest.raises(ValueError, match="is on cpu but the grid is on cuda"):
-        grid.inject_to_dense(torch.randn(grid.total_voxels, 2))
-    dense = grid.inject_to_dense(torch.randn(grid.total_voxels, 2, device="cuda"))
-    back = grid.inject_from_dense(dense)
+        grid.inject_to_dense_cminor(torch.randn(grid.total_voxels, 2))
+    dense = grid.inject_to_dense_cminor(torch.randn(grid.total_voxels, 2, device="cuda"))
+    back = grid.inject_from_dense_cminor(dense).jdata
     assert back.device.type == "cuda" and back.shape == (grid.total_voxels, 2)
 
 
