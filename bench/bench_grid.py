@@ -62,7 +62,7 @@ def bench_construction(report, fvdb, problem, points, voxel, origin=0.0):
     grid = tg.GridBatch.from_points(jt, voxel_sizes=[voxel] * 3, origins=[origin] * 3)
     base = SortedVoxels.from_points(points, voxel, origin)
     # Same voxel set as the baseline, in the same run.
-    ours = torch.sort(keys_of(grid.ijk().jdata)).values
+    ours = torch.sort(keys_of(grid.ijk.jdata)).values
     report.checks[f"{problem}: voxels (tilegrid, baseline)"] = [grid.total_voxels, base.keys.numel()]
     report.checks[f"{problem}: same voxel set as the baseline"] = bool(torch.equal(ours, base.keys))
     report.checks[f"{problem}: tilegrid bytes per voxel"] = grid.bytes_per_voxel
@@ -84,7 +84,7 @@ def bench_queries(report, problem, grid, base, points, voxel):
     found = ours >= 0
     report.checks[f"{problem}: lookup presence agrees"] = bool(torch.equal(found, theirs >= 0))
     report.checks[f"{problem}: lookup rows name the queried voxel"] = bool(
-        torch.equal(grid.ijk().jdata[ours[found]], queries[found]))
+        torch.equal(grid.ijk.jdata[ours[found]], queries[found]))
     report.checks[f"{problem}: fraction of lookups present"] = found.float().mean().item()
 
     # Sampling and splatting of CHANNELS float32 features at the points.
@@ -128,7 +128,7 @@ def bench_mesh(report, fvdb, vertices, faces, name):
         if res == 1024:  # the CPU build of the same grid, for scale and for equality
             cpu = tg.GridBatch.from_mesh(jv.to("cpu"), jf.to("cpu"), voxel_sizes=[voxel] * 3)
             report.checks[f"{problem}: GPU grid equals the CPU grid"] = bool(
-                torch.equal(grid.ijk().jdata.cpu(), cpu.ijk().jdata))
+                torch.equal(grid.ijk.jdata.cpu(), cpu.ijk.jdata))
 
 
 def main() -> None:

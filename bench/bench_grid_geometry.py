@@ -138,7 +138,7 @@ def bench_tsdf_and_mesh(report, iters: int, across: int = 1024, size: int = 1024
             _C.grid_integrate_tsdf(fused._impl, trunc, Kd, w2c[None].contiguous(), depth[None], None,
                                    t_scratch, w_scratch, current_stream(depth))
         kernel_ms.append(timed(kernel, iters)[0])
-        centres = fused.voxel_to_world(fused.ijk()).jdata.float()
+        centres = fused.voxel_to_world(fused.ijk).jdata.float()
         torch_ms.append(timed(lambda: torch_tsdf_update(centres, w2c.float(), K.float().to(device), depth, trunc,
                                                         t0, w0), iters)[0])
     median = lambda v: sorted(v)[len(v) // 2]  # noqa: E731

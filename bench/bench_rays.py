@@ -73,7 +73,7 @@ def main() -> None:
             pts = torch.nn.functional.normalize(torch.randn(4_000_000, 3, device=device), dim=1)
             grid = tg.GridBatch.from_points(tg.JaggedTensor([pts]), voxel_sizes=[2 / across] * 3)
             scene = f"sphere {across}"
-        ijk = grid.ijk().jdata.double()
+        ijk = grid.ijk.jdata.double()
         size, origin = grid.voxel_sizes[0].double(), grid.origins[0].double()
         lo, hi = origin + size * (ijk.min(0).values.cpu() - 0.5), origin + size * (ijk.max(0).values.cpu() + 0.5)
         centre, radius = (lo + hi) / 2, float((hi - lo).norm() / 2)

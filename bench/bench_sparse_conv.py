@@ -134,7 +134,7 @@ def forward_runs(report, spconv, label: str, grid, channels) -> None:
         systems = [("tilegrid", lambda i: plan.execute(xs[i], w))]
         if spconv is not None:
             try:
-                conv, make = spconv_layer(spconv, grid.ijk().jdata, xs[0], w)
+                conv, make = spconv_layer(spconv, grid.ijk.jdata, xs[0], w)
                 out = conv(make(xs[0]))
                 ref, ours = out.features.float(), plan.execute(xs[0], w).float()
                 err = ((ref - ours).abs().max() / ref.abs().max()).item()
@@ -299,7 +299,7 @@ def main() -> None:
     problem = f"{n} voxels"
     report.checks["scene"] = {"voxels": n, "pairs": pairs, "pairs_per_voxel": pairs / n}
     # tilegrid's rows are in tree order; spconv gets the same voxels in that order.
-    rows_ijk = grid.ijk().jdata
+    rows_ijk = grid.ijk.jdata
 
     # The same plan without its row orders (tiles of rows in tree order), to show what the
     # ordering is worth.

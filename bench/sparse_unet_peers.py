@@ -253,7 +253,7 @@ def voxels(grid, levels: int):
     multiple of 2 ** (levels - 1) per axis, which keeps every level's 2x2x2 blocks those of
     tilegrid's grids; the shape is rounded up to that multiple, since both peers size a
     stride-2 output as floor((S - 2) / 2) + 1 and would drop the last voxels of an odd S."""
-    ijk = grid.ijk()
+    ijk = grid.ijk
     step = 2 ** (levels - 1)
     xyz = ijk.jdata.long()
     xyz = xyz - torch.div(xyz.min(0).values, step, rounding_mode="floor") * step

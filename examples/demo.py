@@ -131,7 +131,7 @@ def demo_grid_batch(device: torch.device) -> list[tuple]:
 
         name = "800k points on a sphere, radius 200 voxels"
     grid = build()
-    index = grid.ijk_to_index(grid.ijk())
+    index = grid.ijk_to_index(grid.ijk)
     wrong = float((index.jdata != torch.arange(grid.total_voxels, device=device)).sum().item())
     ms = median_ms(build, device, repeats=5)
     print(f"grid: {name}: {grid.total_voxels} voxels, {grid.tree_bytes / 2**20:.1f} MiB "

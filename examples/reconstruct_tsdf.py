@@ -135,7 +135,7 @@ def observed_field(grid, tsdf, weights):
     """(the grid of the voxels some image has seen in front of their surface, their TSDF): what
     marching cubes should mesh (unseen voxels hold tsdf 0, weight 0)."""
     kept = grid.pruned_grid(weights.jdata > 0)
-    rows = kept.ijk_to_index(grid.ijk(), cumulative=True).jdata
+    rows = kept.ijk_to_index(grid.ijk, cumulative=True).jdata
     field = torch.zeros(kept.total_voxels, dtype=tsdf.jdata.dtype, device=tsdf.jdata.device)
     field[rows[rows >= 0]] = tsdf.jdata[rows >= 0]
     return kept, field

@@ -45,7 +45,7 @@ def render(grid: "tg.GridBatch", path: str, width: int = 512, height: int = 512)
     """Writes the picture of grid 0 to path; returns the time of the march and a self-check:
     hits whose entry point is not on the surface of the voxel listed (should be 0)."""
     device = grid.device
-    ijk = grid.ijk().jdata.double()
+    ijk = grid.ijk.jdata.double()
     size, origin = grid.voxel_sizes[0].double().cpu(), grid.origins[0].double().cpu()
     lo = origin + size * (ijk.min(0).values.cpu() - 0.5)
     hi = origin + size * (ijk.max(0).values.cpu() + 0.5)

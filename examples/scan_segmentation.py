@@ -85,7 +85,7 @@ def voxelize(xyz: torch.Tensor, voxel: float, device: torch.device):
     points = tg.JaggedTensor([local.to(device)])
     grid = tg.GridBatch.from_points(points, voxel_sizes=[voxel] * 3)
     rows = grid.points_to_index(points).jdata
-    centres = grid.voxel_to_world(grid.ijk()).jdata
+    centres = grid.voxel_to_world(grid.ijk).jdata
     count = torch.bincount(rows, minlength=grid.total_voxels).to(centres)
     features = torch.stack([torch.ones_like(count), centres[:, 2] / 20.0, torch.log1p(count)], 1)
     return grid, features.float(), rows

@@ -6,7 +6,7 @@ per grid, leaf by leaf (docs in include/tilegrid/grid/index_tree.h).
 
 from_ijk, from_points, from_nearest_voxels_to_points, from_mesh and from_dense build on the
 device of their inputs (in parallel on a GPU), and so do the derived grids. A batch moves
-between devices with .to() / .cuda() / .cpu(); on a GPU, lookups, ijk() and trilinear
+between devices with .to() / .cuda() / .cpu(); on a GPU, lookups, ijk and trilinear
 sampling and splatting run as CUDA kernels.
 """
 
@@ -18,10 +18,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from . import _C
-from . import grid_derived, grid_pooling, grid_rays, grid_sampling, grid_serialize, grid_tsdf
+from . import _C, _deprecation
+from . import grid_derived, grid_pooling, grid_rays, grid_sampling, grid_serialize, grid_transfer, grid_tsdf
 from ._torch import current_stream, dlpack_pair
-from .jagged_tensor import JaggedTensor, jcat_jagged
+from .jagged_tensor import JaggedTensor, _batch_index, jcat_jagged
 from .sparse_conv import vec3
 
 
@@ -59,11 +59,13 @@ def _int_arg(op: str, name: str, value) -> int:
 
 
 def _ints3(op: str, name: str, value) -> list[int]:
-    """Three ints of any sign (a box corner)."""
+    """An int or three ints of any sign (a box corner); one int stands for all three axes."""
     if isinstance(value, torch.Tensor):
         value = value.tolist()
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+    if isinstance(value, (str, bytes)):
         raise TypeError(f"{op}: {name} must be three ints, got {value!r}")
+    if not hasattr(value, "__iter__"):
+        return [_int_arg(op, name, value)] * 3
     out = [_int_arg(op, name, v) for v in value]
     if len(out) != 3:
         raise ValueError(f"{op}: {name} must be three ints, got {value!r}")
@@ -111,7 +113,7 @@ def jcat(things: Sequence, dim: Optional[int] = None):
     if dim is not None:
         raise ValueError(f"jcat: GridBatches concatenate as batches only (dim=None), got dim={dim}")
     grids = things
-    parts = [t for g in grids for t in g.ijk().unbind()]
+    parts = [t for g in grids for t in g.ijk.unbind()]
     sizes = torch.cat([g.voxel_sizes for g in grids]).tolist()
     origins = torch.cat([g.origins for g in grids]).tolist()
     return GridBatch.from_ijk(JaggedTensor(parts), voxel_sizes=sizes, origins=origins)
@@ -139,13 +141,18 @@ def _finite_points(op: str, points: JaggedTensor) -> None:
         raise ValueError(f"{op}: points must be finite, got {p[bad].tolist()} at point {bad}")
 
 
+class _Coordinates(JaggedTensor):
+    """GridBatch.ijk's value: a JaggedTensor that may still be called, as when ijk was a
+    method (grid.ijk gives the same coordinates, with a DeprecationWarning)."""
+
+    def __call__(self) -> JaggedTensor:
+        _deprecation.warn("GridBatch.ijk is a property, as in fVDB: write grid.ijk, not "
+                          "grid.ijk", stacklevel=2)
+        return self
+
+
 def _capsules(j: JaggedTensor):
     return dlpack_pair(j.jdata, j.joffsets)
-
-
-def _jagged(capsules) -> JaggedTensor:
-    jdata, joffsets = capsules
-    return JaggedTensor.from_data_and_offsets(torch.from_dlpack(jdata), torch.from_dlpack(joffsets))
 
 
 class GridBatch:
@@ -178,15 +185,10 @@ class GridBatch:
         return GridBatch(self._impl)
 
     @classmethod
-    def from_ijk(
-        cls,
-        ijk: JaggedTensor,
-        voxel_sizes: Optional[Sequence] = None,
-        origins: Optional[Sequence] = None,
-    ) -> "GridBatch":
+    def from_ijk(cls, ijk: JaggedTensor, voxel_sizes=1, origins=0) -> "GridBatch":
         """One grid per tensor of `ijk` (int32 or int64 [N_b, 3] each; int64 must fit int32);
         duplicates are merged and empty grids allowed. voxel_sizes / origins: a number or [3]
-        for all grids, or [B, 3]; default 1 and 0."""
+        for all grids, or [B, 3]; default 1 and 0 (fVDB's)."""
         if not isinstance(ijk, JaggedTensor):
             raise TypeError(f"GridBatch.from_ijk: ijk must be a JaggedTensor, got {type(ijk).__name__}")
         ijk = _int32_ijk("GridBatch.from_ijk", ijk)
@@ -199,15 +201,15 @@ class GridBatch:
         return cls(impl)
 
     @classmethod
-    def from_points(cls, points: JaggedTensor, voxel_sizes, origins: Optional[Sequence] = None) -> "GridBatch":
-        """The voxels that contain the points: ijk = round((p - origin) / voxel_size)."""
+    def from_points(cls, points: JaggedTensor, voxel_sizes=1, origins=0) -> "GridBatch":
+        """The voxels that contain the points: ijk = round((p - origin) / voxel_size).
+        voxel_sizes / origins as from_ijk's (default 1 and 0, fVDB's)."""
         return cls._from_points(_C.GridBatch.from_points, "from_points", points, voxel_sizes, origins)
 
     @classmethod
-    def from_nearest_voxels_to_points(
-        cls, points: JaggedTensor, voxel_sizes, origins: Optional[Sequence] = None
-    ) -> "GridBatch":
-        """The 8 voxels around each point (the cell that trilinear sampling reads)."""
+    def from_nearest_voxels_to_points(cls, points: JaggedTensor, voxel_sizes=1, origins=0) -> "GridBatch":
+        """The 8 voxels around each point (the cell that trilinear sampling reads).
+        voxel_sizes / origins as from_ijk's (default 1 and 0, fVDB's)."""
         return cls._from_points(
             _C.GridBatch.from_nearest_voxels_to_points, "from_nearest_voxels_to_points", points,
             voxel_sizes, origins,
@@ -222,33 +224,55 @@ class GridBatch:
         ))
 
     @classmethod
-    def from_mesh(
-        cls, vertices: JaggedTensor, faces: JaggedTensor, voxel_sizes, origins: Optional[Sequence] = None
-    ) -> "GridBatch":
-        """The voxels whose cubes intersect the triangles of each mesh (faces index the
-        mesh's own vertices)."""
-        n = _jagged_arg("from_mesh", "vertices", vertices).num_tensors
-        _jagged_arg("from_mesh", "faces", faces)
+    @_deprecation.renamed_arguments("GridBatch.from_mesh", vertices="mesh_vertices",
+                                    faces="mesh_faces")
+    def from_mesh(cls, mesh_vertices: JaggedTensor, mesh_faces: JaggedTensor, voxel_sizes=1,
+                  origins=0) -> "GridBatch":
+        """The voxels whose cubes intersect the triangles of each mesh: mesh_vertices [V_b, 3]
+        and mesh_faces [F_b, 3] (indices into the mesh's own vertices) a grid. voxel_sizes /
+        origins as from_ijk's (default 1 and 0, fVDB's). The old keyword names vertices= and
+        faces= still work, with a DeprecationWarning."""
+        n = _jagged_arg("from_mesh", "mesh_vertices", mesh_vertices).num_tensors
+        _jagged_arg("from_mesh", "mesh_faces", mesh_faces)
         impl = _C.GridBatch.from_mesh(
-            *_capsules(vertices), *_capsules(faces),
+            *_capsules(mesh_vertices), *_capsules(mesh_faces),
             _per_grid(voxel_sizes, n, "voxel_sizes"), _per_grid(origins, n, "origins"),
-            current_stream(vertices.jdata),
+            current_stream(mesh_vertices.jdata),
         )
         return cls(impl)
 
     @classmethod
     def from_dense(
-        cls, num_grids: int, dense_dims: Sequence[int], ijk_min: Sequence[int] = (0, 0, 0),
-        voxel_sizes: Optional[Sequence] = None, origins: Optional[Sequence] = None,
-        device="cpu",
+        cls, num_grids: int, dense_dims, ijk_min=0, voxel_sizes=1, origins=0, mask=None,
+        device=None,
     ) -> "GridBatch":
         """Every voxel of the box [ijk_min, ijk_min + dense_dims) in each of num_grids grids,
-        built on `device`."""
-        device = torch.device(device)
+        or with mask (bool [X, Y, Z], dense_dims' shape) those where it is set (the same in
+        every grid), built on `device` (default: mask's device, else the CPU). dense_dims and
+        ijk_min: an int or three; voxel_sizes / origins as from_ijk's (default 1 and 0,
+        fVDB's). A device passed by position after origins (before mask was an argument)
+        still works, with a DeprecationWarning."""
         op = "GridBatch.from_dense"
+        if isinstance(mask, (str, torch.device)):
+            _deprecation.warn(f"{op}: device is now the argument after mask (fVDB's order); "
+                              f"pass device={str(mask)!r}")
+            mask, device = None, mask
+        if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool):
+            got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise TypeError(f"{op}: mask must be a bool tensor, got {got}")
+        if device is None:
+            device = mask.device if mask is not None else "cpu"
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         num_grids = _int_arg(op, "num_grids", num_grids)
         dims = list(vec3(f"{op}: dense_dims", dense_dims, minimum=0))
         low = _ints3(op, "ijk_min", ijk_min)
+        if mask is not None:
+            if list(mask.shape) != dims:
+                raise ValueError(f"{op}: mask must have the shape dense_dims {dims}, got "
+                                 f"{list(mask.shape)}")
+            _same_device("from_dense", "mask", mask, device)
         if num_grids < 1:
             raise ValueError(f"{op}: num_grids must be >= 1, got {num_grids}")
         if any(lo < -(2**31) or lo + d - 1 >= 2**31 for lo, d in zip(low, dims)):
@@ -258,14 +282,14 @@ class GridBatch:
         if num_grids * math.prod(dims) > 2**31 - 1:
             raise ValueError(f"{op}: {num_grids} grids of {' x '.join(map(str, dims))} voxels "
                              f"would be {num_grids * math.prod(dims)} voxels, more than 2**31 - 1")
-        if device.type != "cuda":
+        if device.type != "cuda" and mask is None:
             return cls(_C.GridBatch.from_dense(
                 num_grids, dims, low, _per_grid(voxel_sizes, num_grids, "voxel_sizes"),
                 _per_grid(origins, num_grids, "origins"),
             ))
-        # On a GPU the box's coordinates are made there and built like any other ijk set.
-        axes = [torch.arange(d, device=device, dtype=torch.int64) + lo for lo, d in zip(low, dims)]
-        box = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3).to(torch.int32)
+        # On a GPU, or under a mask, the box's coordinates are made on the device and built like
+        # any other ijk set.
+        box = grid_transfer.dense_ijk(dims, low, mask, device)
         ijk = JaggedTensor.from_data_and_offsets(
             box.repeat(int(num_grids), 1),
             torch.arange(int(num_grids) + 1, device=device, dtype=torch.int64) * box.shape[0],
@@ -301,6 +325,11 @@ class GridBatch:
         return self._impl.num_grids
 
     @property
+    def grid_count(self) -> int:
+        """The number of grids in the batch (fVDB's name for num_grids)."""
+        return self._impl.num_grids
+
+    @property
     def total_voxels(self) -> int:
         """The number of active voxels of all grids (the rows of the batch's features)."""
         return self._total_voxels
@@ -318,6 +347,68 @@ class GridBatch:
     def voxel_offsets(self) -> torch.Tensor:
         """int64 [B+1]: the joffsets of this batch's feature tensors."""
         return self._voxel_offsets
+
+    @property
+    def joffsets(self) -> torch.Tensor:
+        """int64 [B+1] on the grid's device: grid b's voxels are rows joffsets[b] to
+        joffsets[b + 1] of the batch's features (fVDB's name for voxel_offsets)."""
+        return self._voxel_offsets
+
+    @property
+    def jidx(self) -> torch.Tensor:
+        """int32 [total_voxels] on the grid's device: the grid each voxel (feature row) belongs
+        to."""
+        return _batch_index(self._voxel_offsets, self._total_voxels)
+
+    @property
+    def cum_voxels(self) -> torch.Tensor:
+        """int64 [B] on the grid's device: the voxels of the grids before each grid (grid b's
+        first row), as fVDB's cum_voxels."""
+        return self._voxel_offsets[:-1]
+
+    def cum_voxels_at(self, bi: int) -> int:
+        """The voxels of the grids before grid `bi` (its first feature row)."""
+        return int(self._voxel_offsets[self._grid_index("cum_voxels_at", bi)])
+
+    def voxel_size_at(self, bi: int) -> torch.Tensor:
+        """float64 [3] on the CPU: grid `bi`'s voxel size."""
+        return self.voxel_sizes[self._grid_index("voxel_size_at", bi)]
+
+    def origin_at(self, bi: int) -> torch.Tensor:
+        """float64 [3] on the CPU: the world position of grid `bi`'s voxel (0, 0, 0)'s centre."""
+        return self.origins[self._grid_index("origin_at", bi)]
+
+    def _grid_index(self, op: str, bi) -> int:
+        """bi as an index in [0, B) (negative ones count from the end), else an IndexError."""
+        b = _int_arg(f"GridBatch.{op}", "bi", bi)
+        if not -self.num_grids <= b < self.num_grids:
+            raise IndexError(f"GridBatch.{op}: grid {b} out of range for {self.num_grids} grids")
+        return b % self.num_grids
+
+    @property
+    def has_zero_grids(self) -> bool:
+        """Whether the batch holds no grid."""
+        return self.num_grids == 0
+
+    @property
+    def all_have_zero_voxels(self) -> bool:
+        """Whether no grid of the batch has an active voxel."""
+        return self._total_voxels == 0
+
+    @property
+    def any_have_zero_voxels(self) -> bool:
+        """Whether some grid of the batch has no active voxel."""
+        return self.has_zero_grids or bool((self.num_voxels == 0).any())
+
+    def jagged_like(self, data: torch.Tensor) -> JaggedTensor:
+        """`data` ([total_voxels, ...], a row a voxel) as a JaggedTensor jagged as this batch's
+        voxels."""
+        if not isinstance(data, torch.Tensor) or data.dim() < 1 or data.shape[0] != self._total_voxels:
+            raise ValueError(f"GridBatch.jagged_like: data must be a tensor [{self._total_voxels}, "
+                             f"...] (a row a voxel), got "
+                             f"{list(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__}")
+        _same_device("jagged_like", "data", data, self.device)
+        return JaggedTensor._from_trusted(data, self._voxel_offsets)
 
     @property
     def voxel_sizes(self) -> torch.Tensor:
@@ -340,9 +431,13 @@ class GridBatch:
         """tree_bytes divided by the number of voxels (by 1 for an empty batch)."""
         return self.tree_bytes / max(self.total_voxels, 1)
 
+    @property
     def ijk(self) -> JaggedTensor:
-        """Coordinates of the active voxels, in feature-row order (int32)."""
-        return _jagged(self._impl.ijk(current_stream(self.device)))
+        """int32 [total_voxels, 3]: the coordinates of the active voxels in feature-row order,
+        jagged as the batch's voxels. A property, as in fVDB; calling it (grid.ijk) still
+        works, with a DeprecationWarning."""
+        jdata, _ = self._impl.ijk(current_stream(self.device))
+        return _Coordinates._from_trusted(torch.from_dlpack(jdata), self._voxel_offsets)
 
     def ijk_to_index(self, ijk: JaggedTensor, cumulative: bool = False) -> JaggedTensor:
         """Row of each coordinate (int64), -1 where the voxel is not active. As fVDB's: the
@@ -444,9 +539,11 @@ class GridBatch:
         return grid_pooling.avg_pool(self, kernel_size, data, stride, coarse_grid)
 
     def voxels_along_rays(self, ray_origins, ray_directions, max_voxels: int, eps: float = 0.0,
-                          return_ijk: bool = False, cumulative: bool = False):
-        """(voxels, times) of the active voxels each ray crosses, in order (grid_rays.py):
-        rows of their grid (or ijk), and [n, 2] entry/exit t, one JaggedTensor entry a ray."""
+                          return_ijk: bool = True, cumulative: bool = False):
+        """(voxels, times) of the active voxels each ray crosses, in order (grid_rays.py): their
+        int32 ijk (return_ijk=True, the default, as fVDB's), or with return_ijk=False their
+        rows (within their grid, or in the batch with cumulative=True), and [n, 2] entry/exit
+        t, one JaggedTensor entry a ray."""
         return grid_rays.voxels_along_rays(self, ray_origins, ray_directions, max_voxels, eps,
                                            return_ijk, cumulative)
 
@@ -569,51 +666,139 @@ class GridBatch:
         grid with from_points tests inside it, and NaN, infinite or far points test outside."""
         return points.jagged_like(self.points_to_index(points, cumulative=True).jdata >= 0)
 
+    @property
+    def bboxes(self) -> torch.Tensor:
+        """int32 [B, 2, 3] on the grid's device: each grid's lowest and highest active ijk
+        (inclusive), zeros for a grid without voxels (fVDB's bboxes)."""
+        ijk = self.ijk
+        data, b = ijk.jdata, ijk.jidx.long()[:, None].expand(-1, 3)
+        lo = torch.full((self.num_grids, 3), torch.iinfo(torch.int32).max, dtype=torch.int32,
+                        device=data.device).scatter_reduce(0, b, data, "amin")
+        hi = torch.full((self.num_grids, 3), torch.iinfo(torch.int32).min, dtype=torch.int32,
+                        device=data.device).scatter_reduce(0, b, data, "amax")
+        empty = (self.num_voxels == 0)[:, None, None]
+        return torch.stack([lo, hi], 1).masked_fill(empty, 0)
+
+    @property
+    def dual_bboxes(self) -> torch.Tensor:
+        """int32 [B, 2, 3] on the grid's device: the bounding boxes of the dual grids (each
+        grid's bbox with its upper corner + 1), zeros for a grid without voxels."""
+        box = self.bboxes
+        box[:, 1] += (self.num_voxels > 0).to(torch.int32)[:, None]
+        return box
+
+    @property
+    def total_bbox(self) -> torch.Tensor:
+        """int32 [2, 3] on the grid's device: the bounding box of every grid's voxels together
+        (zeros when there are none)."""
+        if self._total_voxels == 0:
+            return torch.zeros(2, 3, dtype=torch.int32, device=self.device)
+        data = self.ijk.jdata
+        return torch.stack([data.amin(0), data.amax(0)])
+
+    def bbox_at(self, bi: int) -> torch.Tensor:
+        """int32 [2, 3]: grid `bi`'s bounding box (as bboxes[bi])."""
+        return self.bboxes[self._grid_index("bbox_at", bi)]
+
+    def dual_bbox_at(self, bi: int) -> torch.Tensor:
+        """int32 [2, 3]: the bounding box of grid `bi`'s dual grid (as dual_bboxes[bi])."""
+        return self.dual_bboxes[self._grid_index("dual_bbox_at", bi)]
+
     def bbox(self) -> torch.Tensor:
-        """int32 [B, 2, 3] on the CPU: min and max active ijk per grid (zeros for an empty
-        grid)."""
-        out = torch.zeros(self.num_grids, 2, 3, dtype=torch.int32)
-        for b, ijk in enumerate(self.ijk().unbind()):
-            if ijk.shape[0]:
-                out[b, 0], out[b, 1] = ijk.min(0).values.cpu(), ijk.max(0).values.cpu()
-        return out
+        """int32 [B, 2, 3] on the CPU: deprecated, use the property bboxes (fVDB's name; on the
+        grid's device)."""
+        _deprecation.warn("GridBatch.bbox() is deprecated: use the property GridBatch.bboxes "
+                          "(fVDB's name; on the grid's device)")
+        return self.bboxes.cpu()
+
+    def coords_in_grid(self, ijk: JaggedTensor) -> JaggedTensor:
+        """Whether each coordinate (a JaggedTensor with one [N_b, 3] integer tensor a grid) is
+        an active voxel of its grid (bool [N], jagged like ijk)."""
+        return ijk.jagged_like(self.ijk_to_index(_jagged_arg("coords_in_grid", "ijk", ijk)).jdata >= 0)
+
+    def sample_nearest(self, points: JaggedTensor, voxel_data) -> JaggedTensor:
+        """The features (voxel_data, [total_voxels, ...]) of the active voxel nearest each
+        world point among the 8 around it, zero where none is (grid_transfer.py).
+        Differentiable in voxel_data."""
+        return grid_transfer.sample_nearest(self, points, voxel_data)
+
+    def neighbor_indexes(self, ijk: JaggedTensor, extent: int, bitshift: int = 0) -> JaggedTensor:
+        """int64 [N, 2 extent + 1, 2 extent + 1, 2 extent + 1]: the rows (within their grid, -1
+        where inactive) of the voxels within extent of each coordinate of ijk, shifted left by
+        bitshift bits first (grid_transfer.py)."""
+        return grid_transfer.neighbor_indexes(self, ijk, extent, bitshift)
+
+    def inject_from(self, src_grid: "GridBatch", src, dst=None, default_value=0):
+        """This batch's features with src_grid's features src copied in at the voxels both
+        have: into dst in place, or a new tensor of default_value (grid_transfer.inject).
+        Differentiable in src and dst."""
+        return grid_transfer.inject(self, src_grid, src, dst, default_value)
+
+    def inject_to(self, dst_grid: "GridBatch", src, dst=None, default_value=0):
+        """This batch's features src copied into dst_grid's voxels that this batch has: into
+        dst (dst_grid's features) in place, or a new tensor of default_value
+        (grid_transfer.inject). Differentiable in src and dst."""
+        return grid_transfer.inject(dst_grid, self, src, dst, default_value)
+
+    def inject_from_ijk(self, src_ijk: JaggedTensor, src, dst=None, default_value=0):
+        """This batch's features with src (features at the coordinates src_ijk) copied in at
+        those that are active: into dst in place, or a new tensor of default_value
+        (grid_transfer.py). Differentiable in src and dst."""
+        return grid_transfer.inject_from_ijk(self, src_ijk, src, dst, default_value)
+
+    def inject_to_dense_cminor(self, sparse_data, min_coord=None, grid_size=None) -> torch.Tensor:
+        """The features sparse_data ([total_voxels, *C]) in dense volumes [B, X, Y, Z, *C]
+        whose index (0, 0, 0) is voxel min_coord (default total_bbox's lowest corner), of
+        grid_size (default total_bbox's extent); zeros elsewhere. Differentiable."""
+        return grid_transfer.inject_to_dense(self, sparse_data, min_coord, grid_size, True)
+
+    def inject_to_dense_cmajor(self, sparse_data, min_coord=None, grid_size=None) -> torch.Tensor:
+        """As inject_to_dense_cminor, channels first: [B, *C, X, Y, Z]."""
+        return grid_transfer.inject_to_dense(self, sparse_data, min_coord, grid_size, False)
+
+    def inject_from_dense_cminor(self, dense_data: torch.Tensor, dense_origins=0) -> JaggedTensor:
+        """The voxels' features read from dense volumes dense_data [B, X, Y, Z, *C] whose index
+        (0, 0, 0) is voxel dense_origins (default 0, as fVDB's); zeros for voxels outside.
+        Differentiable."""
+        return grid_transfer.inject_from_dense(self, dense_data, dense_origins, True)
+
+    def inject_from_dense_cmajor(self, dense_data: torch.Tensor, dense_origins=0) -> JaggedTensor:
+        """As inject_from_dense_cminor, from channels-first volumes [B, *C, X, Y, Z]."""
+        return grid_transfer.inject_from_dense(self, dense_data, dense_origins, False)
 
     def inject_to_dense(self, features, min_coord=None, size=None) -> torch.Tensor:
-        """Voxel features ([total_voxels, ...]) written into dense volumes
-        [B, size_i, size_j, size_k, ...] covering [min_coord, min_coord + size) per grid
-        (default: the batch's bounding box); zeros elsewhere. Differentiable."""
+        """Deprecated: inject_to_dense_cminor (fVDB's name). Here a size left out reaches from
+        min_coord to the batch's highest voxel."""
+        _deprecation.warn("GridBatch.inject_to_dense is deprecated: use inject_to_dense_cminor "
+                          "(fVDB's name), whose grid_size defaults to the bounding box's extent")
+        if size is None and min_coord is not None:
+            lo = torch.as_tensor(min_coord, dtype=torch.int64).to(self.device)
+            size = (self.total_bbox[1].long() - lo + 1).tolist()
         data = features.jdata if isinstance(features, JaggedTensor) else features
-        _same_device("inject_to_dense", "features", data, self.device)
-        lo, size = self._dense_box(min_coord, size)
-        ijk = self.ijk()
-        local = ijk.jdata.long() - lo.to(data.device)
-        size = size.to(data.device)
-        b = ijk.jidx.long()
-        inside = ((local >= 0) & (local < size)).all(1)
-        out = data.new_zeros(self.num_grids, *size.tolist(), *data.shape[1:])
-        li = local[inside]
-        return out.index_put((b[inside], li[:, 0], li[:, 1], li[:, 2]), data[inside])
+        return grid_transfer.inject_to_dense(self, data, min_coord, size, True)
 
     def inject_from_dense(self, dense: torch.Tensor, min_coord=None) -> torch.Tensor:
-        """Voxel features read from dense volumes [B, size_i, size_j, size_k, ...] whose
-        voxel (0, 0, 0) is min_coord (default: the batch's bounding-box minimum); voxels
-        outside the volume get zeros. Differentiable."""
-        _same_device("inject_from_dense", "dense", dense, self.device)
-        size = torch.tensor(dense.shape[1:4])
-        lo, size = self._dense_box(min_coord, size)
-        ijk = self.ijk()
-        local = ijk.jdata.long() - lo.to(dense.device)
-        inside = ((local >= 0) & (local < size.to(dense.device))).all(1)
-        out = dense.new_zeros(self.total_voxels, *dense.shape[4:])
-        li, b = local[inside], ijk.jidx.long()[inside]
-        return out.index_put((inside.nonzero().flatten(),), dense[b, li[:, 0], li[:, 1], li[:, 2]])
+        """Deprecated: inject_from_dense_cminor (fVDB's name), whose dense_origins default 0;
+        here min_coord defaults to the batch's lowest voxel. Returns a tensor."""
+        _deprecation.warn("GridBatch.inject_from_dense is deprecated: use inject_from_dense_cminor "
+                          "(fVDB's name), whose dense_origins default to 0")
+        lo = self.total_bbox[0] if min_coord is None else min_coord
+        return grid_transfer.inject_from_dense(self, dense, lo, True).jdata
 
-    def _dense_box(self, min_coord, size):
-        box = self.bbox()
-        lo = box[:, 0].min(0).values.long() if min_coord is None else torch.as_tensor(min_coord).long()
-        if size is None:
-            size = box[:, 1].max(0).values.long() - lo + 1
-        return lo, torch.as_tensor(size).long()
+    def merged_grid(self, other: "GridBatch") -> "GridBatch":
+        """The union of this batch's and other's voxels, grid b with grid b, with this batch's
+        voxel sizes and origins (grid_transfer.py)."""
+        return grid_transfer.merged_grid(self, other)
+
+    def clipped_grid(self, ijk_min, ijk_max) -> "GridBatch":
+        """The voxels inside the box [ijk_min, ijk_max] (inclusive; an int, three ints or
+        [B, 3] a grid), in this batch's order (grid_transfer.py)."""
+        return grid_transfer.clipped_grid(self, ijk_min, ijk_max)
+
+    def clip(self, features, ijk_min, ijk_max):
+        """(features, grid): clipped_grid(ijk_min, ijk_max) and the rows of features
+        ([total_voxels, ...]) of the voxels it keeps. Differentiable in features."""
+        return grid_transfer.clip(self, features, ijk_min, ijk_max)
 
     def __repr__(self) -> str:
         return (

@@ -63,7 +63,7 @@ def _expand(ijk: JaggedTensor, offsets: torch.Tensor, scale: torch.Tensor) -> Ja
 
 def coarsened(grid, factor):
     f = _factor("coarsened_grid", factor)
-    ijk = grid.ijk()
+    ijk = grid.ijk
     coarse = _parents(ijk, f)
     sizes = grid.voxel_sizes * f
     origins = grid.origins + (f - 1) / 2 * grid.voxel_sizes
@@ -72,14 +72,14 @@ def coarsened(grid, factor):
 
 def refined(grid, factor):
     f = _factor("refined_grid", factor)
-    fine = _expand(grid.ijk(), _offsets("refined_grid", grid, f), f)
+    fine = _expand(grid.ijk, _offsets("refined_grid", grid, f), f)
     sizes = grid.voxel_sizes / f
     origins = grid.origins - (f - 1) / (2 * f) * grid.voxel_sizes
     return type(grid).from_ijk(fine, voxel_sizes=sizes.tolist(), origins=origins.tolist())
 
 
 def dual(grid):
-    corners = _expand(grid.ijk(), _offsets("dual_grid", grid, torch.tensor([2, 2, 2])),
+    corners = _expand(grid.ijk, _offsets("dual_grid", grid, torch.tensor([2, 2, 2])),
                       torch.ones(3, dtype=torch.int64))
     origins = grid.origins - grid.voxel_sizes / 2
     return type(grid).from_ijk(corners, voxel_sizes=grid.voxel_sizes.tolist(), origins=origins.tolist())
@@ -95,7 +95,7 @@ def dilated(grid, n: int):
     if not 0 <= n < 2**31:
         raise ValueError(f"dilated_grid: n must be in [0, 2**31 - 1], got {n}")
     shifts = _offsets("dilated_grid", grid, torch.tensor([2 * n + 1] * 3)) - n
-    grown = _expand(grid.ijk(), shifts, torch.ones(3, dtype=torch.int64))
+    grown = _expand(grid.ijk, shifts, torch.ones(3, dtype=torch.int64))
     return type(grid).from_ijk(grown, voxel_sizes=grid.voxel_sizes.tolist(), origins=grid.origins.tolist())
 
 
@@ -105,7 +105,7 @@ def pruned(grid, mask):
         raise ValueError(
             f"pruned_grid: mask must be bool [{grid.total_voxels}], got {data.dtype} {list(data.shape)}"
         )
-    ijk = grid.ijk()
+    ijk = grid.ijk
     b = ijk.jidx.long()[data]
     counts = torch.bincount(b, minlength=grid.num_grids)
     joffsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
@@ -116,7 +116,7 @@ def pruned(grid, mask):
 def coarse_index(fine_grid, coarse_grid, factor) -> torch.Tensor:
     """Row in coarse_grid of each fine voxel's parent (-1 if the coarse grid lacks it)."""
     f = _factor("coarse_index", factor)
-    ijk = fine_grid.ijk()
+    ijk = fine_grid.ijk
     parents = _parents(ijk, f)
     return coarse_grid.ijk_to_index(parents, cumulative=True).jdata
 

@@ -4,7 +4,8 @@ uniform samples inside them (`uniform_ray_samples`) and the first zero crossing 
 per-voxel field (`ray_implicit_intersection`).
 
     voxels, times = grid.voxels_along_rays(origins, directions, max_voxels=64)
-    voxels[r]   # voxel rows (or ijk with return_ijk=True) along ray r, in order
+    voxels[r]   # int32 ijk [n_r, 3] of the voxels along ray r, in order (their rows with
+                # return_ijk=False)
     times[r]    # [n_r, 2]: t where ray r enters and leaves each, origin + t * direction
 
 Rays are world space, t >= 0, in multiples of each direction's length; a JaggedTensor of
@@ -52,11 +53,11 @@ def _call(grid, op: str, fn, ray_origins, ray_directions, limit: int, eps: float
 
 
 def voxels_along_rays(grid, ray_origins, ray_directions, max_voxels: int, eps: float = 0.0,
-                      return_ijk: bool = False, cumulative: bool = False):
+                      return_ijk: bool = True, cumulative: bool = False):
     """(voxels, times): for every ray, the first max_voxels active voxels it crosses, in order,
-    as rows of their own grid (cumulative=True: rows of the batch's features; return_ijk=True:
-    int32 ijk [n_r, 3]), and times [n_r, 2] (entry and exit t, the rays' dtype). Crossings no
-    longer than eps are left out."""
+    as int32 ijk [n_r, 3] (return_ijk=True, fVDB's default) or, with return_ijk=False, as rows
+    of their own grid (cumulative=True: rows of the batch's features), and times [n_r, 2]
+    (entry and exit t, the rays' dtype). Crossings no longer than eps are left out."""
     origins, (offsets, rows, ijk, times) = _call(
         grid, "voxels_along_rays", _C.grid_voxels_along_rays, ray_origins, ray_directions,
         max_voxels, eps)

@@ -19,7 +19,7 @@ _BITS = 21
 
 
 def _local_ijk(grid) -> JaggedTensor:
-    ijk = grid.ijk()
+    ijk = grid.ijk
     data = ijk.jdata.long()
     if data.shape[0] == 0:
         return ijk.jagged_like(data)

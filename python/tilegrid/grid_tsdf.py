@@ -141,7 +141,7 @@ def integrate_tsdf(grid, truncation_distance: float, projection_matrices: torch.
     depths = depth_images.contiguous()
     band = type(grid).from_points(_band_points(grid, trunc, K, cam_to_world, depths, weight_images),
                                   voxel_sizes=grid.voxel_sizes.tolist(), origins=grid.origins.tolist())
-    old_ijk, band_ijk = grid.ijk(), band.ijk()
+    old_ijk, band_ijk = grid.ijk, band.ijk
     merged = JaggedTensor([torch.cat([a, b]) for a, b in zip(old_ijk.unbind(), band_ijk.unbind())])
     grown = type(grid).from_ijk(merged, voxel_sizes=grid.voxel_sizes.tolist(), origins=grid.origins.tolist())
     rows = grown.ijk_to_index(old_ijk, cumulative=True).jdata

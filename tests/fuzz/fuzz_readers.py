@@ -189,7 +189,7 @@ def check_nvdb(grid, features, names) -> None:
         return  # something save refuses (a name over 255 bytes), not a reading error
     grid2, features2, names2 = tg.load(again)
     same = (names2 == names and len(features2) == len(features)
-            and same_tensor(grid2.ijk().jdata, grid.ijk().jdata)
+            and same_tensor(grid2.ijk.jdata, grid.ijk.jdata)
             and same_tensor(grid2.voxel_offsets, grid.voxel_offsets)
             and same_tensor(grid2.voxel_sizes, grid.voxel_sizes)
             and same_tensor(grid2.origins, grid.origins)

@@ -14,12 +14,12 @@ def random_grid(n=300, spread=20, grids=2):
 def test_coarsened_grid_holds_the_parents_and_keeps_block_centres():
     grid = random_grid()
     coarse = grid.coarsened_grid(2)
-    for fine_ijk, coarse_ijk in zip(grid.ijk().unbind(), coarse.ijk().unbind()):
+    for fine_ijk, coarse_ijk in zip(grid.ijk.unbind(), coarse.ijk.unbind()):
         parents = torch.unique(torch.div(fine_ijk, 2, rounding_mode="floor"), dim=0)
         assert torch.equal(torch.unique(coarse_ijk, dim=0), parents)
     torch.testing.assert_close(coarse.voxel_sizes[0], torch.tensor([0.2, 0.4, 0.6], dtype=torch.float64))
     # A coarse voxel's centre is the mean of the centres of the 8 fine voxels it covers.
-    c = coarse.ijk()[0][:1]
+    c = coarse.ijk[0][:1]
     block = c.long() * 2 + torch.tensor([[a, b, d] for a in (0, 1) for b in (0, 1) for d in (0, 1)])
     fine_centres = grid.voxel_to_world(tg.JaggedTensor([block.to(torch.int32), torch.zeros(0, 3, dtype=torch.int32)]))
     coarse_centre = coarse.voxel_to_world(tg.JaggedTensor([c, torch.zeros(0, 3, dtype=torch.int32)]))
@@ -31,7 +31,7 @@ def test_refined_then_coarsened_gives_the_grid_back():
     fine = grid.refined_grid(3)
     assert fine.total_voxels == 27 * grid.total_voxels
     back = fine.coarsened_grid(3)
-    assert torch.equal(back.ijk().jdata, grid.ijk().jdata)
+    assert torch.equal(back.ijk.jdata, grid.ijk.jdata)
     torch.testing.assert_close(back.origins, grid.origins)
 
 
@@ -42,7 +42,7 @@ def test_dual_dilated_and_pruned():
     assert one.dilated_grid(1).total_voxels == 27 and one.dilated_grid(0).total_voxels == 1
     mask = torch.rand(box.total_voxels) < 0.5
     kept = box.pruned_grid(mask)
-    assert torch.equal(kept.ijk().jdata, box.ijk().jdata[mask])
+    assert torch.equal(kept.ijk.jdata, box.ijk.jdata[mask])
 
 
 def test_feature_transfer_between_levels():
@@ -50,8 +50,8 @@ def test_feature_transfer_between_levels():
     coarse = grid.coarsened_grid(2)
     features = torch.randn(grid.total_voxels, 4, requires_grad=True)
     pooled = grid.coarsen_features(coarse, features, 2, reduce="mean")
-    parent = torch.div(grid.ijk().jdata, 2, rounding_mode="floor")
-    rows = coarse.ijk_to_index(grid.ijk().jagged_like(parent), cumulative=True).jdata
+    parent = torch.div(grid.ijk.jdata, 2, rounding_mode="floor")
+    rows = coarse.ijk_to_index(grid.ijk.jagged_like(parent), cumulative=True).jdata
     for r in range(0, coarse.total_voxels, 17):
         torch.testing.assert_close(pooled[r], features[rows == r].mean(0))
     pooled.sum().backward()
@@ -66,7 +66,7 @@ def test_points_in_grid_and_bbox():
     grid = tg.GridBatch.from_dense(1, (2, 2, 2), ijk_min=(-1, 0, 3))
     pts = tg.JaggedTensor([torch.tensor([[-1.0, 0.0, 3.0], [0.4, 1.4, 4.4], [2.0, 0.0, 3.0]])])
     assert grid.points_in_grid(pts).jdata.tolist() == [True, True, False]
-    assert grid.bbox()[0].tolist() == [[-1, 0, 3], [0, 1, 4]]
+    assert grid.bboxes[0].tolist() == [[-1, 0, 3], [0, 1, 4]]
 
 
 def test_bad_factors():
@@ -80,9 +80,9 @@ def test_bad_factors():
 def test_dense_injection_round_trip():
     grid = random_grid(200, 5)
     features = torch.randn(grid.total_voxels, 2, requires_grad=True)
-    dense = grid.inject_to_dense(features)
+    dense = grid.inject_to_dense_cminor(features)
     assert dense.shape[0] == 2 and dense.shape[-1] == 2
-    back = grid.inject_from_dense(dense)
+    back = grid.inject_from_dense_cminor(dense, dense_origins=grid.total_bbox[0]).jdata
     torch.testing.assert_close(back, features)
     back.sum().backward()
     torch.testing.assert_close(features.grad, torch.ones_like(features))
@@ -92,7 +92,7 @@ def test_jcat_keeps_grids_and_row_order():
     a, b = random_grid(50, 10, 2), random_grid(60, 10, 1)
     both = tg.jcat([a, b])
     assert both.num_grids == 3
-    assert torch.equal(both.ijk().jdata, torch.cat([a.ijk().jdata, b.ijk().jdata]))
+    assert torch.equal(both.ijk.jdata, torch.cat([a.ijk.jdata, b.ijk.jdata]))
     torch.testing.assert_close(both.voxel_sizes, torch.cat([a.voxel_sizes, b.voxel_sizes]))
 
 

@@ -28,7 +28,7 @@ def test_mesh_voxels_cover_the_surface_and_nothing_far_from_it():
         inside = grid.points_in_grid(tg.JaggedTensor([samples if i == b else torch.zeros(0, 3, dtype=torch.float64) for i in range(2)]))
         assert inside[b].all(), "a point of the surface lies in a voxel the grid lacks"
         # A voxel whose cube meets the surface has its centre within half a diagonal of it.
-        centres = grid.voxel_to_world(grid.ijk())[b]
+        centres = grid.voxel_to_world(grid.ijk)[b]
         nearest = torch.cdist(centres, samples).min(1).values
         assert (nearest <= voxel * math.sqrt(3) / 2 + 0.05).all()  # margin: sample spacing
 

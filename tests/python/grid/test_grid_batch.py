@@ -25,7 +25,7 @@ def random_batch(sizes, low=-(1 << 20), high=1 << 20):
 def test_active_voxels_are_unique_coordinates_in_documented_order(sizes, high):
     ijk = random_batch(sizes, -high, high)
     grid = tg.GridBatch.from_ijk(ijk)
-    active = grid.ijk()
+    active = grid.ijk
     assert grid.num_grids == len(sizes)
     for b, (given, got) in enumerate(zip(ijk.unbind(), active.unbind())):
         unique = torch.unique(given, dim=0)
@@ -43,7 +43,7 @@ def test_ijk_to_index_matches_a_torch_lookup():
     )
     got = grid.ijk_to_index(queries, cumulative=True)
     local = grid.ijk_to_index(queries)  # fVDB's default: rows within each grid
-    active = grid.ijk()
+    active = grid.ijk
     for b in range(2):
         rows = {tuple(c): r + int(grid.voxel_offsets[b]) for r, c in enumerate(active[b].tolist())}
         expected = torch.tensor([rows.get(tuple(c), -1) for c in queries[b].tolist()])
@@ -91,6 +91,6 @@ def test_moving_to_the_cpu_is_a_copy():
     grid = tg.GridBatch.from_dense(1, (3, 3, 3))
     copy = grid.to("cpu")
     assert copy.device == torch.device("cpu")
-    assert torch.equal(copy.ijk().jdata, grid.ijk().jdata)
+    assert torch.equal(copy.ijk.jdata, grid.ijk.jdata)
     with pytest.raises(ValueError, match="expected a cpu or cuda device"):
         grid.to("meta")

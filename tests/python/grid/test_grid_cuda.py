@@ -19,14 +19,14 @@ def test_to_cuda_and_back_keeps_the_grid():
     grid = random_batch()
     gpu = grid.cuda()
     assert gpu.device.type == "cuda" and gpu.total_voxels == grid.total_voxels
-    assert torch.equal(gpu.cpu().ijk().jdata, grid.ijk().jdata)
+    assert torch.equal(gpu.cpu().ijk.jdata, grid.ijk.jdata)
 
 
 def test_ijk_and_lookups_match_the_cpu():
     grid = random_batch()
     gpu = grid.cuda()
-    assert torch.equal(gpu.ijk().jdata.cpu(), grid.ijk().jdata)
-    active = grid.ijk()
+    assert torch.equal(gpu.ijk.jdata.cpu(), grid.ijk.jdata)
+    active = grid.ijk
     queries = tg.JaggedTensor([torch.cat([t, t ^ 1]) for t in active.unbind()])
     want = grid.ijk_to_index(queries).jdata
     got = gpu.ijk_to_index(queries.to("cuda")).jdata
@@ -84,7 +84,7 @@ def test_gpu_construction_matches_the_cpu(grids, points, spread):
     assert [gpu.num_voxels_at(b) for b in range(grids)] == [cpu.num_voxels_at(b) for b in range(grids)]
     assert (gpu._impl.num_upper_nodes, gpu._impl.num_lower_nodes, gpu._impl.num_leaves) == (
         cpu._impl.num_upper_nodes, cpu._impl.num_lower_nodes, cpu._impl.num_leaves)
-    assert torch.equal(gpu.ijk().jdata.cpu(), cpu.ijk().jdata)
+    assert torch.equal(gpu.ijk.jdata.cpu(), cpu.ijk.jdata)
     queries = tg.JaggedTensor([torch.cat([p, p ^ 1]) for p in parts])
     assert torch.equal(gpu.ijk_to_index(queries.to("cuda")).jdata.cpu(), cpu.ijk_to_index(queries).jdata)
     assert torch.equal(gpu.voxel_offsets.cpu(), cpu.voxel_offsets)
@@ -98,14 +98,14 @@ def test_gpu_construction_from_points_matches_the_cpu(dtype):
         cpu = build(pts, **args)
         gpu = build(pts.to("cuda"), **args)
         assert gpu.device.type == "cuda"
-        assert torch.equal(gpu.ijk().jdata.cpu(), cpu.ijk().jdata)
+        assert torch.equal(gpu.ijk.jdata.cpu(), cpu.ijk.jdata)
 
 
 def test_gpu_derived_grids_match_the_cpu():
     grid = random_batch()
     gpu = grid.cuda()
     for derive in (lambda g: g.coarsened_grid(2), lambda g: g.dual_grid(), lambda g: g.dilated_grid(1)):
-        assert torch.equal(derive(gpu).ijk().jdata.cpu(), derive(grid).ijk().jdata)
+        assert torch.equal(derive(gpu).ijk.jdata.cpu(), derive(grid).ijk.jdata)
 
 
 def test_nan_points_on_the_gpu():
@@ -130,7 +130,7 @@ def test_gpu_construction_from_mesh_matches_the_cpu(dtype, index_dtype):
     gpu = tg.GridBatch.from_mesh(vertices.to("cuda"), faces.to("cuda"), **args)
     assert gpu.device.type == "cuda" and cpu.total_voxels > 1000
     assert [gpu.num_voxels_at(b) for b in range(3)] == [cpu.num_voxels_at(b) for b in range(3)]
-    assert torch.equal(gpu.ijk().jdata.cpu(), cpu.ijk().jdata)
+    assert torch.equal(gpu.ijk.jdata.cpu(), cpu.ijk.jdata)
 
 
 def test_gpu_from_mesh_rejects_bad_faces_and_nan_vertices():
@@ -147,5 +147,5 @@ def test_gpu_from_dense_matches_the_cpu():
     cpu = tg.GridBatch.from_dense(2, (7, 1, 9), **args)
     gpu = tg.GridBatch.from_dense(2, (7, 1, 9), device="cuda", **args)
     assert gpu.device.type == "cuda"
-    assert torch.equal(gpu.ijk().jdata.cpu(), cpu.ijk().jdata)
+    assert torch.equal(gpu.ijk.jdata.cpu(), cpu.ijk.jdata)
     assert torch.equal(gpu.voxel_sizes, cpu.voxel_sizes) and torch.equal(gpu.origins, cpu.origins)

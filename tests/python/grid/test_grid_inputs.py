@@ -21,7 +21,7 @@ def test_points_that_built_a_grid_test_inside_it(device, dtype):
     grid = tg.GridBatch.from_points(points, voxel_sizes=1.0)
     assert bool(grid.points_in_grid(points).jdata.all())
     rows = grid.points_to_index(points).jdata
-    assert torch.equal(grid.ijk().jdata[rows].cpu(), grid.points_to_ijk(points).jdata.cpu())
+    assert torch.equal(grid.ijk.jdata[rows].cpu(), grid.points_to_ijk(points).jdata.cpu())
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -29,7 +29,7 @@ def test_int64_coordinates_and_scalar_voxel_sizes(device):
     ijk64 = torch.randint(-1000, 1000, (300, 3), dtype=torch.int64, device=device)
     grid = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk64]), voxel_sizes=0.5, origins=1.0)
     ref = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk64.int()]), voxel_sizes=[0.5] * 3, origins=[1.0] * 3)
-    assert torch.equal(grid.ijk().jdata.cpu(), ref.ijk().jdata.cpu())
+    assert torch.equal(grid.ijk.jdata.cpu(), ref.ijk.jdata.cpu())
     assert torch.equal(grid.voxel_sizes, ref.voxel_sizes) and torch.equal(grid.origins, ref.origins)
     far = torch.tensor([[2**40, 0, 0], [0, 0, 0]], dtype=torch.int64, device=device)
     rows = grid.ijk_to_index(tg.JaggedTensor([far])).jdata
@@ -89,9 +89,9 @@ def test_inject_refuses_features_on_another_device():
         pytest.skip("no CUDA GPU on this machine")
     grid = tg.GridBatch.from_dense(1, [3, 3, 3], device="cuda")
     with pytest.raises(ValueError, match="is on cpu but the grid is on cuda"):
-        grid.inject_to_dense(torch.randn(grid.total_voxels, 2))
-    dense = grid.inject_to_dense(torch.randn(grid.total_voxels, 2, device="cuda"))
-    back = grid.inject_from_dense(dense)
+        grid.inject_to_dense_cminor(torch.randn(grid.total_voxels, 2))
+    dense = grid.inject_to_dense_cminor(torch.randn(grid.total_voxels, 2, device="cuda"))
+    back = grid.inject_from_dense_cminor(dense).jdata
     assert back.device.type == "cuda" and back.shape == (grid.total_voxels, 2)
 
 
@@ -134,7 +134,7 @@ def test_rounding_is_std_round_at_the_last_double_below_a_half():
     """0.49999999999999994 rounds to 0 (std::round, as from_points); floor(|u| + 0.5) gave 1."""
     pts = tg.JaggedTensor([torch.tensor([[0.49999999999999994, -0.49999999999999994, 2.5]], dtype=torch.float64)])
     grid = tg.GridBatch.from_points(pts, voxel_sizes=1.0)
-    assert grid.ijk().jdata.tolist() == [[0, 0, 3]]
+    assert grid.ijk.jdata.tolist() == [[0, 0, 3]]
     assert grid.points_to_ijk(pts).jdata.tolist() == [[0, 0, 3]]
     assert bool(grid.points_in_grid(pts).jdata.all())
 
@@ -165,7 +165,7 @@ def test_num_voxels_is_fvdbs_per_grid_tensor():
     (lambda g: g.dilated_grid(10**5), ValueError, r"dilated_grid: 8 voxels x \d+ offsets each"),
     (lambda g: g.dilated_grid(1.5), TypeError, r"dilated_grid: n must be an int, got float"),
     (lambda g: g.dilated_grid(-1), ValueError, r"dilated_grid: n must be in \[0, 2\*\*31 - 1\], got -1"),
-    (lambda g: g.max_pool(2**40, g.ijk().jdata.float()), ValueError, r"max_pool: kernel_size must be an int or three ints, each in"),
+    (lambda g: g.max_pool(2**40, g.ijk.jdata.float()), ValueError, r"max_pool: kernel_size must be an int or three ints, each in"),
     (lambda g: tg.GridBatch.from_dense(1, [2**70, 1, 1]), ValueError, r"from_dense: dense_dims must be an int or three ints, each in \[0, "),
     (lambda g: tg.GridBatch.from_dense(1, [[2], [2], [2]]), TypeError, r"from_dense: dense_dims must be an int or three ints"),
     (lambda g: tg.GridBatch.from_dense(1.0, [2, 2, 2]), TypeError, r"from_dense: num_grids must be an int, got float"),
@@ -189,7 +189,7 @@ def test_integer_arguments_may_be_numpy_or_torch_integers():
     import numpy as np
 
     grid = tg.GridBatch.from_dense(np.int64(1), np.array([2, 3, 4]), ijk_min=torch.tensor([1, 0, 0]))
-    assert grid.total_voxels == 24 and grid.bbox()[0].tolist() == [[1, 0, 0], [2, 2, 3]]
+    assert grid.total_voxels == 24 and grid.bboxes[0].tolist() == [[1, 0, 0], [2, 2, 3]]
     assert grid.conv_grid(np.array([3, 3, 3]), torch.tensor(1)).total_voxels == grid.conv_grid(3, 1).total_voxels
     assert grid.coarsened_grid(np.int32(2)).total_voxels == grid.coarsened_grid(2).total_voxels
     assert grid.dilated_grid(np.int64(1)).total_voxels == grid.dilated_grid(1).total_voxels

@@ -37,7 +37,7 @@ def assert_same_grid(a, b):
     assert torch.equal(a.voxel_offsets.cpu(), b.voxel_offsets.cpu())
     assert torch.equal(a.voxel_sizes, b.voxel_sizes)
     assert torch.equal(a.origins, b.origins)
-    assert torch.equal(a.ijk().jdata.cpu(), b.ijk().jdata.cpu())
+    assert torch.equal(a.ijk.jdata.cpu(), b.ijk.jdata.cpu())
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -17,7 +17,7 @@ def dense_grid(r, voxel=0.5, offset=(0.0, 0.0, 0.0)):
     ax = torch.arange(-r, r + 1)
     ijk = torch.stack(torch.meshgrid(ax, ax, ax, indexing="ij"), -1).reshape(-1, 3).to(torch.int32)
     grid = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk]), voxel_sizes=[[voxel] * 3], origins=[list(offset)])
-    return grid, grid.voxel_to_world(grid.ijk()).jdata
+    return grid, grid.voxel_to_world(grid.ijk).jdata
 
 
 def directed_edges(faces):
@@ -88,7 +88,7 @@ def test_matches_scikit_image_vertices():
     grid, centres = dense_grid(8, voxel=1.0)
     field = (centres ** 2 * torch.tensor([1.0, 0.5, 0.25]).double()).sum(1).sqrt() - 4.2
     v, _, _ = grid.marching_cubes(field)
-    ijk = grid.ijk().jdata.long() + 8  # a dense array in ijk order (the grid's rows are not)
+    ijk = grid.ijk.jdata.long() + 8  # a dense array in ijk order (the grid's rows are not)
     dense = torch.full((17, 17, 17), float("nan"), dtype=torch.float64)
     dense[ijk[:, 0], ijk[:, 1], ijk[:, 2]] = field
     verts, _, _, _ = measure.marching_cubes(dense.numpy(), level=0.0)

@@ -64,7 +64,7 @@ def brute_force(grid, ijk, origins, directions, eps=0.0):
     for b, (os, ds) in enumerate(zip(origins.unbind(), directions.unbind())):
         size, origin = grid.voxel_sizes[b].double(), grid.origins[b].double()
         base = int(grid.voxel_offsets[b])
-        coords = grid.ijk().unbind()[b].cpu()
+        coords = grid.ijk.unbind()[b].cpu()
         lo_all = origin + size * (coords.double() - 0.5)
         hi_all = origin + size * (coords.double() + 0.5)
         for o, d in zip(os.double().cpu(), ds.double().cpu()):
@@ -94,7 +94,7 @@ def test_voxels_along_rays_match_brute_force(device, extent):
     expected = brute_force(grid, ijk, origins, directions)
     g = grid.to(device)
     o, d = (j.to(device) for j in (origins, directions))
-    rows, times = g.voxels_along_rays(o, d, max_voxels=10_000, cumulative=True)
+    rows, times = g.voxels_along_rays(o, d, max_voxels=10_000, return_ijk=False, cumulative=True)
     ijk_out, _ = g.voxels_along_rays(o, d, max_voxels=10_000, return_ijk=True)
     assert sum(len(e) for e in expected) > 100  # the rays do cross voxels
     for r, exp in enumerate(expected):
@@ -110,7 +110,8 @@ def test_dense_stepping_meets_only_listed_voxels_in_their_intervals():
     march listed, inside that voxel's [t0, t1]."""
     grid, _ = random_grids(num_grids=1, voxels=400, extent=16)
     origins, directions = random_rays(grid, [30])
-    rows, times = grid.voxels_along_rays(origins, directions, max_voxels=10_000, cumulative=True)
+    rows, times = grid.voxels_along_rays(origins, directions, max_voxels=10_000, return_ijk=False,
+                                         cumulative=True)
     size, origin = grid.voxel_sizes[0].double(), grid.origins[0].double()
     for r, (o, d) in enumerate(zip(origins.jdata, directions.jdata)):
         listed = dict(zip(rows[r].tolist(), times[r].tolist()))
@@ -130,11 +131,12 @@ def test_max_voxels_eps_and_segments(device):
     g = grid.to(device)
     o, d = (j.to(device) for j in (origins, directions))
     full = brute_force(grid, ijk, origins, directions)
-    rows, _ = g.voxels_along_rays(o, d, max_voxels=3, cumulative=True)
+    rows, _ = g.voxels_along_rays(o, d, max_voxels=3, return_ijk=False, cumulative=True)
     for r, exp in enumerate(full):
         assert rows[r].cpu().tolist() == [h[0] for h in exp[:3]]
     eps = 0.05
-    rows_eps, _ = g.voxels_along_rays(o, d, max_voxels=10_000, eps=eps, cumulative=True)
+    rows_eps, _ = g.voxels_along_rays(o, d, max_voxels=10_000, eps=eps, return_ijk=False,
+                                      cumulative=True)
     for r, exp in enumerate(brute_force(grid, ijk, origins, directions, eps=eps)):
         assert rows_eps[r].cpu().tolist() == [h[0] for h in exp]
     # Segments: the voxel crossings merged where one ends exactly where the next begins.
@@ -159,12 +161,12 @@ def test_per_grid_rows_float32_rays_and_rays_that_cross_nothing(device):
     origins, directions = random_rays(grid, [15, 15])
     g = grid.to(device)
     o, d = (j.to(device) for j in (origins, directions))
-    local, t64 = g.voxels_along_rays(o, d, max_voxels=100)
-    batch, _ = g.voxels_along_rays(o, d, max_voxels=100, cumulative=True)
+    local, t64 = g.voxels_along_rays(o, d, max_voxels=100, return_ijk=False)
+    batch, _ = g.voxels_along_rays(o, d, max_voxels=100, return_ijk=False, cumulative=True)
     first = int(grid.voxel_offsets[1])
     assert torch.equal(local[20], batch[20] - first)  # a ray of grid 1
     o32, d32 = (j.jagged_like(j.jdata.float()) for j in (o, d))
-    rows32, t32 = g.voxels_along_rays(o32, d32, max_voxels=100)
+    rows32, t32 = g.voxels_along_rays(o32, d32, max_voxels=100, return_ijk=False)
     assert t32.jdata.dtype == torch.float32
     # float32 rays are other rays (rounded inputs): compare where both list the same voxels.
     for r in range(30):
@@ -178,7 +180,8 @@ def test_per_grid_rows_float32_rays_and_rays_that_cross_nothing(device):
     special_d[1] = -special_d[1]  # from (1e4, ...) further out
     one = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk[0]]), voxel_sizes=[grid.voxel_sizes[0].tolist()],
                                 origins=[grid.origins[0].tolist()]).to(device)
-    rows, times = one.voxels_along_rays(special_o.to(device), special_d.to(device), max_voxels=10)
+    rows, times = one.voxels_along_rays(special_o.to(device), special_d.to(device), max_voxels=10,
+                                        return_ijk=False)
     assert rows.joffsets.cpu().tolist() == [0, 0, 0, 0, 1]
     row = one.ijk_to_index(tg.JaggedTensor([ijk[0][:1].to(device)])).jdata.cpu().tolist()
     assert rows[3].cpu().tolist() == row
@@ -220,10 +223,13 @@ def test_bad_inputs_get_clear_errors():
 def test_gpu_answers_are_the_cpu_ones_bit_for_bit():
     grid, _ = random_grids(num_grids=3, voxels=2000, extent=40)
     origins, directions = random_rays(grid, [500, 0, 700])
-    cpu = grid.voxels_along_rays(origins, directions, max_voxels=64, cumulative=True)
+    cpu = grid.voxels_along_rays(origins, directions, max_voxels=64, return_ijk=False,
+                                 cumulative=True)
     gpu = grid.to("cuda").voxels_along_rays(origins.to("cuda"), directions.to("cuda"),
-                                            max_voxels=64, cumulative=True)
-    for a, b in zip(cpu, gpu):
+                                            max_voxels=64, return_ijk=False, cumulative=True)
+    ijk_cpu = grid.voxels_along_rays(origins, directions, max_voxels=64)[0]
+    ijk_gpu = grid.to("cuda").voxels_along_rays(origins.to("cuda"), directions.to("cuda"), max_voxels=64)[0]
+    for a, b in zip((*cpu, ijk_cpu), (*gpu, ijk_gpu)):
         assert torch.equal(a.joffsets, b.joffsets.cpu()) and torch.equal(a.jdata, b.jdata.cpu())
     seg_cpu = grid.segments_along_rays(origins, directions, max_segments=8)
     seg_gpu = grid.to("cuda").segments_along_rays(origins.to("cuda"), directions.to("cuda"), max_segments=8)
@@ -302,7 +308,7 @@ def sphere_grid(radius=6.0, pad=3):
     ijk = torch.stack(torch.meshgrid(ax, ax, ax, indexing="ij"), -1).reshape(-1, 3)
     ijk = ijk[ijk.double().norm(dim=1) < radius + pad].to(torch.int32)
     grid = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk]), voxel_sizes=[[0.5] * 3], origins=[[0.0] * 3])
-    centres = grid.voxel_to_world(grid.ijk()).jdata
+    centres = grid.voxel_to_world(grid.ijk).jdata
     return grid, centres
 
 

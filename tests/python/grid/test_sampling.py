@@ -10,7 +10,7 @@ def dense_grid_and_volume(dims, channels, dtype=torch.float64):
     grid = tg.GridBatch.from_dense(1, dims, voxel_sizes=[0.5, 0.25, 1.0], origins=[1.0, -2.0, 0.5])
     features = torch.randn(grid.total_voxels, channels, dtype=dtype)
     volume = torch.zeros(1, channels, *dims, dtype=dtype)
-    ijk = grid.ijk().jdata.long()
+    ijk = grid.ijk.jdata.long()
     volume[0, :, ijk[:, 0], ijk[:, 1], ijk[:, 2]] = features.t()
     return grid, features, volume
 
@@ -66,7 +66,7 @@ def test_from_points_and_nearest_voxels():
     points = tg.JaggedTensor([p])
     grid = tg.GridBatch.from_points(points, voxel_sizes=[0.5, 0.5, 0.5], origins=[0.1, 0.2, 0.3])
     ijk = torch.round((p.double() - torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)) / 0.5).int()
-    assert torch.equal(torch.unique(grid.ijk().jdata, dim=0), torch.unique(ijk, dim=0))
+    assert torch.equal(torch.unique(grid.ijk.jdata, dim=0), torch.unique(ijk, dim=0))
     near = tg.GridBatch.from_nearest_voxels_to_points(points, voxel_sizes=[0.5, 0.5, 0.5])
     base = torch.floor(p.double() / 0.5).int()
     corners = torch.stack([base + torch.tensor([a, b, c], dtype=torch.int32) for a in (0, 1) for b in (0, 1) for c in (0, 1)])

@@ -19,7 +19,7 @@ def test_morton_interleaves_bits_from_each_grids_corner():
     grid = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk, ijk + 100]), voxel_sizes=[[1.0] * 3] * 2,
                                  origins=[[0.0] * 3] * 2)
     codes = grid.morton()
-    local = grid.ijk().jdata.long() - torch.tensor([5, 7, 9]) - 100 * grid.ijk().jidx.long()[:, None]
+    local = grid.ijk.jdata.long() - torch.tensor([5, 7, 9]) - 100 * grid.ijk.jidx.long()[:, None]
     want = torch.zeros(local.shape[0], dtype=torch.int64)
     for b in range(21):
         for a in range(3):
@@ -33,7 +33,7 @@ def test_hilbert_walks_a_full_cube_one_step_at_a_time():
                                  origins=[[0.0] * 3])
     codes = grid.hilbert().jdata
     assert sorted(codes.tolist()) == list(range(512))  # the curve's first 512 cells: this cube
-    path = grid.ijk().jdata.long()[torch.argsort(codes)]
+    path = grid.ijk.jdata.long()[torch.argsort(codes)]
     steps = (path[1:] - path[:-1]).abs().sum(1)
     assert (steps == 1).all()
 

@@ -14,7 +14,7 @@ from conftest import DEVICES, requires_cuda
 
 def dense_volume(grid, features):
     """[1, C, *box] dense volume of a single-grid batch, and the box's low corner."""
-    ijk = grid.ijk().jdata.long().cpu()
+    ijk = grid.ijk.jdata.long().cpu()
     lo = ijk.min(0).values
     size = (ijk.max(0).values - lo + 1).tolist()
     vol = torch.zeros(1, features.shape[1], *size, dtype=features.dtype)
@@ -29,13 +29,13 @@ def brute_force(source, target, features, weight, kernel_size, stride, transpose
     k, s = kernel_size, stride
     pad = [(kk - 1) // 2 if kk % 2 else 0 for kk in k]
     src = {}
-    for b, t in enumerate(source.ijk().unbind()):
+    for b, t in enumerate(source.ijk.unbind()):
         base = int(source.voxel_offsets[b])
         for n, c in enumerate(t.cpu().tolist()):
             src[(b, *c)] = base + n
     x, w = features.double().cpu(), weight.double().cpu()
     out = torch.zeros(target.total_voxels, w.shape[0], dtype=torch.float64)
-    for b, t in enumerate(target.ijk().unbind()):
+    for b, t in enumerate(target.ijk.unbind()):
         base = int(target.voxel_offsets[b])
         for n, o in enumerate(t.cpu().tolist()):
             for tap in itertools.product(*[range(kk) for kk in k]):
@@ -72,7 +72,7 @@ def test_submanifold_equals_dense_conv3d_on_a_full_box(device, kernel_size):
     plan = tg.ConvolutionPlan.from_grid_batch(kernel_size, 1, grid, grid)
     got = plan.execute(x, w)
     vol, lo = dense_volume(grid, x)
-    ijk = grid.ijk().jdata.long().cpu() - lo
+    ijk = grid.ijk.jdata.long().cpu() - lo
     want = F.conv3d(vol, w.cpu(), padding=kernel_size // 2)[0][:, ijk[:, 0], ijk[:, 1], ijk[:, 2]].T
     torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)
 
@@ -88,7 +88,7 @@ def test_full_conv_grid_is_the_dilated_grid_and_matches_conv3d(device):
     w = torch.randn(2, 3, 3, 3, 3, dtype=torch.float64, device=device)
     got = tg.ConvolutionPlan.from_grid_batch(3, 1, grid).execute(x, w)
     vol, lo = dense_volume(grid, x)
-    ijk = out_grid.ijk().jdata.long().cpu() - lo + 1  # padding 2 shifts the output box by -1
+    ijk = out_grid.ijk.jdata.long().cpu() - lo + 1  # padding 2 shifts the output box by -1
     want = F.conv3d(vol, w.cpu(), padding=2)[0][:, ijk[:, 0], ijk[:, 1], ijk[:, 2]].T
     torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)
 
@@ -105,7 +105,7 @@ def test_stride_two_downsampling_and_transposed_upsampling_match_torch(device):
     torch.testing.assert_close(coarse.origins, grid.origins + 0.5)
     y = down.execute(x, w)
     vol, _ = dense_volume(grid, x)
-    cijk = coarse.ijk().jdata.long().cpu()
+    cijk = coarse.ijk.jdata.long().cpu()
     want = F.conv3d(vol, w.cpu(), stride=2)[0][:, cijk[:, 0], cijk[:, 1], cijk[:, 2]].T
     torch.testing.assert_close(y.cpu(), want, rtol=1e-12, atol=1e-12)
 
@@ -113,11 +113,11 @@ def test_stride_two_downsampling_and_transposed_upsampling_match_torch(device):
     up = tg.ConvolutionPlan.from_grid_batch_transposed(2, 2, coarse, grid)
     z = up.execute(y, wt)
     cvol, _ = dense_volume(coarse, y)
-    ijk = grid.ijk().jdata.long().cpu()
+    ijk = grid.ijk.jdata.long().cpu()
     want_up = F.conv_transpose3d(cvol, wt.cpu().transpose(0, 1), stride=2)[0][:, ijk[:, 0], ijk[:, 1], ijk[:, 2]].T
     torch.testing.assert_close(z.cpu(), want_up, rtol=1e-12, atol=1e-12)
     # conv_transpose_grid of the coarse grid is the full box again.
-    assert torch.equal(coarse.conv_transpose_grid(2, 2).ijk().jdata.cpu(), grid.ijk().jdata.cpu())
+    assert torch.equal(coarse.conv_transpose_grid(2, 2).ijk.jdata.cpu(), grid.ijk.jdata.cpu())
 
 
 CASES = [  # kernel_size, stride, transposed, target ("same" or "conv")
@@ -709,7 +709,7 @@ def test_maps_and_grids_on_the_gpu_equal_the_cpu():
                     ((2, 2, 2), (2, 2, 2), False), ((3, 3, 3), (2, 2, 2), True)):
         derive = "conv_transpose_grid" if t else "conv_grid"
         a, b = getattr(grid, derive)(k, s), getattr(gpu, derive)(k, s)
-        assert torch.equal(a.ijk().jdata, b.ijk().jdata.cpu())
+        assert torch.equal(a.ijk.jdata, b.ijk.jdata.cpu())
         build = tg.ConvolutionPlan.from_grid_batch_transposed if t else tg.ConvolutionPlan.from_grid_batch
         pa, pb = build(k, s, grid, a), build(k, s, gpu, b)
         assert torch.equal(pa.kernel_map, pb.kernel_map.cpu())
@@ -730,7 +730,7 @@ def test_pooling_matches_coarsen_features(device):
     coarse = grid.coarsened_grid(2)
     for reduce, pool in (("amax", grid.max_pool), ("mean", grid.avg_pool)):
         got, got_grid = pool(2, x)
-        assert torch.equal(got_grid.ijk().jdata.cpu(), coarse.ijk().jdata.cpu())
+        assert torch.equal(got_grid.ijk.jdata.cpu(), coarse.ijk.jdata.cpu())
         want = grid.coarsen_features(coarse, x, 2, reduce)
         torch.testing.assert_close(got.jdata, want)
 
@@ -781,7 +781,7 @@ def test_pooling_on_the_gpu_equals_the_cpu():
     for name in ("max_pool", "avg_pool"):
         a, ca = getattr(grid, name)(2, x)
         b, cb = getattr(g, name)(2, x.cuda())
-        assert torch.equal(ca.ijk().jdata, cb.ijk().jdata.cpu())
+        assert torch.equal(ca.ijk.jdata, cb.ijk.jdata.cpu())
         assert a.jdata.shape == (ca.total_voxels, 3, 4)
         torch.testing.assert_close(b.jdata.cpu(), a.jdata, rtol=1e-6, atol=1e-6)
 

@@ -48,7 +48,7 @@ def sphere_depth(K, cam_to_world, width, height, radius):
 
 def reference(grid, trunc, K, cam_to_world, depths, tsdf, weights, pixel_weights=None):
     """The rule of tilegrid/grid/tsdf.h in float64 torch, voxel by voxel."""
-    ijk = grid.ijk()
+    ijk = grid.ijk
     centres = grid.voxel_to_world(ijk).jdata.double().cpu()
     b = ijk.jidx.long().cpu()
     w2c = torch.linalg.inv(cam_to_world.double())[b]
@@ -98,7 +98,7 @@ def test_update_matches_the_float64_rule_on_random_grids_and_images(device, dtyp
     grown, tsdf, weights = grid.integrate_tsdf(trunc, K, poses, tsdf0.to(device, dtype), weights0.to(device, dtype),
                                                depths.to(device, dtype), pixel_weights.to(device, dtype))
     # The old voxels keep their rows' values going in; new ones start at 0, weight 0.
-    rows = grown.ijk_to_index(grid.ijk(), cumulative=True).jdata.cpu()
+    rows = grown.ijk_to_index(grid.ijk, cumulative=True).jdata.cpu()
     assert bool((rows >= 0).all())
     t_in = torch.zeros(grown.total_voxels, dtype=torch.float64)
     w_in = torch.zeros_like(t_in)
@@ -139,7 +139,7 @@ def test_grid_grows_over_every_measured_pixels_band(device):
     # Nothing is added for unmeasured pixels (the image's left half: world x < 0, the camera's x
     # axis being the world's +x here); the measured rays all have x > 0, so every voxel centre
     # is at x >= -half a voxel.
-    centres = grown.voxel_to_world(grown.ijk()).jdata.cpu()
+    centres = grown.voxel_to_world(grown.ijk).jdata.cpu()
     assert float(centres[:, 0].min()) >= -0.025 - 1e-9
     assert int((weights.jdata > 0).sum()) > 0
 
@@ -171,7 +171,7 @@ def test_a_sphere_seen_from_six_sides_fuses_to_its_sdf(device):
         pose = look_at(eye)
         depth = sphere_depth(K, pose, W, H, radius)[None].to(device)
         grid, tsdf, weights = grid.integrate_tsdf(trunc, K[None], pose[None], tsdf, weights, depth)
-    centres = grid.voxel_to_world(grid.ijk()).jdata.double().cpu()
+    centres = grid.voxel_to_world(grid.ijk).jdata.double().cpu()
     true_sdf = centres.norm(dim=1) - radius
     seen = weights.jdata.cpu() > 0
     near = seen & (true_sdf.abs() < 0.5 * trunc)
@@ -185,7 +185,7 @@ def test_a_sphere_seen_from_six_sides_fuses_to_its_sdf(device):
     assert torch.equal(tsdf.jdata.cpu()[signed] > 0, true_sdf[signed] > 0)
     # Meshing the observed voxels gives the sphere.
     kept = grid.pruned_grid(weights.jdata > 0)
-    rows = kept.ijk_to_index(grid.ijk(), cumulative=True).jdata
+    rows = kept.ijk_to_index(grid.ijk, cumulative=True).jdata
     field = torch.zeros(kept.total_voxels, dtype=torch.float64, device=device)
     field[rows[rows >= 0]] = tsdf.jdata[rows >= 0]
     vertices, faces, _ = kept.marching_cubes(field)
@@ -241,7 +241,7 @@ def test_gpu_fusion_equals_the_cpus():
             pose = look_at(eye)
             depth = sphere_depth(K, pose, W, H, 0.8).float()[None].to(device)
             grid, tsdf, weights = grid.integrate_tsdf(0.12, K[None], pose[None], tsdf, weights, depth)
-        grids[device] = (grid.ijk().jdata.cpu(), tsdf.jdata.cpu(), weights.jdata.cpu())
+        grids[device] = (grid.ijk.jdata.cpu(), tsdf.jdata.cpu(), weights.jdata.cpu())
     assert torch.equal(grids["cpu"][0], grids["cuda"][0])
     torch.testing.assert_close(grids["cuda"][1], grids["cpu"][1], atol=1e-6, rtol=0)
     assert torch.equal(grids["cuda"][2], grids["cpu"][2])
