@@ -129,7 +129,6 @@ def _merge(out: torch.Tensor, lse: torch.Tensor, part: torch.Tensor, part_lse: t
 
 def _check(name: str, q, k, v, dropout_p, window_size, alibi_slopes, group) -> None:
     _fa._check_unsupported(dropout_p, alibi_slopes)
-    cu_seqlens = _fa._offsets(name, "cu_seqlens", cu_seqlens)
     if tuple(window_size) != (-1, -1):
         raise NotImplementedError(f"{name}: window_size is not supported across the ring (got {window_size})")
     if not dist.is_available() or not dist.is_initialized():
