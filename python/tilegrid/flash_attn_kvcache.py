@@ -226,13 +226,14 @@ def flash_attn_with_kvcache(
                              f"{(lengths_h + reach).tolist()} that q and the new k are rotated at")
     scale = None if softmax_scale is None else _real(_OP, "softmax_scale", softmax_scale)
 
-    def cells(b: int, start: int, stop: int):
-        """(pool index, slot) of sequence b's cache cells start..stop - 1."""
-        pos = torch.arange(start, stop, device=q.device)
+    def cells(seq: torch.Tensor, pos: torch.Tensor):
+        """(pool index, slot) of the cache cells at positions pos of sequences seq (one shape)."""
         if rows is None:
-            return pages[b, pos // page], pos % page
-        return rows[b].expand_as(pos), pos
+            return pages[seq, pos // page], pos % page
+        return rows.to(torch.int64)[seq], pos
 
+    # One vectorised append and one gather for the whole batch: a Python loop over the
+    # sequences would cost a few small launches each (256 sequences: over a thousand).
     with torch.no_grad():
         if rotary_cos is not None:
             pos_k = lengths[:, None] + torch.arange(seqlen_new, device=q.device)
@@ -240,22 +241,26 @@ def flash_attn_with_kvcache(
             pos_q = (lengths[:, None] + torch.arange(seqlen_q, device=q.device) if windowed
                      else lengths[:, None].expand(batch, seqlen_q))
             q = _apply_rotary(q, rotary_cos[pos_q], rotary_sin[pos_q], rotary_interleaved)
-        keys, values, cu_k = [], [], [0]
-        for b in range(batch):
-            n = int(lengths_h[b])
-            if seqlen_new:
-                block, slot = cells(b, n, n + seqlen_new)
-                k_cache[block, slot] = k[b]
-                v_cache[block, slot] = v[b]
-            block, slot = cells(b, int(leftpad_h[b]), n + seqlen_new)
-            keys.append(k_cache[block, slot])
-            values.append(v_cache[block, slot])
-            cu_k.append(cu_k[-1] + keys[-1].shape[0])
-    cu_k_t = torch.tensor(cu_k, dtype=torch.int32, device=q.device)
+        sequences = torch.arange(batch, device=q.device)
+        if seqlen_new:
+            pos = lengths.to(torch.int64)[:, None] + torch.arange(seqlen_new, device=q.device)
+            block, slot = cells(sequences[:, None].expand_as(pos), pos)
+            k_cache[block, slot] = k
+            v_cache[block, slot] = v
+        counts_h = lengths_h.to(torch.int64) + seqlen_new - leftpad_h.to(torch.int64)
+        total_k = int(counts_h.sum())
+        counts = counts_h.to(q.device)
+        cu_k_t = torch.zeros(batch + 1, dtype=torch.int32, device=q.device)
+        cu_k_t[1:] = counts.cumsum(0)
+        seq = torch.repeat_interleave(sequences, counts, output_size=total_k)
+        pos = torch.arange(total_k, device=q.device) - cu_k_t[:-1].to(torch.int64)[seq] \
+            + leftpad.to(torch.int64)[seq]
+        block, slot = cells(seq, pos)
+        keys, values = k_cache[block, slot], v_cache[block, slot]
     cu_q_t = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
-    max_k = max(cu_k[i + 1] - cu_k[i] for i in range(batch)) if batch else 0
+    max_k = int(counts_h.max()) if batch else 0
     out, lse = flash_attn_varlen_func(
-        q.reshape(batch * seqlen_q, nheads, d), torch.cat(keys), torch.cat(values), cu_q_t, cu_k_t,
+        q.reshape(batch * seqlen_q, nheads, d), keys, values, cu_q_t, cu_k_t,
         max(seqlen_q, 1), max(max_k, 1), softmax_scale=scale, causal=causal, window_size=(left, right),
         softcap=softcap, return_lse=True, learnable_sink=learnable_sink)
     out = out.view(batch, seqlen_q, nheads, d)
