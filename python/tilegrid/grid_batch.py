@@ -593,9 +593,25 @@ class GridBatch:
         """Voxels of factor^3 blocks merged (voxel size x factor, centred on the block)."""
         return grid_derived.coarsened(self, factor)
 
-    def refined_grid(self, factor) -> "GridBatch":
-        """Each voxel split into factor^3 (voxel size / factor)."""
-        return grid_derived.refined(self, factor)
+    @_deprecation.renamed_arguments("GridBatch.refined_grid", factor="subdiv_factor")
+    def refined_grid(self, subdiv_factor, mask=None) -> "GridBatch":
+        """Each voxel split into subdiv_factor^3 (an int or three; voxel size / subdiv_factor),
+        or with mask (bool [total_voxels]) only the voxels where it is set (fVDB's
+        arguments; factor= still works, with a DeprecationWarning)."""
+        grid = self if mask is None else self.pruned_grid(mask)
+        return grid_derived.refined(grid, subdiv_factor)
+
+    def refine(self, subdiv_factor, data, mask=None, fine_grid: Optional["GridBatch"] = None):
+        """(fine data, fine grid): nearest-neighbour upsampling, as fVDB's refine. Each fine
+        voxel takes its parent's row of data ([total_voxels, ...], a tensor or a
+        JaggedTensor); fine_grid defaults to refined_grid(subdiv_factor, mask) (mask, bool
+        [total_voxels], is read only to build it); a voxel of a given fine_grid without a
+        parent here gets zeros. Differentiable in data."""
+        if fine_grid is None:
+            fine_grid = self.refined_grid(subdiv_factor, mask)
+        values = data.jdata if isinstance(data, JaggedTensor) else data
+        fine = grid_derived.refine_features(self, fine_grid, values, subdiv_factor)
+        return JaggedTensor._from_trusted(fine, fine_grid.voxel_offsets), fine_grid
 
     def dual_grid(self) -> "GridBatch":
         """Voxels at the corners of this grid's voxels."""
