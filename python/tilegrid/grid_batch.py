@@ -525,7 +525,9 @@ class GridBatch:
     def conv_grid(self, kernel_size, stride=1) -> "GridBatch":
         """The voxels a convolution of this grid writes (every output that some active voxel
         reaches through some tap; include/tilegrid/grid/convolution.h has the geometry).
-        Voxel size x stride."""
+        Voxel size x stride, origin at the centre of an output's receptive field (for even
+        kernel sizes unlike fVDB 0.6, which keeps the origin and pads (K - 1) // 2:
+        sparse_conv.py)."""
         return self._derived_conv_grid(kernel_size, stride, False)
 
     def conv_transpose_grid(self, kernel_size, stride=1) -> "GridBatch":
@@ -540,7 +542,9 @@ class GridBatch:
     def max_pool(self, pool_factor, data, stride=0, coarse_grid=None):
         """(features, coarse grid): the max of each window of pool_factor voxels every stride
         (0 or None, the default: pool_factor) voxels, over the active ones; coarse grid default
-        conv_grid(pool_factor, stride). fVDB's argument names (kernel_size= warns)."""
+        conv_grid(pool_factor, stride). fVDB's argument names (kernel_size= warns). The windows
+        are conv_grid's: for an odd pool_factor centred on stride * o, where fVDB's start at
+        stride * o (its coarse grid coarsened_grid(stride)); even factors agree."""
         return grid_pooling.max_pool(self, pool_factor, data, _pool_stride(stride), coarse_grid)
 
     @_deprecation.renamed_arguments("GridBatch.avg_pool", kernel_size="pool_factor")
