@@ -119,6 +119,13 @@ def jcat(things: Sequence, dim: Optional[int] = None):
     return GridBatch.from_ijk(JaggedTensor(parts), voxel_sizes=sizes, origins=origins)
 
 
+def _pool_stride(stride):
+    """A pooling stride, None where it is fVDB's 0 (or None): the pool factor."""
+    if stride is None or (isinstance(stride, int) and not isinstance(stride, bool) and stride == 0):
+        return None
+    return stride
+
+
 def _jagged_arg(op: str, name: str, value) -> JaggedTensor:
     if not isinstance(value, JaggedTensor):
         raise TypeError(f"GridBatch.{op}: {name} must be a JaggedTensor, got {type(value).__name__}")
@@ -471,10 +478,13 @@ class GridBatch:
         sizes, origins = (t.to(data) for t in (self.voxel_sizes, self.origins))
         return ijk.jagged_like(origins[b] + sizes[b] * data)
 
-    def sample_trilinear(self, points: JaggedTensor, features) -> JaggedTensor:
-        """Features (a [total_voxels, ...] tensor or JaggedTensor) trilinearly interpolated at
-        the points; voxels that are not active count as zero. Differentiable in the features
-        and in the points (same float dtype for both: float32 or float64)."""
+    @_deprecation.renamed_arguments("GridBatch.sample_trilinear", features="voxel_data")
+    def sample_trilinear(self, points: JaggedTensor, voxel_data) -> JaggedTensor:
+        """The voxels' features voxel_data (a [total_voxels, ...] tensor or JaggedTensor)
+        trilinearly interpolated at the points; voxels that are not active count as zero.
+        Differentiable in the features and in the points (same float dtype for both: float32
+        or float64). fVDB's argument names (features= warns)."""
+        features = voxel_data
         _jagged_arg("sample_trilinear", "points", points)
         if not torch.compiler.is_compiling():  # a value check: eager mode only
             _finite_points("sample_trilinear", points)
@@ -493,10 +503,12 @@ class GridBatch:
             out = out.to(data.dtype)
         return points.jagged_like(out.reshape(points.jdata.shape[0], *data.shape[1:]))
 
-    def splat_trilinear(self, points: JaggedTensor, values: JaggedTensor) -> JaggedTensor:
-        """Point values ([N, ...], jagged like points) spread over the 8 voxels around each
-        point with trilinear weights; returns voxel features [total_voxels, ...].
-        Differentiable in the values."""
+    @_deprecation.renamed_arguments("GridBatch.splat_trilinear", values="points_data")
+    def splat_trilinear(self, points: JaggedTensor, points_data: JaggedTensor) -> JaggedTensor:
+        """Point values points_data ([N, ...], jagged like points) spread over the 8 voxels
+        around each point with trilinear weights; returns voxel features [total_voxels, ...].
+        Differentiable in the values. fVDB's argument names (values= warns)."""
+        values = points_data
         _jagged_arg("splat_trilinear", "points", points)
         if not torch.compiler.is_compiling():  # a value check: eager mode only
             _finite_points("splat_trilinear", points)
@@ -518,7 +530,9 @@ class GridBatch:
     def conv_grid(self, kernel_size, stride=1) -> "GridBatch":
         """The voxels a convolution of this grid writes (every output that some active voxel
         reaches through some tap; include/tilegrid/grid/convolution.h has the geometry).
-        Voxel size x stride."""
+        Voxel size x stride, origin at the centre of an output's receptive field (for even
+        kernel sizes unlike fVDB 0.6, which keeps the origin and pads (K - 1) // 2:
+        sparse_conv.py)."""
         return self._derived_conv_grid(kernel_size, stride, False)
 
     def conv_transpose_grid(self, kernel_size, stride=1) -> "GridBatch":
@@ -529,14 +543,20 @@ class GridBatch:
         k, s = vec3("conv_grid: kernel_size", kernel_size), vec3("conv_grid: stride", stride)
         return GridBatch(_C.conv_grid(self._impl, list(k), list(s), transposed, current_stream(self.device)))
 
-    def max_pool(self, kernel_size, data, stride=None, coarse_grid=None):
-        """(features, coarse grid): the max of each window of kernel_size voxels every stride
-        (default kernel_size) voxels, over the active ones; coarse grid default conv_grid."""
-        return grid_pooling.max_pool(self, kernel_size, data, stride, coarse_grid)
+    @_deprecation.renamed_arguments("GridBatch.max_pool", kernel_size="pool_factor")
+    def max_pool(self, pool_factor, data, stride=0, coarse_grid=None):
+        """(features, coarse grid): the max of each window of pool_factor voxels every stride
+        (0 or None, the default: pool_factor) voxels, over the active ones; coarse grid default
+        conv_grid(pool_factor, stride). fVDB's argument names (kernel_size= warns). The windows
+        are conv_grid's: for an odd pool_factor centred on stride * o, where fVDB's start at
+        stride * o (its coarse grid coarsened_grid(stride)); even factors agree."""
+        return grid_pooling.max_pool(self, pool_factor, data, _pool_stride(stride), coarse_grid)
 
-    def avg_pool(self, kernel_size, data, stride=None, coarse_grid=None):
-        """(features, coarse grid): the mean of each window over its active voxels."""
-        return grid_pooling.avg_pool(self, kernel_size, data, stride, coarse_grid)
+    @_deprecation.renamed_arguments("GridBatch.avg_pool", kernel_size="pool_factor")
+    def avg_pool(self, pool_factor, data, stride=0, coarse_grid=None):
+        """(features, coarse grid): the mean of each window over its active voxels, windows as
+        max_pool's. fVDB's argument names (kernel_size= warns)."""
+        return grid_pooling.avg_pool(self, pool_factor, data, _pool_stride(stride), coarse_grid)
 
     def voxels_along_rays(self, ray_origins, ray_directions, max_voxels: int, eps: float = 0.0,
                           return_ijk: bool = True, cumulative: bool = False):
@@ -594,21 +614,41 @@ class GridBatch:
         """Hilbert-curve codes (int64) of the voxels' ijk, relative to each grid's lowest corner."""
         return grid_serialize.hilbert(self)
 
-    def coarsened_grid(self, factor) -> "GridBatch":
-        """Voxels of factor^3 blocks merged (voxel size x factor, centred on the block)."""
-        return grid_derived.coarsened(self, factor)
+    @_deprecation.renamed_arguments("GridBatch.coarsened_grid", factor="coarsening_factor")
+    def coarsened_grid(self, coarsening_factor) -> "GridBatch":
+        """Voxels of coarsening_factor^3 blocks merged (an int or three; voxel size x the
+        factor, centred on the block). fVDB's argument name (factor= warns)."""
+        return grid_derived.coarsened(self, coarsening_factor)
 
-    def refined_grid(self, factor) -> "GridBatch":
-        """Each voxel split into factor^3 (voxel size / factor)."""
-        return grid_derived.refined(self, factor)
+    @_deprecation.renamed_arguments("GridBatch.refined_grid", factor="subdiv_factor")
+    def refined_grid(self, subdiv_factor, mask=None) -> "GridBatch":
+        """Each voxel split into subdiv_factor^3 (an int or three; voxel size / subdiv_factor),
+        or with mask (bool [total_voxels]) only the voxels where it is set (fVDB's
+        arguments; factor= still works, with a DeprecationWarning)."""
+        grid = self if mask is None else self.pruned_grid(mask)
+        return grid_derived.refined(grid, subdiv_factor)
+
+    def refine(self, subdiv_factor, data, mask=None, fine_grid: Optional["GridBatch"] = None):
+        """(fine data, fine grid): nearest-neighbour upsampling, as fVDB's refine. Each fine
+        voxel takes its parent's row of data ([total_voxels, ...], a tensor or a
+        JaggedTensor); fine_grid defaults to refined_grid(subdiv_factor, mask) (mask, bool
+        [total_voxels], is read only to build it); a voxel of a given fine_grid without a
+        parent here gets zeros. Differentiable in data."""
+        if fine_grid is None:
+            fine_grid = self.refined_grid(subdiv_factor, mask)
+        values = data.jdata if isinstance(data, JaggedTensor) else data
+        fine = grid_derived.refine_features(self, fine_grid, values, subdiv_factor)
+        return JaggedTensor._from_trusted(fine, fine_grid.voxel_offsets), fine_grid
 
     def dual_grid(self) -> "GridBatch":
         """Voxels at the corners of this grid's voxels."""
         return grid_derived.dual(self)
 
-    def dilated_grid(self, n: int) -> "GridBatch":
-        """Every voxel within n (in each axis) of an active voxel."""
-        return grid_derived.dilated(self, n)
+    @_deprecation.renamed_arguments("GridBatch.dilated_grid", n="dilation")
+    def dilated_grid(self, dilation: int) -> "GridBatch":
+        """Every voxel within dilation voxels (in each axis) of an active voxel. fVDB's
+        argument name (n= warns)."""
+        return grid_derived.dilated(self, dilation)
 
     def pruned_grid(self, mask) -> "GridBatch":
         """Only the voxels where mask (bool [total_voxels]) is true."""

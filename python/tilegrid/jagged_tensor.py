@@ -2,12 +2,15 @@
 
 jdata [N, ...] holds the rows of every tensor one after another; joffsets (int64, [B+1])
 says where each starts; jidx (int32, [N]) gives each row's tensor index, computed on demand
-by tilegrid's kernel. Element-wise arithmetic keeps the jagged layout.
+by tilegrid's kernel. Element-wise arithmetic, and the torch functions of _ELEMENTWISE and
+_ROW_REDUCTIONS (through __torch_function__), keep the jagged layout; jsum, jmax and jmin
+reduce each tensor's rows.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+import operator
+from typing import Any, Optional, Sequence, Union
 
 import torch
 
@@ -27,6 +30,42 @@ def _batch_index(joffsets: torch.Tensor, rows: int) -> torch.Tensor:
 @_batch_index.register_fake
 def _(joffsets, rows):
     return joffsets.new_empty(rows, dtype=torch.int32)
+
+
+# torch functions (by __name__) that act on each element, so that on a JaggedTensor they act on
+# jdata and keep the layout (fVDB's list, and a few more of the kind). Tensor methods reached
+# through a tensor operand (tensor + jagged calls Tensor.add) have the same names.
+_ELEMENTWISE = frozenset({
+    "abs", "abs_", "neg", "negative", "sign", "relu", "relu_", "relu6", "leaky_relu", "elu",
+    "selu", "celu", "gelu", "silu", "mish", "softplus", "hardtanh", "hardswish", "hardsigmoid",
+    "sigmoid", "tanh", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
+    "square", "reciprocal", "sin", "cos", "tan", "erf", "ceil", "floor", "round", "trunc",
+    "frac", "nan_to_num", "clamp", "clamp_", "clip", "clamp_min", "clamp_max", "isnan",
+    "isinf", "isfinite", "logical_not", "dropout",
+    "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
+    "floor_divide", "remainder", "fmod", "pow", "maximum", "minimum", "fmax", "fmin", "eq",
+    "ne", "lt", "le", "gt", "ge", "where", "lerp", "logical_and", "logical_or", "logical_xor",
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+    "__rtruediv__", "__pow__", "__rpow__", "__floordiv__", "__mod__",
+})
+
+# Reductions over a tensor's feature dimensions (never dim 0, the rows): they keep one row a
+# row, so the layout. The position of their dim argument.
+_ROW_REDUCTIONS = {"sum": 1, "mean": 1, "prod": 1, "amax": 1, "amin": 1, "argmax": 1,
+                   "argmin": 1, "all": 1, "any": 1, "var": 1, "std": 1, "logsumexp": 1,
+                   "softmax": 1, "log_softmax": 1, "norm": 2}
+
+
+def _reduced_dims(name: str, args: tuple, kwargs: dict, ndim: int) -> Optional[list[int]]:
+    """The dims a row reduction reduces (normalised), None for all of them."""
+    dim = kwargs.get("dim")
+    position = _ROW_REDUCTIONS[name]
+    if dim is None and len(args) > position:
+        dim = args[position]
+    if dim is None:
+        return None
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return [d % ndim if ndim else d for d in dims]
 
 
 def _check_layout(jdata: torch.Tensor, joffsets: torch.Tensor) -> None:
@@ -176,6 +215,125 @@ class JaggedTensor:
         out._jdata, out._joffsets, out._jidx = data, self._joffsets.to(data.device), None
         return out
 
+    def _reduce_dim(self, op: str, dim) -> int:
+        """dim as a dimension of jdata in [0, jdata.dim()): negative ones count from the end and
+        reach dim 1 at most (as fVDB's); dim 0 is the rows, the jagged dimension."""
+        ndim = self._jdata.dim()
+        try:
+            if isinstance(dim, bool):
+                raise TypeError
+            dim = operator.index(dim)
+        except TypeError:
+            raise TypeError(f"JaggedTensor.{op}: dim must be an int, got {dim!r}") from None
+        if not -(ndim - 1) <= dim < ndim:
+            raise IndexError(f"JaggedTensor.{op}: dim must be in [{-(ndim - 1)}, {ndim - 1}] for "
+                             f"jdata of {ndim} dimensions, got {dim}")
+        return dim % ndim
+
+    def _one_row_each(self, data: torch.Tensor) -> "JaggedTensor":
+        """data [B, ...] as B tensors of one row each."""
+        offsets = torch.arange(data.shape[0] + 1, dtype=torch.int64, device=data.device)
+        return JaggedTensor._from_trusted(data, offsets)
+
+    def jsum(self, dim: int = 0, keepdim: bool = False) -> "JaggedTensor":
+        """Sums within each tensor, as fVDB's jsum. Differentiable.
+
+        Args:
+            dim: 0 (default): over each tensor's rows, giving [B, ...] (one row a tensor,
+                zeros for an empty tensor; keepdim has no effect there); otherwise a feature
+                dimension of jdata (negative ones count from the end), the rows kept.
+            keepdim: Whether a summed feature dimension stays, with size 1.
+
+        Returns:
+            A JaggedTensor: B tensors of one row each for dim 0, this one's layout otherwise.
+        """
+        dim = self._reduce_dim("jsum", dim)
+        if dim != 0:
+            return self.jagged_like(self._jdata.sum(dim, keepdim=keepdim))
+        out = self._jdata.new_zeros(self.num_tensors, *self._jdata.shape[1:])
+        return self._one_row_each(out.index_add(0, self.jidx.long(), self._jdata))
+
+    def jmax(self, dim: int = 0, keepdim: bool = False) -> list:
+        """Maxima within each tensor and where they are, as fVDB's jmax. Differentiable in
+        the values.
+
+        Args:
+            dim: 0 (default): over each tensor's rows, giving [B, ...] maxima (zeros for an
+                empty tensor) and the row within its tensor of each (the last of equal ones, as
+                fVDB's; -1 for an empty tensor); otherwise a feature dimension of jdata, as
+                torch.max(jdata, dim) with the rows kept.
+            keepdim: Whether a reduced feature dimension stays, with size 1.
+
+        Returns:
+            [values, indices]: two JaggedTensors (B tensors of one row each for dim 0).
+        """
+        return self._extreme("jmax", dim, keepdim, "amax")
+
+    def jmin(self, dim: int = 0, keepdim: bool = False) -> list:
+        """Minima within each tensor and where they are, as jmax does maxima (fVDB's jmin).
+
+        Args:
+            dim: 0 (default): over each tensor's rows; otherwise a feature dimension of jdata.
+            keepdim: Whether a reduced feature dimension stays, with size 1.
+
+        Returns:
+            [values, indices]: two JaggedTensors (B tensors of one row each for dim 0).
+        """
+        return self._extreme("jmin", dim, keepdim, "amin")
+
+    def _extreme(self, op: str, dim, keepdim: bool, reduce: str) -> list:
+        dim = self._reduce_dim(op, dim)
+        data = self._jdata
+        if data.dtype == torch.bool:
+            raise TypeError(f"JaggedTensor.{op}: jdata must not be bool")
+        if dim != 0:
+            values, indices = (torch.max if reduce == "amax" else torch.min)(data, dim, keepdim=keepdim)
+            return [self.jagged_like(values), self.jagged_like(indices)]
+        b = self.jidx.long()
+        index = b.view(-1, *([1] * (data.dim() - 1))).expand_as(data)
+        shape = (self.num_tensors, *data.shape[1:])
+        values = data.new_zeros(shape).scatter_reduce(0, index, data, reduce, include_self=False)
+        # Each row's position within its tensor where it equals its tensor's extreme; the last.
+        local = torch.arange(data.shape[0], device=data.device) - self._joffsets[b]
+        local = local.view(index.shape[:1] + (1,) * (data.dim() - 1)).expand_as(data)
+        hit = torch.where(data.detach() == values.detach()[b], local, -1)
+        indices = torch.full(shape, -1, dtype=torch.int64, device=data.device)
+        indices = indices.scatter_reduce(0, index, hit, "amax", include_self=True)
+        return [self._one_row_each(values), self._one_row_each(indices)]
+
+    def jreshape(self, lshape: Sequence[int]) -> "JaggedTensor":
+        """The same rows split into tensors of other sizes (fVDB's jreshape, one list dimension).
+
+        Args:
+            lshape: The tensors' row counts, adding up to jdata's rows.
+
+        Returns:
+            A JaggedTensor over the same jdata.
+        """
+        if isinstance(lshape, torch.Tensor):
+            lshape = lshape.tolist()
+        if isinstance(lshape, (str, bytes)) or not hasattr(lshape, "__iter__"):
+            raise TypeError(f"JaggedTensor.jreshape: lshape must be a sequence of ints, got {lshape!r}")
+        try:
+            if any(isinstance(n, bool) for n in lshape):
+                raise TypeError
+            sizes = [operator.index(n) for n in lshape]
+        except TypeError:
+            raise TypeError(f"JaggedTensor.jreshape: lshape must be a sequence of ints (tilegrid's "
+                            f"JaggedTensor has one list dimension), got {lshape!r}") from None
+        if not sizes or any(n < 0 for n in sizes) or sum(sizes) != self._jdata.shape[0]:
+            raise ValueError(f"JaggedTensor.jreshape: lshape must be at least one count >= 0 "
+                             f"adding up to the {self._jdata.shape[0]} rows, got {sizes}")
+        offsets = torch.tensor([0, *sizes], dtype=torch.int64).cumsum(0).to(self._jdata.device)
+        return JaggedTensor._from_trusted(self._jdata, offsets)
+
+    def jreshape_as(self, other: "JaggedTensor") -> "JaggedTensor":
+        """This one's rows jagged as `other` (a JaggedTensor with as many rows)."""
+        if not isinstance(other, JaggedTensor):
+            raise TypeError(f"JaggedTensor.jreshape_as: other must be a JaggedTensor, got "
+                            f"{type(other).__name__}")
+        return other.jagged_like(self._jdata)
+
     def _binary(self, other, op) -> "JaggedTensor":
         if isinstance(other, JaggedTensor):
             if other._joffsets is not self._joffsets and not torch.equal(
@@ -206,14 +364,120 @@ class JaggedTensor:
     def __truediv__(self, o):
         return self._binary(o, torch.div)
 
+    def __rtruediv__(self, o):
+        return self._binary(o, lambda a, b: b / a)
+
+    def __pow__(self, o):
+        return self._binary(o, torch.pow)
+
+    def __lt__(self, o):
+        return self._binary(o, torch.lt)
+
+    def __le__(self, o):
+        return self._binary(o, torch.le)
+
+    def __gt__(self, o):
+        return self._binary(o, torch.gt)
+
+    def __ge__(self, o):
+        return self._binary(o, torch.ge)
+
     def __neg__(self):
         return self.jagged_like(-self._jdata)
+
+    def _same_layout(self, other: "JaggedTensor", op: str) -> None:
+        """Raises a ValueError unless other has this one's offsets (the same object, or equal
+        values: compared on the host, which waits for a GPU's stream)."""
+        if other._joffsets is self._joffsets:
+            return
+        if other._joffsets.shape != self._joffsets.shape or not torch.equal(
+                other._joffsets.cpu(), self._joffsets.cpu()):
+            raise ValueError(f"{op}: the JaggedTensors have different layouts (joffsets differ)")
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        """torch functions on JaggedTensors: an elementwise one (torch.relu, torch.add, a tensor
+        operand's arithmetic, ...; _ELEMENTWISE) or a reduction over the feature dimensions
+        (torch.sum(x, dim=-1), ...; _ROW_REDUCTIONS) runs on jdata and returns a JaggedTensor
+        with the same offsets, as fVDB's; in-place forms and out= write the JaggedTensor's
+        jdata and return it. JaggedTensor operands must share one layout. Any other function
+        raises a TypeError (use jdata, or jcat / jsum / jmax / jmin / jreshape).
+
+        Args:
+            func: The torch function called.
+            types: The types of its arguments that define __torch_function__.
+            args: Its positional arguments.
+            kwargs: Its keyword arguments.
+        """
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", repr(func))
+        jagged = [a for a in _flat(args) + _flat(list(kwargs.values())) if isinstance(a, JaggedTensor)]
+        if not jagged:
+            return NotImplemented
+        if name not in _ELEMENTWISE and name not in _ROW_REDUCTIONS:
+            raise TypeError(
+                f"torch.{name} does not take a JaggedTensor: only elementwise functions and "
+                f"reductions over the feature dimensions keep its layout. Apply it to .jdata "
+                f"(and jagged_like the result), or use tg.jcat, jsum, jmax, jmin or jreshape")
+        proto = jagged[0]
+        for other in jagged[1:]:
+            proto._same_layout(other, f"torch.{name}")
+        rows = proto._jdata.shape[0]
+        if name in _ROW_REDUCTIONS:
+            dims = _reduced_dims(name, args, kwargs, proto._jdata.dim())
+            if dims is None or 0 in dims:
+                raise ValueError(
+                    f"torch.{name} on a JaggedTensor reduces feature dimensions only (dim >= 1 "
+                    f"of jdata), got dim={kwargs.get('dim', dims)}: the rows are the jagged "
+                    f"dimension; use jsum / jmax / jmin to reduce each tensor's rows")
+        out = kwargs.get("out")
+        result = func(*_unwrap(args), **_unwrap(kwargs))
+        if isinstance(out, JaggedTensor):
+            return out
+        if name.endswith("_") and not name.endswith("__"):
+            return proto
+        return _wrap_rows(result, proto, rows, name)
 
     def __repr__(self) -> str:
         return (
             f"JaggedTensor(num_tensors={self.num_tensors}, jdata={tuple(self._jdata.shape)}, "
             f"dtype={self.dtype}, device={self.device})"
         )
+
+
+def _flat(values) -> list:
+    """The items of a (nested) list or tuple, flattened."""
+    out = []
+    for v in values:
+        out.extend(_flat(v) if isinstance(v, (list, tuple)) else [v])
+    return out
+
+
+def _unwrap(value: Any) -> Any:
+    """value with every JaggedTensor in it (at any depth of lists, tuples and dicts) replaced
+    by its jdata."""
+    if isinstance(value, JaggedTensor):
+        return value.jdata
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _unwrap(v) for k, v in value.items()}
+    return value
+
+
+def _wrap_rows(result: Any, proto: JaggedTensor, rows: int, name: str) -> Any:
+    """A torch function's result with each tensor of `rows` rows jagged like proto; a tensor
+    of another shape is an error (the function changed the rows)."""
+    if isinstance(result, torch.Tensor):
+        if result.dim() == 0 or result.shape[0] != rows:
+            raise ValueError(f"torch.{name} on a JaggedTensor gave a result of shape "
+                             f"{list(result.shape)}, not one row a row of jdata ({rows})")
+        return proto.jagged_like(result)
+    if isinstance(result, tuple) and hasattr(result, "_fields"):  # torch.return_types
+        return type(result)([_wrap_rows(r, proto, rows, name) for r in result])
+    if isinstance(result, (list, tuple)):
+        return type(result)(_wrap_rows(r, proto, rows, name) for r in result)
+    return result
 
 
 def jcat_jagged(tensors: Sequence[JaggedTensor], dim: Optional[int] = None) -> JaggedTensor:

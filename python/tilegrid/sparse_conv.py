@@ -9,7 +9,10 @@ or -1; built once on the grids' device) and its inverse (the input gradient's ma
 reused by every layer, forward and backward, on the same pair of grids. Geometry (tap t of
 output o reads input o * stride + t - pad, pad = (K - 1) // 2 for odd K and 0 for even K;
 transposed: input i feeds output i * stride + t - pad) is documented in
-include/tilegrid/grid/convolution.h.
+include/tilegrid/grid/convolution.h. fVDB 0.6 differs for even kernel sizes: it pads
+(K - 1) // 2 for every K (the same taps for K = 2, one voxel earlier for K = 4), and its
+conv_grid keeps the source grid's origin where tilegrid's moves it to the centre of an output's
+receptive field (half a source voxel for even K); odd kernel sizes agree.
 
 The GEMMs are custom ops (`tilegrid::sparse_conv`, `tilegrid::sparse_conv_backward`) with fake
 kernels and a registered autograd formula, so they are differentiable and torch.compile traces

@@ -18,6 +18,7 @@ from .sparse_layers import (
     ReLU,
     SiLU,
     SyncBatchNorm,
+    UpsamplingNearest,
 )
 from .sparse_unet import SparseUNet, SparseUNetPlans
 
@@ -44,4 +45,5 @@ __all__ = [
     "SparseUNet",
     "SparseUNetPlans",
     "SyncBatchNorm",
+    "UpsamplingNearest",
 ]

@@ -57,6 +57,29 @@ class AvgPool(MaxPool):
 MaxPool3d, AvgPool3d = MaxPool, AvgPool
 
 
+class UpsamplingNearest(nn.Module):
+    """forward(coarse_data, coarse_grid, mask=None, fine_grid=None) -> (fine_data, fine_grid):
+    nearest-neighbour upsampling (fVDB's fvdb.nn.UpsamplingNearest, GridBatch.refine): each
+    coarse voxel splits into scale_factor^3 fine voxels that take its features. fine_grid
+    defaults to coarse_grid.refined_grid(scale_factor, mask), mask (bool, a value a coarse
+    voxel) choosing the voxels that split; a given fine_grid's voxels without a coarse parent
+    get zeros. Differentiable in coarse_data.
+
+    Args:
+        scale_factor: The upsampling factor, an int or three ints (each >= 1).
+    """
+
+    def __init__(self, scale_factor):
+        super().__init__()
+        self.scale_factor = vec3("UpsamplingNearest: scale_factor", scale_factor)
+
+    def forward(self, coarse_data, coarse_grid, mask=None, fine_grid=None):
+        return coarse_grid.refine(self.scale_factor, coarse_data, mask, fine_grid=fine_grid)
+
+    def extra_repr(self) -> str:
+        return f"scale_factor={self.scale_factor}"
+
+
 class BatchNorm(_OnFeatureRows, nn.BatchNorm1d):
     """torch.nn.BatchNorm1d over every voxel of every grid of the batch (features [N, C]).
 

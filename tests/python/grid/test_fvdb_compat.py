@@ -1,8 +1,8 @@
 """GridBatch's names, properties and defaults as fVDB's (fvdb-core 0.6): ijk a property,
 grid_count / joffsets / jidx / cum_voxels, the bounding boxes, voxels_along_rays returning ijk
-by default, from_mesh's argument names and the builders' voxel_sizes / origins defaults; each
-checked against a brute-force reference on random grids, and the old spellings against the new
-ones (with their DeprecationWarning)."""
+by default, the argument names of from_mesh and other methods, and the builders' voxel_sizes /
+origins defaults; each checked against a brute-force reference on random grids, and the old
+spellings against the new ones (with their DeprecationWarning)."""
 
 import pytest
 import torch
@@ -130,3 +130,26 @@ def test_builders_default_to_unit_voxels_at_the_origin(device):
     box = tg.GridBatch.from_dense(2, 3, ijk_min=-1, device=device)
     assert box.total_voxels == 2 * 27 and box.bbox_at(1).tolist() == [[-1, -1, -1], [1, 1, 1]]
     assert tg.GridBatch.from_dense(1, [2, 2, 2]).device.type == "cpu"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fvdb_argument_names_of_sampling_pooling_and_derived_grids(device):
+    grid, _ = random_grid(device)
+    data = torch.randn(grid.total_voxels, 2, device=device)
+    points = tg.JaggedTensor([torch.randn(n, 3, dtype=torch.float32) * 5 for n in (10, 0, 7)]).to(device)
+    sampled = grid.sample_trilinear(points, voxel_data=data)
+    with pytest.warns(DeprecationWarning, match="features= is now voxel_data="):
+        torch.testing.assert_close(grid.sample_trilinear(points, features=data).jdata, sampled.jdata)
+    splat = grid.splat_trilinear(points, points_data=sampled)
+    with pytest.warns(DeprecationWarning, match="values= is now points_data="):
+        torch.testing.assert_close(grid.splat_trilinear(points, values=sampled).jdata, splat.jdata)
+    pooled, coarse = grid.max_pool(2, data)  # stride 0 (fVDB's default): the pool factor
+    explicit, _ = grid.max_pool(pool_factor=2, data=data, stride=2)
+    assert torch.equal(pooled.jdata, explicit.jdata)
+    with pytest.warns(DeprecationWarning, match="kernel_size= is now pool_factor="):
+        old, _ = grid.avg_pool(kernel_size=2, data=data)
+    torch.testing.assert_close(old.jdata, grid.avg_pool(2, data, stride=0)[0].jdata)
+    with pytest.warns(DeprecationWarning, match="factor= is now coarsening_factor="):
+        assert grid.coarsened_grid(factor=2).total_voxels == grid.coarsened_grid(coarsening_factor=2).total_voxels
+    with pytest.warns(DeprecationWarning, match="n= is now dilation="):
+        assert grid.dilated_grid(n=1).total_voxels == grid.dilated_grid(dilation=1).total_voxels
