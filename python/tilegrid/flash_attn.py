@@ -54,6 +54,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import reprlib
 from typing import Optional
 
 import torch
@@ -111,6 +112,17 @@ def _seqlen(op: str, name: str, value) -> int:
     if not 0 <= n <= _INT64_MAX:
         raise ValueError(f"{op}: {name} must be in [0, 2**63 - 1], got {n}")
     return n
+
+
+def _offsets(op: str, name: str, value) -> torch.Tensor:
+    """value itself when it is a tensor; its dtype, shape, device and values are checked by
+    the C++ validation. A list or an array would reach the custom op or the binding and fail
+    there with a signature dump, so anything else is refused here, naming the argument."""
+    if not isinstance(value, torch.Tensor):
+        shown = reprlib.repr(value)
+        raise TypeError(f"{op}: {name} must be an int32 torch.Tensor of shape (batch + 1,) on q's "
+                        f"device, got {type(value).__name__} ({shown})")
+    return value
 
 
 def _check_unsupported(dropout_p, alibi_slopes, block_table=None) -> None:
@@ -500,6 +512,12 @@ def flash_attn_varlen_func(
         return_lse, out together with softmax_lse, float32 (nheads, total_q), whose gradient
         is taken into account by the backward.
 
+    Raises:
+        TypeError: cu_seqlens_q or cu_seqlens_k not a tensor (a list, an array) or not int32;
+            lengths, windows or scales of the wrong kind. The message names the argument.
+        ValueError: shapes, offsets, lengths or window sizes that do not fit.
+        NotImplementedError: dropout_p != 0, alibi_slopes or block_table given.
+
     On CUDA the offsets are copied to the host to be validated, which waits for the current
     stream.
     """
@@ -507,6 +525,8 @@ def flash_attn_varlen_func(
     _check_unsupported(dropout_p, alibi_slopes, block_table)
     left, right = _window(op, window_size)
     cap = _softcap(op, softcap)
+    cu_seqlens_q = _offsets(op, "cu_seqlens_q", cu_seqlens_q)
+    cu_seqlens_k = _offsets(op, "cu_seqlens_k", cu_seqlens_k)
     max_q = _seqlen(op, "max_seqlen_q", max_seqlen_q)
     max_k = _seqlen(op, "max_seqlen_k", max_seqlen_k)
     q, k, v, scale, head_dim = _prepare(q, k, v, softmax_scale, cap, op)

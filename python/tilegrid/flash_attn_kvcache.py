@@ -24,7 +24,8 @@ _OP = "flash_attn_with_kvcache"
 
 def _int32_vector(name: str, t, batch: int, device) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{_OP}: {name} must be a tensor, got {type(t).__name__}")
+        raise TypeError(f"{_OP}: {name} must be an int32 tensor of shape [{batch}] (one entry a sequence), "
+                        f"got {type(t).__name__}")
     if t.dtype not in (torch.int32, torch.int64) or t.shape != (batch,):
         raise ValueError(f"{_OP}: {name} must be int32 of shape [{batch}] (one entry a sequence), got "
                          f"{t.dtype} of shape {list(t.shape)}")

@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from .flash_attn import flash_attn_func, flash_attn_varlen_func
+from .flash_attn import _offsets, flash_attn_func, flash_attn_varlen_func
 
 
 def _unpack(op: str, name: str, t, parts: int, dim: int):
@@ -97,7 +97,9 @@ def flash_attn_varlen_qkvpacked_func(qkv: torch.Tensor, cu_seqlens: torch.Tensor
     Returns:
         flash_attn_varlen_func's result; its gradient flows into qkv.
     """
-    q, k, v = _unpack("flash_attn_varlen_qkvpacked_func", "qkv", qkv, 3, 1)
+    op = "flash_attn_varlen_qkvpacked_func"
+    cu_seqlens = _offsets(op, "cu_seqlens", cu_seqlens)
+    q, k, v = _unpack(op, "qkv", qkv, 3, 1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
                                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                                   return_attn_probs)
@@ -131,7 +133,10 @@ def flash_attn_varlen_kvpacked_func(q: torch.Tensor, kv: torch.Tensor, cu_seqlen
     Returns:
         flash_attn_varlen_func's result; its gradient flows into q and kv.
     """
-    k, v = _unpack("flash_attn_varlen_kvpacked_func", "kv", kv, 2, 1)
+    op = "flash_attn_varlen_kvpacked_func"
+    cu_seqlens_q = _offsets(op, "cu_seqlens_q", cu_seqlens_q)
+    cu_seqlens_k = _offsets(op, "cu_seqlens_k", cu_seqlens_k)
+    k, v = _unpack(op, "kv", kv, 2, 1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                                   return_attn_probs)

@@ -382,6 +382,7 @@ class _VarlenRingAttention(torch.autograd.Function):
 def _varlen_call(name, zigzag, q, k, v, cu_seqlens, max_seqlen, dropout_p, softmax_scale, causal,
                  window_size, softcap, alibi_slopes, deterministic, return_attn_probs, group):
     _fa._check_unsupported(dropout_p, alibi_slopes)
+    cu_seqlens = _fa._offsets(name, "cu_seqlens", cu_seqlens)
     if tuple(window_size) != (-1, -1):
         raise NotImplementedError(f"{name}: window_size is not supported across the ring (got {window_size})")
     if not dist.is_available() or not dist.is_initialized():

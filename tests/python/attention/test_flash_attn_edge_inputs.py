@@ -341,3 +341,54 @@ def test_varlen_lengths_of_the_wrong_kind_get_clear_errors(max_seqlen, error, me
     q, cu = torch.randn(8, 2, 64), torch.tensor([0, 8], dtype=torch.int32)
     with pytest.raises(error, match=message):
         tg.flash_attn_varlen_func(q, q, q, cu, cu, max_seqlen, 8)
+
+
+
+def _varlen_entry_points():
+    """(op, the offsets it names, a call passing `bad` as those offsets and tensors elsewhere)."""
+    q, cu = torch.randn(8, 2, 64), torch.tensor([0, 3, 8], dtype=torch.int32)
+    qkv, kv = torch.randn(8, 3, 2, 64), torch.randn(8, 2, 2, 64)
+    return [
+        ("flash_attn_varlen_func", "cu_seqlens_q",
+         lambda bad: tg.flash_attn_varlen_func(q, q, q, bad, cu, 5, 5)),
+        ("flash_attn_varlen_func", "cu_seqlens_k",
+         lambda bad: tg.flash_attn_varlen_func(q, q, q, cu, bad, 5, 5)),
+        ("flash_attn_varlen_qkvpacked_func", "cu_seqlens",
+         lambda bad: tg.flash_attn_varlen_qkvpacked_func(qkv, bad, 5)),
+        ("flash_attn_varlen_kvpacked_func", "cu_seqlens_q",
+         lambda bad: tg.flash_attn_varlen_kvpacked_func(q, kv, bad, cu, 5, 5)),
+        ("flash_attn_varlen_kvpacked_func", "cu_seqlens_k",
+         lambda bad: tg.flash_attn_varlen_kvpacked_func(q, kv, cu, bad, 5, 5)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_varlen_entry_points())))
+@pytest.mark.parametrize("bad,given", [
+    ([0, 3, 8], r"list \(\[0, 3, 8\]\)"),
+    ((0, 3, 8), r"tuple \(\(0, 3, 8\)\)"),
+    (None, r"NoneType \(None\)"),
+    (8, r"int \(8\)"),
+])
+def test_offsets_that_are_not_tensors_are_refused_naming_them_before_any_kernel(
+        monkeypatch, case, bad, given):
+    def no_kernel(*args, **kwargs):
+        raise AssertionError("a kernel was reached")
+    for name in ("flash_attn_varlen_forward", "flash_attn_varlen_backward"):
+        monkeypatch.setattr(tg.flash_attn._C, name, no_kernel)
+    op, name, call = _varlen_entry_points()[case]
+    expected = r"an int32 torch.Tensor of shape \(batch \+ 1,\) on q's device"
+    with pytest.raises(TypeError, match=rf"{op}: {name} must be {expected}, got {given}"):
+        call(bad)
+
+
+def test_offsets_given_as_a_numpy_array_are_refused_naming_them():
+    np = pytest.importorskip("numpy")
+    q, cu = torch.randn(8, 2, 64), torch.tensor([0, 8], dtype=torch.int32)
+    with pytest.raises(TypeError, match=r"cu_seqlens_q must be an int32 torch.Tensor .* got ndarray"):
+        tg.flash_attn_varlen_func(q, q, q, np.array([0, 8], dtype=np.int32), cu, 8, 8)
+
+
+def test_kvcache_lengths_given_as_a_list_are_refused_naming_them():
+    q, cache = torch.randn(2, 1, 2, 64), torch.randn(2, 8, 2, 64)
+    with pytest.raises(TypeError, match=r"cache_seqlens must be an int32 tensor of shape \[2\] .* got list"):
+        tg.flash_attn_with_kvcache(q, cache, cache.clone(), cache_seqlens=[3, 4])

@@ -136,6 +136,13 @@ def test_gpu_ring_attention_one_rank_over_nccl():
     _spawn(1, "nccl", "cuda")
 
 
+@pytest.mark.parametrize("name", ["ring_flash_attn_varlen_func", "zigzag_ring_flash_attn_varlen_func"])
+def test_offsets_that_are_not_tensors_are_refused_naming_them(name):
+    packed = torch.randn(6, 2, 16)
+    with pytest.raises(TypeError, match=rf"{name}: cu_seqlens must be an int32 torch.Tensor .* got list"):
+        getattr(tg.distributed, name)(packed, packed, packed, [0, 6], 6)
+
+
 def _refusals(rank, world, init_file):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
