@@ -71,8 +71,13 @@ def _ints3(op: str, name: str, value) -> list[int]:
 
 
 def _int32_ijk(op: str, ijk: JaggedTensor) -> JaggedTensor:
-    """int32 coordinates: int64 ones converted when every value fits, else a ValueError."""
+    """int32 coordinates: int64 ones converted when every value fits, else a ValueError; other
+    dtypes a TypeError (int16 or int8 would otherwise fail in the DLPack conversion, which
+    names no argument)."""
     data = ijk.jdata
+    if data.dtype not in (torch.int32, torch.int64):
+        got = str(data.dtype).removeprefix("torch.")
+        raise TypeError(f"{op}: ijk must be int32, got {got} (int64 is taken when its values fit int32)")
     if data.dtype == torch.int64:
         limit = torch.iinfo(torch.int32)
         if data.numel() and bool(((data < limit.min) | (data > limit.max)).any()):

@@ -91,6 +91,10 @@ class JaggedTensor:
         """Wrap existing storage; validated (offsets start at 0, never decrease, end at N). While
         torch.compile traces it, only shapes, dtypes and devices are checked: the offsets'
         values are checked in eager mode only (reading them would break the graph)."""
+        for name, t in (("jdata", jdata), ("joffsets", joffsets)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"JaggedTensor.from_data_and_offsets: {name} must be a torch.Tensor, "
+                                f"got {type(t).__name__}")
         if torch.compiler.is_compiling():
             _check_layout(jdata, joffsets)
         else:

@@ -51,6 +51,16 @@ def test_from_data_and_offsets_validates(device):
         tg.JaggedTensor.from_data_and_offsets(data, torch.tensor([0, 5], dtype=torch.int32))
 
 
+@pytest.mark.parametrize("jdata,joffsets,name", [
+    (torch.zeros(5, 3), [0, 5], "joffsets must be a torch.Tensor, got list"),
+    ([[0.0] * 3] * 5, torch.tensor([0, 5]), "jdata must be a torch.Tensor, got list"),
+    (torch.zeros(5, 3), None, "joffsets must be a torch.Tensor, got NoneType"),
+])
+def test_from_data_and_offsets_refuses_non_tensors_naming_them(jdata, joffsets, name):
+    with pytest.raises(TypeError, match=f"JaggedTensor.from_data_and_offsets: {name}"):
+        tg.JaggedTensor.from_data_and_offsets(jdata, joffsets)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_traces_wrapping_and_the_batch_index(device):
     """from_data_and_offsets and jidx inside one graph (fullgraph=True; aot_eager traces the

@@ -177,6 +177,7 @@ def test_num_voxels_is_fvdbs_per_grid_tensor():
     (lambda g: tg.GridBatch.from_dense(1, [2, 2, 2], voxel_sizes=[1, 2]), ValueError, r"voxel_sizes must be \[3\] or \[1, 3\], got \[2\]"),
     (lambda g: tg.GridBatch.from_dense(1, [2, 2, 2], voxel_sizes="a"), TypeError, r"voxel_sizes must be a number, three numbers or \[1, 3\] numbers"),
     (lambda g: tg.GridBatch.from_points(tg.JaggedTensor([torch.rand(4, 3)]), voxel_sizes=10**400), TypeError, r"voxel_sizes must be a number"),
+    (lambda g: tg.GridBatch.from_ijk(tg.JaggedTensor([torch.zeros(2, 3, dtype=torch.int16)])), TypeError, r"from_ijk: ijk must be int32, got int16"),
 ])
 def test_integer_and_size_arguments_get_clear_errors(call, error, message):
     grid = tg.GridBatch.from_dense(1, [2, 2, 2])
