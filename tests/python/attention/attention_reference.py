@@ -25,7 +25,9 @@ def reference(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0,
     i = torch.arange(sq, device=q.device)[:, None]
     j = torch.arange(sk, device=q.device)[None, :]
     diagonal = i + sk - sq
-    left, right = window
+    # A side of sq + sk keys or more bounds nothing (as the kernels take it); one near 2**63
+    # would also wrap in the int64 index arithmetic below.
+    left, right = (-1 if w >= sq + sk else w for w in window)
     if causal:
         right = 0
     allowed = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
