@@ -70,6 +70,7 @@ from .varlen_used import offsets_of, place_back, used_rows
 _KERNEL_HEAD_DIMS = (64, 96, 128, 192, 256)
 
 
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _INT64_MAX = 2**63 - 1
 _FLOAT32_MAX = torch.finfo(torch.float32).max
 
@@ -347,15 +348,30 @@ def _positive_scale(q: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]
     return q, scale
 
 
+def _dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
 def _prepare(q, k, v, softmax_scale, softcap=0.0, op="flash_attn_func"):
     """Kernel-ready, head-dim-padded q, k, v; the scale (of q's head dim when None); v's head
-    dim, the output's. Checked before any padding: tensors, one head dim for q and k, head
-    dims from 1 to 256, a scale finite in float32."""
+    dim, the output's. Checked before any padding (so that messages give the shapes passed):
+    tensors of a dtype the kernels take, one head dim for q and k, one shape but the head dim
+    for k and v, head dims from 1 to 256, a scale finite in float32."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() == 0:
             raise ValueError(f"{op}: {name} must have a head dimension, got a 0-d tensor")
+    # Dtypes here, not only in C++: int16 or complex would fail in the DLPack conversion first,
+    # naming no argument.
+    if q.dtype not in _DTYPES:
+        raise TypeError(f"{op}: q must be float16, bfloat16 or float32, got {_dtype_name(q)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{op}: {name} must be {_dtype_name(q)}, got {_dtype_name(t)}")
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"{op}: k and v must have the same shape but for the head dim, got k "
+                         f"{list(k.shape)} and v {list(v.shape)}")
     head_dim = q.shape[-1]
     if k.shape[-1] != head_dim:
         raise ValueError(f"{op}: q and k must have the same head dimension, got q's {head_dim} "

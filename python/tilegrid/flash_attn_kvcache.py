@@ -130,9 +130,10 @@ def flash_attn_with_kvcache(
     if alibi_slopes is not None:
         raise NotImplementedError(f"{_OP}: ALiBi is not implemented: alibi_slopes must be None")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{_OP}: {name} must be a 4-D tensor, got {got}")
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{_OP}: {name} must be a 4-D torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{_OP}: {name} must be a 4-D tensor, got {list(t.shape)}")
     check_learnable_sink(_OP, learnable_sink, q.shape[2], q.device)  # before the cache is written
     if k_cache.shape != v_cache.shape or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
         raise ValueError(f"{_OP}: k_cache and v_cache must have one shape and q's dtype {q.dtype}, got "

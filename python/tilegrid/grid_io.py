@@ -24,6 +24,10 @@ from .jagged_tensor import JaggedTensor
 Features = Union[None, JaggedTensor, torch.Tensor, Sequence[Union[JaggedTensor, torch.Tensor]]]
 
 
+_FEATURE_DTYPES = (torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+                   torch.float32, torch.float64)
+
+
 def _feature_capsule(grid: GridBatch, k: int, f) -> object:
     if isinstance(f, JaggedTensor):
         if not torch.equal(f.joffsets.cpu(), grid.voxel_offsets.cpu()):
@@ -36,6 +40,9 @@ def _feature_capsule(grid: GridBatch, k: int, f) -> object:
         raise TypeError(
             f"save: features[{k}] must be a torch.Tensor or JaggedTensor, got {type(f).__name__}"
         )
+    if f.dtype not in _FEATURE_DTYPES:  # int16 or complex would fail in DLPack, naming nothing
+        raise TypeError(f"save: features[{k}] must be bool, uint8, int32, int64, float16, bfloat16, "
+                        f"float32 or float64, got {str(f.dtype).removeprefix('torch.')}")
     # Stream-ordered copy to the host here, so the C++ writer reads finished host memory.
     return f.detach().cpu().contiguous().__dlpack__()
 

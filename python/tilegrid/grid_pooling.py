@@ -123,6 +123,11 @@ def _pooled_rows(op, plan: ConvolutionPlan, features: torch.Tensor) -> torch.Ten
 def _plan(op: str, fine_grid, kernel_size, stride, coarse_grid) -> ConvolutionPlan:
     kernel_size = vec3(f"{op}: kernel_size", kernel_size)
     stride = kernel_size if stride is None else vec3(f"{op}: stride", stride)
+    from .grid_batch import GridBatch  # grid_batch imports this module
+
+    if coarse_grid is not None and not isinstance(coarse_grid, GridBatch):
+        raise TypeError(f"{op}: coarse_grid must be a GridBatch or None, got "
+                        f"{type(coarse_grid).__name__}")
     if coarse_grid is None:
         coarse_grid = fine_grid.conv_grid(kernel_size, stride)
     # The maps alone: pooling reads no row order (two sorts on the GPU saved).
@@ -131,10 +136,12 @@ def _plan(op: str, fine_grid, kernel_size, stride, coarse_grid) -> ConvolutionPl
 
 def _features(op: str, fine_grid, data):
     features = data.jdata if isinstance(data, JaggedTensor) else data
-    if not isinstance(features, torch.Tensor) or features.shape[0] != fine_grid.total_voxels:
+    if not isinstance(features, torch.Tensor):
+        raise TypeError(f"{op}: data must be a torch.Tensor or JaggedTensor, got {type(data).__name__}")
+    if features.dim() == 0 or features.shape[0] != fine_grid.total_voxels:
         raise ValueError(
             f"{op}: data must have one row per voxel ({fine_grid.total_voxels}), got "
-            f"{list(features.shape) if isinstance(features, torch.Tensor) else type(data).__name__}"
+            f"{list(features.shape)}"
         )
     if isinstance(data, JaggedTensor):
         _check_jagged_like(op, "data", data, fine_grid.voxel_offsets, "the grid")

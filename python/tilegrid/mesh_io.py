@@ -381,6 +381,15 @@ def _triangles(reader: str, path: str, where: str, lists, vertex_count: int) -> 
     return np.stack(fans, axis=1).reshape(-1, 3)
 
 
+def _path(op: str, path) -> str:
+    """path (a str, bytes or os.PathLike) as a str; anything else a TypeError naming op."""
+    try:
+        return os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise TypeError(f"{op}: path must be a str, bytes or os.PathLike, got "
+                        f"{type(path).__name__}") from None
+
+
 def read_ply(path: PathLike, strict: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Read a PLY file (ASCII or binary, either byte order).
 
@@ -397,7 +406,7 @@ def read_ply(path: PathLike, strict: bool = True) -> tuple[torch.Tensor, torch.T
         MeshFormatError: a file it cannot read (the message names the file, the part of it and
             what was expected and found).
     """
-    path = os.fsdecode(os.fspath(path))
+    path = _path("read_ply", path)
     with open(path, "rb") as f:
         data = f.read()
     fmt, elements, at = _parse_ply_header(path, data)
@@ -473,7 +482,7 @@ def read_off(path: PathLike) -> tuple[torch.Tensor, torch.Tensor | None]:
     Raises:
         MeshFormatError: a file it cannot read.
     """
-    path = os.fsdecode(os.fspath(path))
+    path = _path("read_off", path)
     with open(path, "rb") as f:
         data = f.read()
 
@@ -578,7 +587,7 @@ def read_mesh(path: PathLike, strict: bool = True) -> tuple[torch.Tensor, torch.
     Returns:
         (vertices float32 [V, 3], faces int64 [F, 3] or None).
     """
-    text = os.fsdecode(os.fspath(path))
+    text = _path("read_mesh", path)
     lower = text.lower()
     if lower.endswith(".ply"):
         return read_ply(text, strict)

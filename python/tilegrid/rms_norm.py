@@ -11,6 +11,7 @@ The C++ kernels run on the CPU or the GPU, depending on where x lives.
 
 from __future__ import annotations
 
+import numbers
 from typing import Optional
 
 import torch
@@ -119,7 +120,10 @@ def rms_norm_keep_input(x: torch.Tensor, weight: Optional[torch.Tensor],
                         eps: Optional[float] = None):
     """(rms_norm(x, weight, eps), x as a view) whose backward adds the view's gradient to x's
     in the norm's own pass: for a pre-norm residual block, h = x_view + f(y)."""
-    return _RMSNormKeepInputFunction.apply(x, weight, default_eps(x, eps))
+    eps = _check_arguments("rms_norm_keep_input", x, weight, eps)
+    if x.shape[-1] == 0:
+        return _empty_rows(x, weight), x.view_as(x)
+    return _RMSNormKeepInputFunction.apply(_rows(x), weight, eps)
 
 
 def rms_norm(
@@ -129,12 +133,68 @@ def rms_norm(
     weight, eps). `eps=None` picks torch's default (float32's machine epsilon for float16 and
     bfloat16 inputs, whose math runs in float32).
 
-    x: float32/float16/bfloat16 with a contiguous last dimension; weight: [H] in x's dtype or
-    float32. The output has x's dtype; all math is float32.
+    x: float32/float16/bfloat16, any layout (copied to a contiguous one where its rows do not
+    have one stride, as the kernels read them); weight: [H] in x's dtype or float32. The
+    output has x's dtype; all math is float32. A hidden size of 0 gives an empty output, as
+    torch's.
     """
+    eps = _check_arguments("rms_norm", x, weight, eps)
+    if x.shape[-1] == 0:
+        return _empty_rows(x, weight)
+    return _RMSNormFunction.apply(_rows(x), weight, eps)
+
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _check_arguments(op: str, x, weight, eps) -> float:
+    """The Python-side checks (the C++ ones follow): kinds, dtypes the DLPack conversion
+    takes (an int16 x would fail there naming no argument), weight on x's device; returns eps
+    (torch's default for None)."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"rms_norm: x must be a torch.Tensor, got {type(x).__name__}")
-    return _RMSNormFunction.apply(x, weight, default_eps(x, eps))
+        raise TypeError(f"{op}: x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _DTYPES:
+        raise TypeError(f"{op}: x must be float32, float16 or bfloat16, got {_name(x.dtype)}")
+    if x.dim() == 0:
+        raise ValueError(f"{op}: x must be [..., H], got a 0-d tensor")
+    if weight is not None:
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError(f"{op}: weight must be a torch.Tensor or None, got {type(weight).__name__}")
+        if weight.dtype not in _DTYPES:
+            allowed = " or ".join(dict.fromkeys((_name(x.dtype), "float32")))
+            raise TypeError(f"{op}: weight must be {allowed}, got {_name(weight.dtype)}")
+        if weight.device != x.device:
+            raise ValueError(f"{op}: weight is on {weight.device} but x is on {x.device}")
+    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, numbers.Real)):
+        raise TypeError(f"{op}: eps must be a float or None, got {type(eps).__name__} ({eps!r})")
+    return default_eps(x, eps)
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """x when its last dimension is contiguous and its leading ones flatten into rows of one
+    stride (what the kernels read), else a contiguous copy (differentiable)."""
+    if x.stride(-1) != 1:
+        return x.contiguous()
+    expected = None
+    for size, stride in reversed(list(zip(x.shape[:-1], x.stride()[:-1]))):
+        if size == 1:
+            continue
+        if expected is not None and stride != expected:
+            return x.contiguous()
+        expected = stride * size
+    return x
+
+
+def _empty_rows(x: torch.Tensor, weight: Optional[torch.Tensor]) -> torch.Tensor:
+    """RMSNorm over a hidden size of 0: an empty output of x's shape (differentiable)."""
+    if weight is not None and weight.shape != (0,):
+        raise ValueError(f"rms_norm: weight must have shape [0] for x of shape {list(x.shape)}, got "
+                         f"{list(weight.shape)}")
+    return x * 1 if weight is None else (x * weight).to(x.dtype)
 
 
 def default_eps(x: torch.Tensor, eps: Optional[float]) -> float:

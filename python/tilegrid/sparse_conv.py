@@ -256,6 +256,15 @@ def _kernel_weight(weights: torch.Tensor, cout: int, cin: int, volume: int,
     return weights.reshape(cout, cin, volume).permute(2, 1, 0).to(dtype).contiguous()
 
 
+def _check_grids(source_grid, target_grid) -> None:
+    """TypeError unless source_grid is a GridBatch and target_grid one or None."""
+    from .grid_batch import GridBatch  # grid_batch imports this module
+
+    for name, grid in (("source_grid", source_grid), ("target_grid", target_grid)):
+        if not isinstance(grid, GridBatch) and not (name == "target_grid" and grid is None):
+            raise TypeError(f"ConvolutionPlan: {name} must be a GridBatch, got {type(grid).__name__}")
+
+
 class ConvolutionPlan:
     """The maps of one convolution between two grids, reused across layers and passes.
 
@@ -276,6 +285,7 @@ class ConvolutionPlan:
                  _row_orders: bool = True):
         """_row_orders=False leaves the GPU row orders empty (rows in order), for users of the
         maps alone (pooling), which would not read them."""
+        _check_grids(source_grid, target_grid)
         if source_grid.device != target_grid.device:
             raise ValueError(
                 f"ConvolutionPlan: the source grid is on {source_grid.device} but the target "
@@ -372,6 +382,7 @@ class ConvolutionPlan:
         """A convolution from source_grid to target_grid (default: source_grid.conv_grid(
         kernel_size, stride), every voxel the convolution reaches). target_grid = source_grid
         with stride 1 is a submanifold convolution."""
+        _check_grids(source_grid, target_grid)
         if target_grid is None:
             target_grid = source_grid.conv_grid(kernel_size, stride)
         return cls(kernel_size, stride, source_grid, target_grid, False)
@@ -383,6 +394,7 @@ class ConvolutionPlan:
         """A transposed convolution (upsampling for stride > 1) from source_grid to target_grid
         (default: source_grid.conv_transpose_grid(kernel_size, stride)). In a U-Net's decoder
         the target is the encoder's finer grid."""
+        _check_grids(source_grid, target_grid)
         if target_grid is None:
             target_grid = source_grid.conv_transpose_grid(kernel_size, stride)
         return cls(kernel_size, stride, source_grid, target_grid, True)
@@ -441,10 +453,15 @@ class ConvolutionPlan:
         to the features' dtype; a separate pass after the portable kernels); where a gradient
         is wanted it is computed after the convolution by differentiable torch ops."""
         features = data.jdata if isinstance(data, JaggedTensor) else data
-        if not isinstance(features, torch.Tensor) or features.dim() != 2:
+        for name, t in (("data", features), ("weights", weights)):
+            if not isinstance(t, torch.Tensor):
+                kinds = "a torch.Tensor or JaggedTensor" if name == "data" else "a torch.Tensor"
+                raise TypeError(
+                    f"ConvolutionPlan.execute: {name} must be {kinds}, got {type(t).__name__}"
+                )
+        if features.dim() != 2:
             raise ValueError(
-                f"ConvolutionPlan.execute: data must be [N, C] features, got "
-                f"{list(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__}"
+                f"ConvolutionPlan.execute: data must be [N, C] features, got {list(features.shape)}"
             )
         if features.shape[0] != self.source_voxels:
             raise ValueError(

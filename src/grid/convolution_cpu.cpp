@@ -100,6 +100,8 @@ void sparse_conv_forward(const int32_t* map, int64_t volume, int64_t rows, const
         w[size_t((t * in_channels + ci) * out_channels + co)] = load_element(dtype, weight, src);
       }
   constexpr int64_t kBlock = 256;  // output rows a task
+  // Rows are addressed through data(): with 0 output channels w is empty, and w[0] would bind
+  // a reference to no element.
   parallel_for((rows + kBlock - 1) / kBlock, [&](int64_t block) {
     std::vector<double> acc(static_cast<size_t>(out_channels));
     for (int64_t o = block * kBlock; o < std::min(rows, (block + 1) * kBlock); ++o) {
@@ -109,7 +111,7 @@ void sparse_conv_forward(const int32_t* map, int64_t volume, int64_t rows, const
         if (n < 0) continue;
         for (int64_t ci = 0; ci < in_channels; ++ci) {
           const double v = x[size_t(n * in_channels + ci)];
-          const double* wrow = &w[size_t((t * in_channels + ci) * out_channels)];
+          const double* wrow = w.data() + (t * in_channels + ci) * out_channels;
           for (int64_t co = 0; co < out_channels; ++co) acc[size_t(co)] += v * wrow[co];
         }
       }
@@ -137,10 +139,10 @@ void sparse_conv_backward_weight(const int32_t* map, int64_t volume, int64_t row
     for (int64_t o = 0; o < rows; ++o) {
       const int32_t n = map[t * rows + o];
       if (n < 0) continue;
-      const double* grow = &g[size_t(o * out_channels)];
+      const double* grow = g.data() + o * out_channels;
       for (int64_t ci = 0; ci < in_channels; ++ci) {
         const double v = x[size_t(n * in_channels + ci)];
-        double* wrow = &gw[size_t((t * in_channels + ci) * out_channels)];
+        double* wrow = gw.data() + (t * in_channels + ci) * out_channels;
         for (int64_t co = 0; co < out_channels; ++co) wrow[co] += v * grow[co];
       }
     }

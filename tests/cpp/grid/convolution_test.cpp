@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "test_util.h"
@@ -107,6 +108,25 @@ TEST(Convolution, ForwardAndWeightGradientMatchNaiveLoops) {
         if (m[t * n + o] >= 0) want += xd[m[t * n + o] * cin + ci] * yd[o * cout];
       EXPECT_NEAR(static_cast<const double*>(gw.data())[(t * cin + ci) * cout], want, 1e-9);
     }
+}
+
+// Zero channels on either side are valid shapes (an empty layer of a network): the forward
+// writes zeros where there are no inputs and nothing where there are no outputs, the weight
+// gradient is zero. The sanitizer build also checks that no empty buffer is indexed.
+TEST(Convolution, ZeroChannelsOnEitherSideGiveZerosOrNothing) {
+  const GridBatch grid = random_grid(50, 3);
+  const Tensor map = kernel_map(grid, grid, {});
+  const int64_t n = grid.total_voxels();
+  for (const auto& [cin, cout] : {std::pair<int64_t, int64_t>{0, 4}, {3, 0}, {0, 0}}) {
+    const Tensor x = random_tensor({n, cin}), w = random_tensor({27, cin, cout});
+    Tensor y = random_tensor({n, cout});
+    sparse_conv_forward(map.view(), x.view(), w.view(), y.view());
+    for (int64_t e = 0; e < y.numel(); ++e) ASSERT_EQ(static_cast<const double*>(y.data())[e], 0.0);
+    Tensor gw = random_tensor({27, cin, cout});
+    sparse_conv_backward_weight(map.view(), x.view(), y.view(), gw.view());
+    for (int64_t e = 0; e < gw.numel(); ++e)
+      ASSERT_EQ(static_cast<const double*>(gw.data())[e], 0.0);
+  }
 }
 
 // The row order is a permutation that sorts the rows by their tap masks, equal keys in row

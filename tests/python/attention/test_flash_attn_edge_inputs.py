@@ -392,3 +392,29 @@ def test_kvcache_lengths_given_as_a_list_are_refused_naming_them():
     q, cache = torch.randn(2, 1, 2, 64), torch.randn(2, 8, 2, 64)
     with pytest.raises(TypeError, match=r"cache_seqlens must be an int32 tensor of shape \[2\] .* got list"):
         tg.flash_attn_with_kvcache(q, cache, cache.clone(), cache_seqlens=[3, 4])
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.complex64, torch.int32])
+def test_dtypes_the_kernels_do_not_take_are_refused_naming_q(dtype):
+    """Checked in Python: int16 and complex would otherwise fail in the DLPack conversion,
+    naming no argument."""
+    q = torch.zeros(1, 4, 2, 16, dtype=dtype)
+    with pytest.raises(TypeError, match=rf"flash_attn_func: q must be float16, bfloat16 or float32, got "
+                                        rf"{str(dtype).removeprefix('torch.')}"):
+        tg.flash_attn_func(q, q, q)
+    k = torch.randn(1, 4, 2, 16)
+    with pytest.raises(TypeError, match="flash_attn_func: v must be float32, got int16"):
+        tg.flash_attn_func(k, k, k.to(torch.int16))
+
+
+def test_k_and_v_of_different_lengths_are_refused_with_the_shapes_given():
+    q = torch.randn(1, 8, 2, 16)
+    with pytest.raises(ValueError, match=r"k and v must have the same shape but for the head dim, got k "
+                                         r"\[1, 8, 2, 16\] and v \[1, 5, 2, 16\]"):
+        tg.flash_attn_func(q, q, q[:, :5])
+
+
+def test_kvcache_tensors_of_the_wrong_kind_raise_type_error():
+    cache = torch.randn(2, 8, 2, 64)
+    with pytest.raises(TypeError, match="flash_attn_with_kvcache: q must be a 4-D torch.Tensor, got list"):
+        tg.flash_attn_with_kvcache([[1.0]], cache, cache.clone())

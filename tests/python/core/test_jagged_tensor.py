@@ -61,6 +61,16 @@ def test_from_data_and_offsets_refuses_non_tensors_naming_them(jdata, joffsets, 
         tg.JaggedTensor.from_data_and_offsets(jdata, joffsets)
 
 
+@pytest.mark.parametrize("dtype", [torch.int16, torch.complex64, torch.int8])
+def test_from_data_and_offsets_takes_data_of_any_dtype(dtype):
+    """The offsets are validated against the data's rows alone, so data of a dtype the C++
+    module has no use for (DLPack conversion refuses int16) is still wrapped."""
+    j = tg.JaggedTensor.from_data_and_offsets(torch.zeros(5, 3, dtype=dtype), torch.tensor([0, 2, 5]))
+    assert [t.shape[0] for t in j.unbind()] == [2, 3] and j.dtype == dtype
+    with pytest.raises(ValueError, match=r"joffsets\[-1\] must equal the number of rows 5"):
+        tg.JaggedTensor.from_data_and_offsets(torch.zeros(5, 3, dtype=dtype), torch.tensor([0, 4]))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_traces_wrapping_and_the_batch_index(device):
     """from_data_and_offsets and jidx inside one graph (fullgraph=True; aot_eager traces the

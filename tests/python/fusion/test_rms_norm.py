@@ -120,6 +120,33 @@ def test_leading_dims_and_row_slices(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_any_layout_is_taken_as_torch_takes_it(device):
+    """A strided last dimension or leading dimensions that do not flatten into one row stride
+    are copied to a contiguous layout (the kernels read rows of one stride); the result and the
+    gradient are torch's."""
+    w = torch.randn(8, device=device)
+    for x in (torch.randn(8, 6, device=device).t(), torch.randn(4, 3, 8, device=device).transpose(0, 1)):
+        x = x.requires_grad_()
+        y = tg.rms_norm(x, w, 1e-6)
+        (dx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+        x2 = x.detach().clone().requires_grad_()
+        y2 = F.rms_norm(x2, (8,), w, 1e-6)
+        (dx2,) = torch.autograd.grad(y2, x2, torch.ones_like(y2))
+        torch.testing.assert_close(y, y2)
+        torch.testing.assert_close(dx, dx2)
+
+
+@pytest.mark.parametrize("keep_input", [False, True])
+def test_a_hidden_size_of_zero_gives_an_empty_output_as_torch(keep_input):
+    x = torch.randn(3, 0, requires_grad=True)
+    w = torch.randn(0, requires_grad=True)
+    y = tg.rms_norm_keep_input(x, w)[0] if keep_input else tg.rms_norm(x, w)
+    assert y.shape == (3, 0) and y.dtype == x.dtype
+    dx, dw = torch.autograd.grad(y.sum(), (x, w), allow_unused=True)
+    assert dx.shape == (3, 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_zero_rows(device):
     x = torch.randn(0, 16, device=device, requires_grad=True)
     w = torch.randn(16, device=device, requires_grad=True)
@@ -147,9 +174,19 @@ class TestBadInputs:
         with pytest.raises(TypeError, match="weight must be bfloat16 or float32, got float16"):
             tg.rms_norm(torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(8).half(), 1e-6)
 
-    def test_non_contiguous_last_dim(self):
-        with pytest.raises(ValueError, match="must have a contiguous last dimension"):
-            tg.rms_norm(torch.randn(8, 4).t(), None, 1e-6)
+    @pytest.mark.parametrize("call,error,message", [
+        (lambda: tg.rms_norm(torch.randn(4, 8), [1.0] * 8), TypeError, "rms_norm: weight must be a torch.Tensor or None, got list"),
+        (lambda: tg.rms_norm(torch.ones(4, 8, dtype=torch.int16)), TypeError, "rms_norm: x must be float32, float16 or bfloat16, got int16"),
+        (lambda: tg.rms_norm(torch.randn(4, 8), torch.ones(8, dtype=torch.complex64)), TypeError, "rms_norm: weight must be float32, got complex64"),
+        (lambda: tg.rms_norm(torch.randn(4, 8), None, "1e-6"), TypeError, r"rms_norm: eps must be a float or None, got str \('1e-6'\)"),
+        (lambda: tg.rms_norm(torch.randn(4, 8), torch.ones(8, device="meta")), ValueError, "rms_norm: weight is on meta but x is on cpu"),
+        (lambda: tg.rms_norm_keep_input(torch.tensor(1.0), None), ValueError, "rms_norm_keep_input: x must be"),
+    ])
+    def test_arguments_of_the_wrong_kind_name_themselves(self, call, error, message):
+        """Checked in Python: a list or an int16 tensor would fail in the DLPack conversion,
+        a string eps in float(), a meta weight in the capsule's packing, naming nothing."""
+        with pytest.raises(error, match=message):
+            call()
 
     def test_negative_eps(self):
         with pytest.raises(ValueError, match="eps must be finite and >= 0"):

@@ -178,6 +178,12 @@ def test_num_voxels_is_fvdbs_per_grid_tensor():
     (lambda g: tg.GridBatch.from_dense(1, [2, 2, 2], voxel_sizes="a"), TypeError, r"voxel_sizes must be a number, three numbers or \[1, 3\] numbers"),
     (lambda g: tg.GridBatch.from_points(tg.JaggedTensor([torch.rand(4, 3)]), voxel_sizes=10**400), TypeError, r"voxel_sizes must be a number"),
     (lambda g: tg.GridBatch.from_ijk(tg.JaggedTensor([torch.zeros(2, 3, dtype=torch.int16)])), TypeError, r"from_ijk: ijk must be int32, got int16"),
+    (lambda g: tg.ConvolutionPlan.from_grid_batch(3, 1, g.ijk.jdata), TypeError, r"ConvolutionPlan: source_grid must be a GridBatch, got Tensor"),
+    (lambda g: tg.ConvolutionPlan.from_grid_batch(3, 1, g, "grid"), TypeError, r"ConvolutionPlan: target_grid must be a GridBatch, got str"),
+    (lambda g: tg.ConvolutionPlan.from_grid_batch(3, 1, g, g).execute([[0.0]] * 8, torch.ones(1, 1, 3, 3, 3)), TypeError, r"execute: data must be a torch.Tensor or JaggedTensor, got list"),
+    (lambda g: tg.ConvolutionPlan.from_grid_batch(3, 1, g, g).execute(torch.ones(8, 1), [1.0]), TypeError, r"execute: weights must be a torch.Tensor, got list"),
+    (lambda g: g.max_pool(2, [[1.0]] * 8), TypeError, r"max_pool: data must be a torch.Tensor or JaggedTensor, got list"),
+    (lambda g: g.avg_pool(2, torch.ones(8, 1), coarse_grid=torch.ones(1)), TypeError, r"avg_pool: coarse_grid must be a GridBatch or None, got Tensor"),
 ])
 def test_integer_and_size_arguments_get_clear_errors(call, error, message):
     grid = tg.GridBatch.from_dense(1, [2, 2, 2])

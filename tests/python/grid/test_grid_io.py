@@ -127,6 +127,9 @@ def test_bad_arguments_and_files_get_clear_errors(tmp_path):
         tg.load(bytes(tmp_path / "a.nvdb"))
     with pytest.raises(TypeError, match="save: path must be a str or os.PathLike, got int"):
         tg.save(3, grid)
+    for dtype in (torch.int16, torch.complex64):  # DLPack would refuse them naming nothing
+        with pytest.raises(TypeError, match=rf"save: features\[0\] must be bool, .* got {str(dtype)[6:]}"):
+            tg.save(tmp_path / "a.nvdb", grid, features=torch.zeros(grid.total_voxels, dtype=dtype))
     with pytest.raises(RuntimeError, match="cannot open"):
         tg.load(tmp_path / "absent.nvdb")
     (tmp_path / "text.nvdb").write_bytes(b"solid cube\nfacet normal 0 0 1\n")

@@ -211,3 +211,6 @@ def test_paths_may_be_str_or_pathlike_and_off_faces_may_carry_a_colour(tmp_path)
         assert v.shape == (4, 3) and f.tolist() == [[0, 1, 2], [0, 2, 3]]
     with pytest.raises(tg.MeshFormatError, match="expected a .ply or .off file"):
         tg.read_mesh(tmp_path / "model.obj")
+    for read, name in ((tg.read_mesh, "read_mesh"), (tg.read_ply, "read_ply"), (tg.read_off, "read_off")):
+        with pytest.raises(TypeError, match=f"{name}: path must be a str, bytes or os.PathLike, got int"):
+            read(3)
