@@ -21,7 +21,9 @@ from .flash_attn_packed import (
 )
 from .gemm import describe_matmul, linear, matmul
 from .grid_batch import GridBatch, jcat
+from .grid_metrics import voxel_chamfer_distance, voxel_iou
 from .grid_io import load, save
+from .jagged_losses import jagged_binary_cross_entropy_with_logits
 from .jagged_tensor import JaggedTensor
 from .linear_cross_entropy import linear_cross_entropy
 from .mesh_io import MeshFormatError, read_mesh, read_off, read_ply
@@ -54,6 +56,7 @@ __all__ = [
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
     "install_torch_allocator",
+    "jagged_binary_cross_entropy_with_logits",
     "jcat",
     "load",
     "linear",
@@ -69,5 +72,7 @@ __all__ = [
     "save",
     "uninstall_torch_allocator",
     "volume_render",
+    "voxel_chamfer_distance",
+    "voxel_iou",
     "with_cuda",
 ]

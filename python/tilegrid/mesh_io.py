@@ -7,7 +7,8 @@ PLY: ASCII and binary (little/big endian), a `vertex` element (x, y, z plus any 
 properties, which are skipped) and an optional `face` element whose `vertex_indices` (or
 `vertex_index`, or else first) list property holds integer vertex indices. OFF: the plain
 ASCII form (an optional "OFF" line, the counts, a line per vertex, a line per face with an
-optional colour). Polygons with more than three corners are split into fans (0, c, c + 1).
+optional colour) and COFF, whose vertex lines carry a colour (3 or 4 values, skipped).
+Polygons with more than three corners are split into fans (0, c, c + 1).
 
 Any file may arrive, so reading is bounded by the file: every count is checked against the
 bytes or lines left before anything is allocated or looped over, a binary file's size must be
@@ -471,7 +472,7 @@ def read_ply(path: PathLike, strict: bool = True) -> tuple[torch.Tensor, torch.T
 
 
 def read_off(path: PathLike) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Read a plain ASCII OFF file.
+    """Read an ASCII OFF file, plain or COFF (vertex colours skipped).
 
     Args:
         path: The file (a str or os.PathLike).
@@ -492,10 +493,13 @@ def read_off(path: PathLike) -> tuple[torch.Tensor, torch.Tensor | None]:
     lines = [(n + 1, line.split(b"#", 1)[0].split()) for n, line in enumerate(data.split(b"\n"))]
     lines = [(n, words) for n, words in lines if words]
     at = 0
+    values = (3,)  # how many values a vertex line holds
     if lines and lines[0][1][0].endswith(b"OFF"):
-        if lines[0][1][0] != b"OFF":
-            raise fail("line 1", f"expected a plain 'OFF' file, found the "
+        if lines[0][1][0] not in (b"OFF", b"COFF"):
+            raise fail("line 1", f"expected a plain 'OFF' or 'COFF' file, found the "
                        f"{lines[0][1][0][:20]!r} variant")
+        if lines[0][1][0] == b"COFF":  # CGAL's coloured meshes: r g b [a] after x y z
+            values = (6, 7)
         if len(lines[0][1]) > 1:  # "OFF nv nf ne" on one line
             lines[0] = (lines[0][0], lines[0][1][1:])
         else:
@@ -514,10 +518,11 @@ def read_off(path: PathLike) -> tuple[torch.Tensor, torch.Tensor | None]:
                    f"each, found {len(lines) - at} lines left")
     rows = lines[at : at + nv]
     for n, words in rows:
-        if len(words) != 3:
-            raise fail(f"line {n}", f"expected a vertex's 3 coordinates (plain OFF), found "
-                       f"{len(words)} values")
-    vertices = _numbers("read_off", path, "vertices", [w for _, w in rows], np.float32)
+        if len(words) not in values:
+            want = "3 coordinates and a colour of 3 or 4 values (COFF)" if values != (3,) else \
+                "3 coordinates (plain OFF)"
+            raise fail(f"line {n}", f"expected a vertex's {want}, found {len(words)} values")
+    vertices = _numbers("read_off", path, "vertices", [w[:3] for _, w in rows], np.float32)
     vertices = vertices.reshape(nv, 3)
     at += nv
     face_rows = lines[at : at + nf]

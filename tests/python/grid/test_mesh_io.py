@@ -125,8 +125,12 @@ BAD_MESHES = [
      r"line 7: expected integer vertex indices, found b'1.0'"),
     ("off_negative_counts.off", b"OFF\n-3 1 0\n",
      r"line 2: expected the vertex, face and edge counts \(3 integers >= 0\), found b'-3 1 0'"),
-    ("off_variant.off", b"COFF\n0 0 0\n",
-     r"expected a plain 'OFF' file, found the b'COFF' variant"),
+    ("off_variant.off", b"NOFF\n0 0 0\n",
+     r"expected a plain 'OFF' or 'COFF' file, found the b'NOFF' variant"),
+    ("coff_vertex_without_colour.off", b"COFF\n2 0 0\n0 0 0 1 1 1\n0 0 1\n",
+     r"line 4: expected a vertex's 3 coordinates and a colour of 3 or 4 values \(COFF\), found 3"),
+    ("off_vertex_with_colour.off", b"OFF\n1 0 0\n0 0 0 1 1 1\n",
+     r"line 3: expected a vertex's 3 coordinates \(plain OFF\), found 6 values"),
     ("off_extra_lines.off", (OFF_SQUARE + "3 0 1 2\n3 0 2 3\n").encode(),
      r"line 8: expected the end of the file after 4 vertices and 1 faces, found 1 more lines"),
     ("off_huge_index.off", (OFF_SQUARE + "3 0 1 99999999999999999999999\n").encode(),
@@ -201,6 +205,16 @@ def test_mixed_polygons_become_fans_in_file_order(tmp_path):
     path.write_bytes(binary_ply(binary_vertices("<f4") + body, face_lines=face))
     _, f = tg.read_ply(path)
     assert f.tolist() == [[0, 1, 2], [0, 1, 2], [0, 2, 3], [1, 2, 3]]
+
+
+def test_coff_vertex_colours_are_skipped(tmp_path):
+    """CGAL's coloured meshes (COFF): r g b or r g b a after each vertex's coordinates."""
+    colours = [" 255 0 0", " 0.5 0.5 0.5 1", " 0 0 255", " 1 1 1 255"]
+    text = "COFF\n4 2 0\n" + "".join(f"{x} {y} {z}{c}\n" for (x, y, z), c in zip(VERTICES, colours))
+    path = tmp_path / "coloured_vertices.off"
+    path.write_text(text + "3 0 1 2\n3 0 2 3 10 20 30\n")
+    v, f = tg.read_mesh(path)
+    assert torch.equal(v, torch.from_numpy(VERTICES)) and f.tolist() == [[0, 1, 2], [0, 2, 3]]
 
 
 def test_paths_may_be_str_or_pathlike_and_off_faces_may_carry_a_colour(tmp_path):
