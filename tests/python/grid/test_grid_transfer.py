@@ -89,10 +89,14 @@ def test_neighbor_indexes_match_lookups(device, extent, bitshift):
     grid = random_grid(device)
     rows = voxel_rows(grid)
     first = grid.joffsets.cpu().tolist()
-    queries = tg.JaggedTensor([torch.randint(-9 >> bitshift, 9 >> bitshift, (n, 3)) for n in (40, 25)]).to(device)
+    # Random queries, and each grid's first 5 voxels (coarsened by bitshift) so that some hit.
+    voxels = [t.cpu() >> bitshift for t in grid.ijk.unbind()]
+    queries = tg.JaggedTensor([torch.cat([torch.randint(-9 >> bitshift, 9 >> bitshift, (n, 3)), v[:5]])
+                               for n, v in zip((40, 25), voxels)]).to(device)
     out = grid.neighbor_indexes(queries, extent, bitshift)
     side = 2 * extent + 1
-    assert out.jdata.shape == (65, side, side, side) and out.jdata.dtype == torch.int64
+    total = queries.jdata.shape[0]
+    assert out.jdata.shape == (total, side, side, side) and out.jdata.dtype == torch.int64
     assert torch.equal(out.joffsets.cpu(), queries.joffsets.cpu())
     got = out.jdata.cpu()
     for n, (b, c) in enumerate(zip(queries.jidx.cpu().tolist(), queries.jdata.cpu().tolist())):
