@@ -787,23 +787,23 @@ class GridBatch:
         return grid_transfer.inject_from_ijk(self, src_ijk, src, dst, default_value)
 
     def inject_to_dense_cminor(self, sparse_data, min_coord=None, grid_size=None) -> torch.Tensor:
-        """The features sparse_data ([total_voxels, *C]) in dense volumes [B, X, Y, Z, *C]
+        """The features sparse_data (``[total_voxels, *C]``) in dense volumes ``[B, X, Y, Z, *C]``
         whose index (0, 0, 0) is voxel min_coord (default total_bbox's lowest corner), of
         grid_size (default total_bbox's extent); zeros elsewhere. Differentiable."""
         return grid_transfer.inject_to_dense(self, sparse_data, min_coord, grid_size, True)
 
     def inject_to_dense_cmajor(self, sparse_data, min_coord=None, grid_size=None) -> torch.Tensor:
-        """As inject_to_dense_cminor, channels first: [B, *C, X, Y, Z]."""
+        """As inject_to_dense_cminor, channels first: ``[B, *C, X, Y, Z]``."""
         return grid_transfer.inject_to_dense(self, sparse_data, min_coord, grid_size, False)
 
     def inject_from_dense_cminor(self, dense_data: torch.Tensor, dense_origins=0) -> JaggedTensor:
-        """The voxels' features read from dense volumes dense_data [B, X, Y, Z, *C] whose index
+        """The voxels' features read from dense volumes dense_data ``[B, X, Y, Z, *C]`` whose index
         (0, 0, 0) is voxel dense_origins (default 0, as fVDB's); zeros for voxels outside.
         Differentiable."""
         return grid_transfer.inject_from_dense(self, dense_data, dense_origins, True)
 
     def inject_from_dense_cmajor(self, dense_data: torch.Tensor, dense_origins=0) -> JaggedTensor:
-        """As inject_from_dense_cminor, from channels-first volumes [B, *C, X, Y, Z]."""
+        """As inject_from_dense_cminor, from channels-first volumes ``[B, *C, X, Y, Z]``."""
         return grid_transfer.inject_from_dense(self, dense_data, dense_origins, False)
 
     def inject_to_dense(self, features, min_coord=None, size=None) -> torch.Tensor:

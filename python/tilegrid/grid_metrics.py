@@ -54,7 +54,7 @@ def voxel_iou(a, b) -> torch.Tensor:
             origins (voxels are compared by ijk).
 
     Returns:
-        float64 [B] on the grids' device: |a_i and b_i| / |a_i or b_i| for grid i, 1 where both
+        float64 [B] on the grids' device: ``|a_i and b_i| / |a_i or b_i|`` for grid i, 1 where both
         grids are empty.
     """
     _same_space("voxel_iou", a, b)
