@@ -49,6 +49,8 @@ def gather_paged_kv(op: str, k: torch.Tensor, v: torch.Tensor, block_table, cu_s
     if block_table.shape[0] != batch:
         raise ValueError(f"{op}: block_table must have a row a sequence ({batch}), got {block_table.shape[0]} rows")
     num_blocks, page = k.shape[0], k.shape[1]
+    if page < 1:
+        raise ValueError(f"{op}: the page pools' page_block_size must be at least 1, got {list(k.shape)}")
     lengths = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int64)
     lengths_h = (offsets[1:] - offsets[:-1]).to(torch.int64)
     pages_needed = (lengths_h + page - 1) // page

@@ -110,6 +110,9 @@ def test_pools_and_offsets_of_the_wrong_form_get_clear_errors():
     cu_q = offsets([2], "cpu")
     with pytest.raises(ValueError, match="k must be a page pool"):
         tg.flash_attn_varlen_func(q, k, v_pool, cu_q, offsets([5], "cpu"), 2, 5, block_table=table)
+    with pytest.raises(ValueError, match="page_block_size must be at least 1"):
+        tg.flash_attn_varlen_func(q, k_pool[:, :0], v_pool[:, :0], cu_q, offsets([5], "cpu"), 2, 5,
+                                  block_table=table)
     with pytest.raises(ValueError, match="must start at 0 and not decrease"):
         tg.flash_attn_varlen_func(q, k_pool, v_pool, cu_q, torch.tensor([1, 5], dtype=torch.int32), 2, 5,
                                   block_table=table)
