@@ -19,6 +19,7 @@ import torch
 
 from .attention_sinks import check_learnable_sink
 from .flash_attn import _real, _window, flash_attn_varlen_func
+from .varlen_used import ragged_rows
 
 _OP = "flash_attn_with_kvcache"
 
@@ -250,13 +251,8 @@ def flash_attn_with_kvcache(
             v_cache[block, slot] = v
         counts_h = lengths_h.to(torch.int64) + seqlen_new - leftpad_h.to(torch.int64)
         total_k = int(counts_h.sum())
-        counts = counts_h.to(q.device)
-        cu_k_t = torch.zeros(batch + 1, dtype=torch.int32, device=q.device)
-        cu_k_t[1:] = counts.cumsum(0)
-        seq = torch.repeat_interleave(sequences, counts, output_size=total_k)
-        pos = torch.arange(total_k, device=q.device) - cu_k_t[:-1].to(torch.int64)[seq] \
-            + leftpad.to(torch.int64)[seq]
-        block, slot = cells(seq, pos)
+        seq, pos, cu_k_t = ragged_rows(counts_h.to(q.device), total_k)
+        block, slot = cells(seq, pos + leftpad.to(torch.int64)[seq])
         keys, values = k_cache[block, slot], v_cache[block, slot]
     cu_q_t = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
     max_k = int(counts_h.max()) if batch else 0

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from .varlen_used import ragged_rows
+
 
 def gather_paged_kv(op: str, k: torch.Tensor, v: torch.Tensor, block_table, cu_seqlens_k: torch.Tensor):
     """(k rows, v rows) of every sequence's keys, packed as cu_seqlens_k says.
@@ -66,8 +68,7 @@ def gather_paged_kv(op: str, k: torch.Tensor, v: torch.Tensor, block_table, cu_s
         raise ValueError(f"{op}: block_table[{b}, {j}] = {int(table_h[b, j])} is outside the pool "
                          f"[0, {num_blocks})")
     total = int(lengths_h.sum())
-    seq = torch.repeat_interleave(torch.arange(batch, device=k.device), lengths, output_size=total)
-    position = torch.arange(total, device=k.device) - cu_seqlens_k[:-1].to(torch.int64)[seq]
+    seq, position, _ = ragged_rows(lengths, total)
     block = block_table.to(torch.int64)[seq, position // page]
     slot = position % page
     return k[block, slot], v[block, slot]

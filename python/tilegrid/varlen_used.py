@@ -39,14 +39,21 @@ def used_rows(op: str, name: str, seqused, cu_seqlens: torch.Tensor) -> Optional
         b = int(bad.nonzero()[0])
         raise ValueError(f"{op}: {name}[{b}] = {int(used_h[b])} is outside [0, {int(lengths_h[b])}], the "
                          f"rows of sequence {b}")
-    total = int(used_h.sum())
-    device = cu_seqlens.device
-    seq = torch.repeat_interleave(torch.arange(batch, device=device), seqused.to(torch.int64), output_size=total)
-    packed = torch.zeros(batch + 1, dtype=torch.int32)
-    packed[1:] = used_h.cumsum(0).to(torch.int32)
-    packed = packed.to(device)
-    rows = offsets_h.to(device)[:-1][seq] + torch.arange(total, device=device) - packed[:-1].to(torch.int64)[seq]
+    seq, position, packed = ragged_rows(seqused.to(torch.int64), int(used_h.sum()))
+    rows = offsets_h.to(cu_seqlens.device)[:-1][seq] + position
     return rows, packed, int(used_h.max()) if batch else 0
+
+
+def ragged_rows(counts: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows of sequences of counts[b] rows each (int64, on their device), packed one after
+    another: each packed row's sequence and its position in it, and the int32 offsets
+    (batch + 1,) from 0. total is counts' sum (known on the host by the caller)."""
+    batch = counts.numel()
+    seq = torch.repeat_interleave(torch.arange(batch, device=counts.device), counts, output_size=total)
+    offsets = torch.zeros(batch + 1, dtype=torch.int32, device=counts.device)
+    offsets[1:] = counts.cumsum(0)
+    position = torch.arange(total, device=counts.device) - offsets[:-1].to(torch.int64)[seq]
+    return seq, position, offsets
 
 
 def offsets_of(op: str, name: str, counts) -> torch.Tensor:
