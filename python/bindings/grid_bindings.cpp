@@ -252,35 +252,41 @@ void bind_grid(nb::module_& m) {
       nb::arg("stream") = 0);
 
   // Sparse convolution: the output grids, the kernel maps, and the GEMMs over a map.
+  // pooling: an even kernel's taps start at o * stride (EvenTaps::Pooling).
+  const auto geometry = [](grid::Vec3i kernel_size, grid::Vec3i stride, bool transposed,
+                           bool pooling) {
+    return grid::ConvGeometry{kernel_size, stride, transposed,
+                              pooling ? grid::EvenTaps::Pooling : grid::EvenTaps::Convolution};
+  };
   m.def(
       "conv_grid",
-      [](const GridBatch& g, grid::Vec3i kernel_size, grid::Vec3i stride, bool transposed,
-         uintptr_t stream) {
-        return transposed ? grid::conv_transpose_grid(g, kernel_size, stride, as_stream(stream))
-                          : grid::conv_grid(g, kernel_size, stride, as_stream(stream));
+      [geometry](const GridBatch& g, grid::Vec3i kernel_size, grid::Vec3i stride, bool transposed,
+                 uintptr_t stream, bool pooling) {
+        return grid::conv_grid(g, geometry(kernel_size, stride, transposed, pooling),
+                               as_stream(stream));
       },
       nb::arg("grid"), nb::arg("kernel_size"), nb::arg("stride"), nb::arg("transposed"),
-      nb::arg("stream") = 0);
+      nb::arg("stream") = 0, nb::arg("pooling") = false);
   m.def(
       "kernel_map",
-      [](const GridBatch& source, const GridBatch& target, grid::Vec3i kernel_size,
-         grid::Vec3i stride, bool transposed, uintptr_t stream) {
-        return to_capsule(
-            grid::kernel_map(source, target, {kernel_size, stride, transposed}, as_stream(stream)));
+      [geometry](const GridBatch& source, const GridBatch& target, grid::Vec3i kernel_size,
+                 grid::Vec3i stride, bool transposed, uintptr_t stream, bool pooling) {
+        return to_capsule(grid::kernel_map(
+            source, target, geometry(kernel_size, stride, transposed, pooling), as_stream(stream)));
       },
       nb::arg("source"), nb::arg("target"), nb::arg("kernel_size"), nb::arg("stride"),
-      nb::arg("transposed"), nb::arg("stream") = 0);
+      nb::arg("transposed"), nb::arg("stream") = 0, nb::arg("pooling") = false);
   m.def(
       "kernel_map_with_row_order",
-      [](const GridBatch& source, const GridBatch& target, grid::Vec3i kernel_size,
-         grid::Vec3i stride, bool transposed, uintptr_t stream) {
+      [geometry](const GridBatch& source, const GridBatch& target, grid::Vec3i kernel_size,
+                 grid::Vec3i stride, bool transposed, uintptr_t stream, bool pooling) {
         const grid::OrderedKernelMap m = grid::kernel_map_with_row_order(
-            source, target, {kernel_size, stride, transposed}, as_stream(stream));
+            source, target, geometry(kernel_size, stride, transposed, pooling), as_stream(stream));
         return nb::make_tuple(to_capsule(m.map), to_capsule(m.row_order),
                               to_capsule(m.map_in_row_order));
       },
       nb::arg("source"), nb::arg("target"), nb::arg("kernel_size"), nb::arg("stride"),
-      nb::arg("transposed"), nb::arg("stream") = 0);
+      nb::arg("transposed"), nb::arg("stream") = 0, nb::arg("pooling") = false);
   m.def(
       "invert_kernel_map",
       [](nb::ndarray<> map, int64_t source_rows, uintptr_t stream) {

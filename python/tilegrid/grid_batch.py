@@ -529,27 +529,31 @@ class GridBatch:
 
     def conv_grid(self, kernel_size, stride=1) -> "GridBatch":
         """The voxels a convolution of this grid writes (every output that some active voxel
-        reaches through some tap; include/tilegrid/grid/convolution.h has the geometry).
-        Voxel size x stride, origin at the centre of an output's receptive field (for even
-        kernel sizes unlike fVDB 0.6, which keeps the origin and pads (K - 1) // 2:
-        sparse_conv.py)."""
+        reaches through some tap, with fVDB 0.6's padding (K - 1) // 2 before o * stride;
+        include/tilegrid/grid/convolution.h has the geometry). Voxel size x stride, origin at
+        the centre of an output's receptive field (for even kernel sizes unlike fVDB 0.6, which
+        keeps the origin: sparse_conv.py)."""
         return self._derived_conv_grid(kernel_size, stride, False)
 
     def conv_transpose_grid(self, kernel_size, stride=1) -> "GridBatch":
         """The voxels a transposed convolution of this grid writes. Voxel size / stride."""
         return self._derived_conv_grid(kernel_size, stride, True)
 
-    def _derived_conv_grid(self, kernel_size, stride, transposed: bool) -> "GridBatch":
+    def _derived_conv_grid(self, kernel_size, stride, transposed: bool,
+                           pooling: bool = False) -> "GridBatch":
+        """pooling=True: the coarse grid of pooling windows (an even one starts at o * stride)."""
         k, s = vec3("conv_grid: kernel_size", kernel_size), vec3("conv_grid: stride", stride)
-        return GridBatch(_C.conv_grid(self._impl, list(k), list(s), transposed, current_stream(self.device)))
+        return GridBatch(_C.conv_grid(self._impl, list(k), list(s), transposed,
+                                      current_stream(self.device), pooling=pooling))
 
     @_deprecation.renamed_arguments("GridBatch.max_pool", kernel_size="pool_factor")
     def max_pool(self, pool_factor, data, stride=0, coarse_grid=None):
         """(features, coarse grid): the max of each window of pool_factor voxels every stride
         (0 or None, the default: pool_factor) voxels, over the active ones; coarse grid default
-        conv_grid(pool_factor, stride). fVDB's argument names (kernel_size= warns). The windows
-        are conv_grid's: for an odd pool_factor centred on stride * o, where fVDB's start at
-        stride * o (its coarse grid coarsened_grid(stride)); even factors agree."""
+        conv_grid(pool_factor, stride) but with the windows below. fVDB's argument names
+        (kernel_size= warns). A window of an even pool_factor starts at stride * o, as fVDB's
+        (where a convolution's even kernel starts (K - 1) // 2 before); one of an odd factor is
+        centred on stride * o, where fVDB's start there (its coarse grid coarsened_grid(stride))."""
         return grid_pooling.max_pool(self, pool_factor, data, _pool_stride(stride), coarse_grid)
 
     @_deprecation.renamed_arguments("GridBatch.avg_pool", kernel_size="pool_factor")

@@ -1,9 +1,11 @@
 """Max and average pooling of a grid's features over windows, through a kernel map.
 
-A window of kernel_size voxels every stride voxels is a convolution's receptive field: the
-coarse grid is source.conv_grid(kernel_size, stride) (for kernel_size = stride, the
+A window of kernel_size voxels every stride voxels is a convolution's receptive field, except
+that an even window starts at o * stride, as fVDB's pooling windows (a convolution's even
+kernel starts (K - 1) // 2 before: include/tilegrid/grid/convolution.h, EvenTaps): the coarse
+grid is source.conv_grid(kernel_size, stride) of those windows (for kernel_size = stride, the
 coarsened grid), and the ConvolutionPlan's map names each window's active inputs; every
-coarse voxel of conv_grid has at least one. Float features (CPU or GPU) run the C++ ops of
+coarse voxel of that grid has at least one. Float features (CPU or GPU) run the C++ ops of
 tilegrid/grid/pooling.h (custom ops, differentiable: max pooling's gradient goes to the
 window's first maximum); other dtypes reduce over the map's taps in torch (there max
 pooling's gradient is split between tied maxima, as torch's amax does).
@@ -129,9 +131,10 @@ def _plan(op: str, fine_grid, kernel_size, stride, coarse_grid) -> ConvolutionPl
         raise TypeError(f"{op}: coarse_grid must be a GridBatch or None, got "
                         f"{type(coarse_grid).__name__}")
     if coarse_grid is None:
-        coarse_grid = fine_grid.conv_grid(kernel_size, stride)
+        coarse_grid = fine_grid._derived_conv_grid(kernel_size, stride, False, pooling=True)
     # The maps alone: pooling reads no row order (two sorts on the GPU saved).
-    return ConvolutionPlan(kernel_size, stride, fine_grid, coarse_grid, False, _row_orders=False)
+    return ConvolutionPlan(kernel_size, stride, fine_grid, coarse_grid, False, _row_orders=False,
+                           _pooling=True)
 
 
 def _features(op: str, fine_grid, data):

@@ -7,12 +7,11 @@
 A plan holds the kernel map between two grids (for every tap and output voxel, the input row
 or -1; built once on the grids' device) and its inverse (the input gradient's map), so it is
 reused by every layer, forward and backward, on the same pair of grids. Geometry (tap t of
-output o reads input o * stride + t - pad, pad = (K - 1) // 2 for odd K and 0 for even K;
-transposed: input i feeds output i * stride + t - pad) is documented in
-include/tilegrid/grid/convolution.h. fVDB 0.6 differs for even kernel sizes: it pads
-(K - 1) // 2 for every K (the same taps for K = 2, one voxel earlier for K = 4), and its
-conv_grid keeps the source grid's origin where tilegrid's moves it to the centre of an output's
-receptive field (half a source voxel for even K); odd kernel sizes agree.
+output o reads input o * stride + t - pad, pad = (K - 1) // 2, fVDB 0.6's relation: for K = 2
+taps o * stride .. o * stride + 1, for K = 4 o * stride - 1 .. o * stride + 2; transposed:
+input i feeds output i * stride + t - pad) is documented in include/tilegrid/grid/convolution.h.
+fVDB's conv_grid keeps the source grid's origin where tilegrid's moves it to the centre of an
+output's receptive field (half a source voxel for even K; odd kernel sizes agree).
 
 The GEMMs are custom ops (`tilegrid::sparse_conv`, `tilegrid::sparse_conv_backward`) with fake
 kernels and a registered autograd formula, so they are differentiable and torch.compile traces
@@ -282,9 +281,10 @@ class ConvolutionPlan:
     """
 
     def __init__(self, kernel_size, stride, source_grid, target_grid, transposed: bool, *,
-                 _row_orders: bool = True):
+                 _row_orders: bool = True, _pooling: bool = False):
         """_row_orders=False leaves the GPU row orders empty (rows in order), for users of the
-        maps alone (pooling), which would not read them."""
+        maps alone (pooling), which would not read them. _pooling=True starts an even kernel's
+        taps at o * stride (pad 0), as pooling windows do (grid_pooling.py)."""
         _check_grids(source_grid, target_grid)
         if source_grid.device != target_grid.device:
             raise ValueError(
@@ -309,10 +309,10 @@ class ConvolutionPlan:
         row_orders = _row_orders and source_grid.device.type == "cuda"
         if row_orders:
             self.kernel_map, row_order, map_in_row_order = (
-                torch.from_dlpack(t) for t in _C.kernel_map_with_row_order(*args)
+                torch.from_dlpack(t) for t in _C.kernel_map_with_row_order(*args, pooling=_pooling)
             )
         else:
-            self.kernel_map = torch.from_dlpack(_C.kernel_map(*args))
+            self.kernel_map = torch.from_dlpack(_C.kernel_map(*args, pooling=_pooling))
         # A submanifold convolution with a centred (odd) stencil: tap t looks the opposite way
         # of tap taps - 1 - t, so its inverse map is the map with the taps reversed (a copy,
         # no scatter), and rows that share their taps in the map share them (reversed) in the

@@ -63,13 +63,14 @@ __global__ void candidate_scatter_kernel(const int32_t* __restrict__ xyz,
     }
 }
 
-// A kernel that tiles its stride (kernel size = stride, no padding, not transposed: a U-Net's
-// 2x2x2 downsampling) sends each input through exactly one tap per axis, to floor(i / stride):
-// one candidate an input, its parent.
+// A kernel that tiles its stride (kernel size = stride, not transposed: a U-Net's 2x2x2
+// downsampling) sends each input through exactly one tap per axis, to floor((i + pad) /
+// stride): one candidate an input, its parent (pad 0 for K = 2, 1 for K = 4). The quotient
+// fits int32: pad < stride where pad > 0.
 bool tiles_its_stride(const Taps& taps) {
   if (taps.transposed) return false;
   for (int a = 0; a < 3; ++a)
-    if (taps.size[a] != taps.stride[a] || taps.pad[a] != 0) return false;
+    if (taps.size[a] != taps.stride[a]) return false;
   return true;
 }
 
@@ -77,8 +78,8 @@ __global__ void parent_candidates_kernel(const int32_t* __restrict__ xyz, int64_
                                          int32_t* __restrict__ out) {
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < 3 * n;
        p += int64_t(gridDim.x) * blockDim.x) {
-    const int32_t i = xyz[p], s = taps.stride[p % 3];
-    out[p] = i >= 0 ? i / s : -((-int64_t(i) + s - 1) / s);  // floor, in int64 for INT32_MIN
+    const int64_t i = int64_t(xyz[p]) + taps.pad[p % 3], s = taps.stride[p % 3];
+    out[p] = int32_t(i >= 0 ? i / s : -((-i + s - 1) / s));  // floor
   }
 }
 

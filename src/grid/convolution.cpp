@@ -184,6 +184,11 @@ GridBatch conv_transpose_grid(const GridBatch& source, const Vec3i& kernel_size,
   return output_grid("conv_transpose_grid", source, {kernel_size, stride, true}, stream);
 }
 
+GridBatch conv_grid(const GridBatch& source, const ConvGeometry& geometry, Stream stream) {
+  return output_grid(geometry.transposed ? "conv_transpose_grid" : "conv_grid", source, geometry,
+                     stream);
+}
+
 namespace {
 
 // kernel_map's map; where `ordered` is given and the GPU leaf kernel applies, also the map's row

@@ -3,12 +3,15 @@
 //
 // Geometry, per axis, for a kernel of size K and stride s: kernel tap t in [0, K) of output
 // voxel o reads input voxel
-//     i = o * s + t - pad,   pad = (K - 1) / 2 for odd K, 0 for even K
-// (so K = 3, s = 1 is the centred 3x3x3 stencil, and K = 2, s = 2 reads the 2x2x2 block whose
-// parent is o, the block coarsened_grid merges). A transposed convolution runs the same taps
-// backwards: input voxel i feeds output o = i * s + t - pad through tap t. Taps are numbered
-// t = (t_i * K_j + t_j) * K_k + t_k, as the last three dimensions of a torch.nn.Conv3d weight
-// laid over the (i, j, k) axes.
+//     i = o * s + t - pad,   pad = (K - 1) / 2 (rounded down),
+// fVDB's relation fine = stride * coarse + tap - padding_before. K = 3, s = 1 is the centred
+// 3x3x3 stencil; an even kernel reaches one voxel further after o * s than before it (K = 4:
+// o * s - 1 .. o * s + 2), and K = 2, s = 2 reads the 2x2x2 block whose parent is o, the block
+// coarsened_grid merges. Pooling windows (EvenTaps::Pooling) pad an even kernel by 0, as fVDB's
+// max_pool / avg_pool, whose windows start at o * s (K = 4: o * s .. o * s + 3). A transposed
+// convolution runs the same taps backwards: input voxel i feeds output o = i * s + t - pad
+// through tap t. Taps are numbered t = (t_i * K_j + t_j) * K_k + t_k, as the last three
+// dimensions of a torch.nn.Conv3d weight laid over the (i, j, k) axes.
 //
 // A convolution is: the output grid (conv_grid / conv_transpose_grid, or any grid the caller
 // chooses, e.g. the input grid itself for a submanifold convolution), its kernel map
@@ -25,26 +28,40 @@ namespace tilegrid::grid {
 
 using Vec3i = std::array<int32_t, 3>;
 
+// Where an even kernel's taps start (odd kernels are centred on o * s under both).
+enum class EvenTaps : uint8_t {
+  Convolution,  // pad (K - 1) / 2, fVDB's convolutions
+  Pooling,      // pad 0, fVDB's pooling windows
+};
+
 struct ConvGeometry {
   Vec3i kernel_size{3, 3, 3};  // each >= 1
   Vec3i stride{1, 1, 1};       // each >= 1
   bool transposed = false;
+  EvenTaps even_taps = EvenTaps::Convolution;
 
   int64_t kernel_volume() const {
     return int64_t(kernel_size[0]) * kernel_size[1] * kernel_size[2];
   }
   // The padding of axis a (see the file comment).
-  int32_t pad(int a) const { return kernel_size[a] % 2 ? (kernel_size[a] - 1) / 2 : 0; }
+  int32_t pad(int a) const {
+    const bool even = kernel_size[a] % 2 == 0;
+    return even && even_taps == EvenTaps::Pooling ? 0 : (kernel_size[a] - 1) / 2;
+  }
 };
 
 // The voxels a convolution of `source` writes: every o that some active input reaches through
-// some tap. Voxel size source * stride; origin moved to the centre of o's receptive field.
+// some tap. Voxel size source * stride; origin moved to the centre of o's receptive field,
+// half a source voxel for an even kernel (fVDB 0.6 keeps the source's origin for every K).
 GridBatch conv_grid(const GridBatch& source, const Vec3i& kernel_size, const Vec3i& stride,
                     Stream stream = {});
 // The voxels a transposed convolution of `source` writes (o = i * s + t - pad for every active
 // i and tap t): voxel size source / stride.
 GridBatch conv_transpose_grid(const GridBatch& source, const Vec3i& kernel_size,
                               const Vec3i& stride, Stream stream = {});
+// conv_grid or conv_transpose_grid (by geometry.transposed) of any geometry: pooling's coarse
+// grid is this grid under EvenTaps::Pooling.
+GridBatch conv_grid(const GridBatch& source, const ConvGeometry& geometry, Stream stream = {});
 
 // int32 [kernel_volume, target.total_voxels()]: map[t][o] = the row of the input voxel that
 // output row o reads through tap t, or -1 where that voxel is not active in `source`. Rows of

@@ -68,10 +68,10 @@ class _SparseConvBase(nn.Module):
 
 
 class SparseConv3d(_SparseConvBase):
-    """out[o] = sum over taps t of W[:, :, t] . data[o * stride + t - pad] (+ bias), over the
-    plan's grids (ConvolutionPlan.from_grid_batch; target = source for a submanifold
-    convolution). weight [out_channels, in_channels, kx, ky, kz], as torch.nn.Conv3d, and
-    initialised as its.
+    """out[o] = sum over taps t of W[:, :, t] . data[o * stride + t - pad] (+ bias), pad =
+    (kernel_size - 1) // 2 as fVDB 0.6's (sparse_conv.py), over the plan's grids
+    (ConvolutionPlan.from_grid_batch; target = source for a submanifold convolution). weight
+    [out_channels, in_channels, kx, ky, kz], as torch.nn.Conv3d, and initialised as its.
 
     Args:
         in_channels: The input features' width, >= 1.

@@ -23,7 +23,8 @@ class _OnFeatureRows:
 class MaxPool(nn.Module):
     """forward(fine_data, fine_grid, coarse_grid=None) -> (coarse_data, coarse_grid): the max
     over each window of kernel_size voxels every stride voxels, over its active voxels
-    (GridBatch.max_pool). coarse_grid defaults to fine_grid.conv_grid(kernel_size, stride).
+    (GridBatch.max_pool, which says where a window starts). coarse_grid defaults to the
+    windows' coarse grid.
 
     Args:
         kernel_size: The window, an int or three ints.

@@ -79,6 +79,39 @@ TEST(Convolution, StrideTwoGridAndMapFollowTheDocumentedGeometry) {
     }
 }
 
+TEST(Convolution, EvenKernelsPadAsFvdbConvolutionsAndPoolingWindowsStartAtTheOutput) {
+  // fVDB 0.6: pad (K - 1) / 2 for every K; its pooling windows start at o * s (pad 0 for even K).
+  const int32_t conv_pad[6] = {0, 0, 1, 1, 2, 2}, pool_pad[6] = {0, 0, 1, 0, 2, 0};
+  for (int32_t k = 1; k <= 6; ++k) {
+    EXPECT_EQ((ConvGeometry{{k, 1, 1}, {1, 1, 1}, false}.pad(0)), conv_pad[k - 1]) << "K " << k;
+    EXPECT_EQ((ConvGeometry{{k, 1, 1}, {1, 1, 1}, false, EvenTaps::Pooling}.pad(0)),
+              pool_pad[k - 1])
+        << "K " << k;
+  }
+  const GridBatch source = random_grid(200, 9);
+  const std::vector<Ijk> in = coords(source);
+  std::map<Ijk, int32_t> row_of;
+  for (size_t r = 0; r < in.size(); ++r) row_of[in[r]] = int32_t(r);
+  for (const EvenTaps even : {EvenTaps::Convolution, EvenTaps::Pooling}) {
+    const ConvGeometry g{{4, 4, 4}, {2, 2, 2}, false, even};
+    const int32_t pad = even == EvenTaps::Pooling ? 0 : 1;
+    const std::vector<Ijk> out = coords(conv_grid(source, g));
+    const Tensor map = kernel_map(source, conv_grid(source, g), g);
+    const int32_t* m = static_cast<const int32_t*>(map.data());
+    std::vector<bool> reached(out.size(), false);
+    for (size_t o = 0; o < out.size(); ++o)
+      for (int t = 0; t < 64; ++t) {
+        const auto [i, j, k] = out[o];
+        const Ijk want{i * 2 + t / 16 - pad, j * 2 + (t / 4) % 4 - pad, k * 2 + t % 4 - pad};
+        const auto it = row_of.find(want);
+        ASSERT_EQ(m[t * int64_t(out.size()) + int64_t(o)], it == row_of.end() ? -1 : it->second)
+            << "output " << o << " tap " << t << " pad " << pad;
+        reached[o] = reached[o] || it != row_of.end();
+      }
+    for (size_t o = 0; o < out.size(); ++o) EXPECT_TRUE(reached[o]) << "output " << o;
+  }
+}
+
 TEST(Convolution, ForwardAndWeightGradientMatchNaiveLoops) {
   const GridBatch grid = random_grid(200, 5);
   const Tensor map = kernel_map(grid, grid, {});

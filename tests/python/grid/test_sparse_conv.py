@@ -27,7 +27,7 @@ def brute_force(source, target, features, weight, kernel_size, stride, transpose
     """float64 convolution by coordinate lookups, independent of the map code: for every target
     voxel and tap, the input coordinate from the documented geometry."""
     k, s = kernel_size, stride
-    pad = [(kk - 1) // 2 if kk % 2 else 0 for kk in k]
+    pad = [(kk - 1) // 2 for kk in k]  # fVDB 0.6's, odd and even K alike
     src = {}
     for b, t in enumerate(source.ijk.unbind()):
         base = int(source.voxel_offsets[b])
@@ -131,6 +131,12 @@ CASES = [  # kernel_size, stride, transposed, target ("same" or "conv")
     ((2, 2, 2), (2, 2, 2), True, "conv"),
     ((3, 3, 3), (2, 2, 2), True, "conv"),
     ((1, 1, 1), (2, 2, 2), False, "conv"),
+    ((4, 4, 4), (1, 1, 1), False, "same"),
+    ((2, 4, 6), (1, 1, 1), False, "conv"),
+    ((4, 4, 4), (4, 4, 4), False, "conv"),
+    ((4, 2, 6), (2, 2, 3), False, "conv"),
+    ((4, 4, 4), (2, 2, 2), True, "conv"),
+    ((2, 4, 3), (1, 2, 3), True, "conv"),
 ]
 
 
@@ -153,6 +159,77 @@ def test_random_sparse_batches_match_brute_force(device, kernel_size, stride, tr
     torch.testing.assert_close(got.jdata.cpu(), want, rtol=1e-12, atol=1e-12)
     # The output grid holds exactly the voxels that receive an input.
     assert (plan.kernel_map >= 0).any(0).all() or target == "same"
+
+
+def line_grid(device, first, last):
+    """Voxels (first .. last, 0, 0), voxel size 0.5, origin 1: a line along i."""
+    ijk = torch.tensor([[i, 0, 0] for i in range(first, last + 1)], dtype=torch.int32)
+    return tg.GridBatch.from_ijk(tg.JaggedTensor([ijk]), voxel_sizes=0.5, origins=1.0).to(device)
+
+
+def line_map(plan):
+    """The target's i coordinates and, for each tap along i, the source i that each target
+    voxel's entry names (None where it is -1)."""
+    src = plan.source_grid.ijk.jdata[:, 0].cpu().tolist()
+    taps = [[src[r] if r >= 0 else None for r in row] for row in plan.kernel_map.cpu().tolist()]
+    return plan.target_grid.ijk.jdata[:, 0].cpu().tolist(), taps
+
+
+# kernel size and stride along i, transposed, the source line (first, last); then the target's
+# i coordinates and, a tap each, the source voxel each target voxel reads. Tap t of output o
+# reads o * s + t - (K - 1) // 2 (transposed: input i feeds i * s + t - (K - 1) // 2).
+EVEN_LINES = [
+    (2, 1, False, (0, 4), [-1, 0, 1, 2, 3, 4],
+     [[None, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, None]]),
+    (4, 1, False, (0, 4), [-2, -1, 0, 1, 2, 3, 4, 5],
+     [[None, None, None, 0, 1, 2, 3, 4], [None, None, 0, 1, 2, 3, 4, None],
+      [None, 0, 1, 2, 3, 4, None, None], [0, 1, 2, 3, 4, None, None, None]]),
+    (2, 2, False, (0, 4), [0, 1, 2], [[0, 2, 4], [1, 3, None]]),
+    (4, 2, False, (0, 4), [-1, 0, 1, 2],
+     [[None, None, 1, 3], [None, 0, 2, 4], [None, 1, 3, None], [0, 2, 4, None]]),
+    (2, 2, True, (0, 2), [0, 1, 2, 3, 4, 5],
+     [[0, None, 1, None, 2, None], [None, 0, None, 1, None, 2]]),
+    (4, 2, True, (0, 2), [-1, 0, 1, 2, 3, 4, 5, 6],
+     [[0, None, 1, None, 2, None, None, None], [None, 0, None, 1, None, 2, None, None],
+      [None, None, 0, None, 1, None, 2, None], [None, None, None, 0, None, 1, None, 2]]),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("k,s,transposed,line,want_out,want_taps", EVEN_LINES)
+def test_even_kernels_pad_as_fvdb_on_a_line(device, k, s, transposed, line, want_out, want_taps):
+    """fVDB 0.6's relation fine = s * coarse + t - (K - 1) // 2 on a line of voxels: K = 2 reads
+    o * s .. o * s + 1, K = 4 reads o * s - 1 .. o * s + 2, forward and transposed; the
+    output grid is every voxel some tap reaches, its origin the centre of a receptive field."""
+    grid = line_grid(device, *line)
+    plan = (tg.ConvolutionPlan.from_grid_batch_transposed if transposed
+            else tg.ConvolutionPlan.from_grid_batch)((k, 1, 1), (s, 1, 1), grid)
+    assert line_map(plan) == (want_out, want_taps)
+    # Centre of o's receptive field: half a source voxel after o * s for an even K.
+    shift = -0.5 * 0.5 / s if transposed else 0.5 * 0.5
+    torch.testing.assert_close(plan.target_grid.origins.cpu(),
+                               torch.tensor([[1.0 + shift, 1.0, 1.0]], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("k,want_out,want_max,want_mean", [
+    (2, [0, 1, 2, 3], [1, 3, 5, 7], [0.5, 2.5, 4.5, 6.5]),
+    (4, [0, 1], [3, 7], [1.5, 5.5]),
+    (3, [0, 1, 2], [1, 4, 7], [0.5, 3.0, 6.0]),  # odd: centred on o * k
+])
+def test_pooling_windows_of_an_even_factor_start_at_o_times_stride(device, k, want_out, want_max,
+                                                                   want_mean):
+    """Pooling keeps fVDB's windows o * k .. o * k + k - 1 for an even factor (a convolution's
+    K = 4 starts one voxel before: conv_grid has a voxel more), on a line 0 .. 7 whose
+    features are the voxels' i."""
+    grid = line_grid(device, 0, 7)
+    x = grid.ijk.jdata[:, :1].double()
+    for pool, want in ((grid.max_pool, want_max), (grid.avg_pool, want_mean)):
+        got, coarse = pool((k, 1, 1), x)
+        assert coarse.ijk.jdata[:, 0].cpu().tolist() == want_out
+        assert got.jdata[:, 0].cpu().tolist() == want
+    if k == 4:
+        assert grid.conv_grid((4, 1, 1), (4, 1, 1)).ijk.jdata[:, 0].cpu().tolist() == [0, 1, 2]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -704,9 +781,11 @@ def test_maps_and_grids_on_the_gpu_equal_the_cpu():
     grid = random_grid("cpu", sizes=(500, 0, 1, 300), spread=20, far=True)
     gpu = grid.cuda()
     # Stride 1 takes the GPU's leaf-by-leaf map (kernels up to 17 wide), the others its
-    # thread-an-output one.
+    # thread-an-output one; kernel size = stride the GPU's one-parent-an-input conv_grid.
     for k, s, t in (((3, 3, 3), (1, 1, 1), False), ((2, 4, 3), (1, 1, 1), False),
-                    ((2, 2, 2), (2, 2, 2), False), ((3, 3, 3), (2, 2, 2), True)):
+                    ((2, 2, 2), (2, 2, 2), False), ((3, 3, 3), (2, 2, 2), True),
+                    ((4, 4, 4), (4, 4, 4), False), ((4, 2, 3), (4, 2, 3), False),
+                    ((4, 4, 4), (2, 2, 2), True)):
         derive = "conv_transpose_grid" if t else "conv_grid"
         a, b = getattr(grid, derive)(k, s), getattr(gpu, derive)(k, s)
         assert torch.equal(a.ijk.jdata, b.ijk.jdata.cpu())
@@ -778,9 +857,9 @@ def test_pooling_on_the_gpu_equals_the_cpu():
     grid = random_grid("cpu", sizes=(500, 1, 200), spread=9, far=True)
     x = torch.randn(grid.total_voxels, 3, 4, dtype=torch.float32)
     g = grid.cuda()
-    for name in ("max_pool", "avg_pool"):
-        a, ca = getattr(grid, name)(2, x)
-        b, cb = getattr(g, name)(2, x.cuda())
+    for name, k in itertools.product(("max_pool", "avg_pool"), (2, 4)):
+        a, ca = getattr(grid, name)(k, x)
+        b, cb = getattr(g, name)(k, x.cuda())
         assert torch.equal(ca.ijk.jdata, cb.ijk.jdata.cpu())
         assert a.jdata.shape == (ca.total_voxels, 3, 4)
         torch.testing.assert_close(b.jdata.cpu(), a.jdata, rtol=1e-6, atol=1e-6)
