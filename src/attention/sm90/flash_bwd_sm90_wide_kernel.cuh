@@ -41,7 +41,6 @@
 #include "attention/cuda/flash_bwd_params.h"
 #include "attention/cuda/flash_bwd_score.cuh"
 #include "attention/cuda/flash_bwd_store.cuh"
-#include "attention/sm90/flash_bwd_sm90_fragments.cuh"
 #include "attention/sm90/flash_bwd_sm90_producer.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 #include "hopper/wgmma.cuh"
@@ -169,8 +168,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tDqrKt = thr_dq.partition_fragment_B(sKt);  // (MMA, 1, N/16)
   Tensor acc_kv = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});  // dV or dK
   clear(acc_kv);
-  using DsStore = ScoreTileStore<Element, typename Traits::TiledMmaS>;
-  Tensor tdSsdS = DsStore::partition(wg_tid, sdSt);  // where warpgroup 1's dS^T goes
+  Tensor tdSsdS = thr_s.partition_C(sdSt);  // where warpgroup 1's dS^T elements go
 
   // (key, query) coordinates of this thread's S^T elements: value i is on row half (i / 2) % 2
   // and holds queries 2c, 2c + 1 of a column pair (value i even).
@@ -182,7 +180,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int key = get<0>(tScS(2 * r));
     thread_queries[r] = key < w.key_rows ? mask.queries_of_key(w.n0 + key) : IndexRange{};
   }
-  const KeyQueryRanges key_queries(thread_queries, w.sq);
   const IndexRange first_key_queries = mask.queries_of_key(w.n0);
   const IndexRange last_key_queries = mask.queries_of_key(w.n0 + kBlockN - 1);
   const flash_bwd::ScoreGradFn score_grad(g);
@@ -209,31 +206,28 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor rA = make_tensor<Element>(acc.layout());  // P^T or dS^T: the A operand of dV / dK
     warpgroup_wait<0>();
     if (role == 0) {
-      // A masked pair's values are formed and then replaced by 0 (no branch a score).
-      const StepScoreMask step_mask = key_queries.step(m * kBlockM, kBlockM);
       CUTE_UNROLL
-      for (int i = 0; i < size(acc); i += 2) {
-        flash_bwd::ScoreGradFn::ProbSlope ps[2];
-        CUTE_UNROLL
-        for (int j = 0; j < 2; ++j) {
-          const int query = get<1>(tScS(i + j));
-          const auto formed =
-              score_grad.template prob_and_slope<Traits::kFastExp2>(acc(i + j), lse[query]);
-          ps[j] = whole || step_mask.visible(i + j, query)
-                      ? formed
-                      : flash_bwd::ScoreGradFn::ProbSlope{0.f, 0.f};
-          p_slope[(i + j) * 128] = ps[j].p_slope;
-        }
-        set_pair(rA, i, ps[0].p, ps[1].p);
+      for (int i = 0; i < size(acc); ++i) {
+        const int query = get<1>(tScS(i));
+        flash_bwd::ScoreGradFn::ProbSlope ps{0.f, 0.f};
+        if (whole || thread_queries[(i / 2) % 2].contains(row0 + query))
+          ps = score_grad.template prob_and_slope<Traits::kFastExp2>(acc(i), lse[query]);
+        p_slope[i * 128] = ps.p_slope;
+        rA(i) = Element(ps.p);
       }
       NamedBarrier::arrive(Traits::kConsumerThreads, Traits::kBarrierPHandedOver);
     } else {
       NamedBarrier::sync(Traits::kConsumerThreads, Traits::kBarrierPHandedOver);
       CUTE_UNROLL
-      for (int i = 0; i < size(acc); i += 2)
-        set_pair(rA, i, p_slope[i * 128] * (acc(i) - delta[get<1>(tScS(i))]),
-                 p_slope[(i + 1) * 128] * (acc(i + 1) - delta[get<1>(tScS(i + 1))]));
-      DsStore::store(wg_tid, rA, tdSsdS);
+      for (int i = 0; i < size(acc); ++i)
+        rA(i) = Element(p_slope[i * 128] * (acc(i) - delta[get<1>(tScS(i))]));
+      CUTE_UNROLL
+      for (int i = 0; i < size(rA); i += 2) {
+        cutlass::AlignedArray<Element, 2> pair;
+        pair[0] = rA(i);
+        pair[1] = rA(i + 1);
+        *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(&tdSsdS(i)) = pair;
+      }
       cutlass::arch::fence_view_async_shared();  // dS^T for the tensor cores (dQ)
     }
     // dV += P^T dO or dK += dS^T Q, A from registers.
