@@ -287,6 +287,20 @@ def poisoned_backward(dout, q, k, v, out, lse, causal=False, window=(-1, -1), so
 @gpu_test
 def test_gpu_gradients_meet_flash_attention_criterion(dtype, sq, sk, hq, hk, d, causal, window,
                                                       softcap):
+    """Every kernel's gradients by FlashAttention's criterion. scripts/gpu.sh also runs some of
+    these under compute-sanitizer. memcheck reports nothing. racecheck reports one class of
+    hazard on the Hopper kernels. Its write side is always the producer's bulk copy
+    (SM90_BULK_COPY_G2S) of a stage's lse or D rows. Its read side is a consumer thread's read
+    of lse (while forming P) or of D (while forming dS) from the stage the copy overwrites next,
+    reported at those lines or at the warpgroup_wait next to them. The copy is ordered after
+    the read, through barriers the tool does not follow: every consumer thread reads lse and D
+    of the stage before the step's dS barrier (a named barrier over all consumer threads); after
+    it, and after its warpgroup's last product on the stage, one thread a warpgroup arrives on
+    the stage's "empty" mbarrier (consumer_release). The producer issues the copy into that
+    stage only once that mbarrier completes (producer_acquire), and the copy itself is
+    asynchronous (the TMA proxy). So every
+    reported pair is ordered, and none is a race (bench/results/2026-12-04_h200_attention_validation.txt
+    lists the reports by line)."""
     q, k, v = torch.randn(2, sq, hq, d).to(dtype), torch.randn(2, sk, hk, d).to(dtype), torch.randn(2, sk, hk, d).to(dtype)
     dout = torch.randn(2, sq, hq, d).to(dtype)
     kw = dict(causal=causal, window=window, softcap=softcap)
