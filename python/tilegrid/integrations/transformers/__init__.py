@@ -35,11 +35,12 @@ import torch
 from .attention import NAME, register, tilegrid_attention_forward
 from .causal_lm import causal_lm_loss, fused_causal_lm_forward
 from .layers import TilegridAttention, TilegridDecoderLayer, is_hf_rms_norm, rms_norm_from
+from .paged_cache import PagedKVCache
 
 __all__ = [
     "AutoTilegridModelForCausalLM", "TilegridAttention", "TilegridDecoderLayer", "apply_tilegrid",
     "apply_tilegrid_to_llama", "apply_tilegrid_to_mistral", "apply_tilegrid_to_qwen2",
-    "apply_tilegrid_to_qwen3", "causal_lm_loss", "register", "tilegrid_attention_forward",
+    "apply_tilegrid_to_qwen3", "causal_lm_loss", "PagedKVCache", "register", "tilegrid_attention_forward",
 ]
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
