@@ -140,6 +140,16 @@ def test_generated_logits_within_bfloat16_noise(device):
     assert_within_noise(got, bf16, want, "generated logits")
 
 
+def test_sliding_window_reaches_the_kernel():
+    """Mistral with a 5-token window, shorter than the prompts: eager's greedy tokens."""
+    reference = tiny_model("mistral", "cpu", sliding_window=5).eval()
+    model = tilegrid_copy(reference)
+    ids, mask = left_padded_prompts("cpu")
+    kw = dict(attention_mask=mask, max_new_tokens=10, do_sample=False, pad_token_id=0)
+    want = reference.generate(ids, **kw)
+    assert torch.equal(model.generate(ids, past_key_values=tgt.PagedKVCache(model, page_size=PAGE), **kw), want)
+
+
 def test_steps_of_several_tokens_and_crop_agree_with_one_token_steps():
     """Cropping the last generated positions and feeding them again in one step (assisted
     decoding's pattern) gives the logits of feeding them one at a time."""
