@@ -40,10 +40,14 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
-
 from ...flash_attn_kvcache import flash_attn_with_kvcache
 from ...paged_kv import gather_paged_kv
+
+try:
+    from transformers.cache_utils import Cache, CacheLayerMixin
+except ImportError as e:  # pragma: no cover - the package's extra
+    raise ImportError("tilegrid.integrations.transformers needs Hugging Face transformers "
+                      "(pip install 'tilegrid[transformers]')") from e
 
 _TAG = "_tilegrid_paged_layer"
 _SCRATCH = 0
