@@ -252,11 +252,11 @@ void bind_grid(nb::module_& m) {
       nb::arg("stream") = 0);
 
   // Sparse convolution: the output grids, the kernel maps, and the GEMMs over a map.
-  // pooling: an even kernel's taps start at o * stride (EvenTaps::Pooling).
+  // pooling: the taps start at o * stride (TapStart::AtOutput), as fVDB's pooling windows.
   const auto geometry = [](grid::Vec3i kernel_size, grid::Vec3i stride, bool transposed,
                            bool pooling) {
     return grid::ConvGeometry{kernel_size, stride, transposed,
-                              pooling ? grid::EvenTaps::Pooling : grid::EvenTaps::Convolution};
+                              pooling ? grid::TapStart::AtOutput : grid::TapStart::Centred};
   };
   m.def(
       "conv_grid",

@@ -1,9 +1,9 @@
 """Max and average pooling of a grid's features over windows, through a kernel map.
 
 A window of kernel_size voxels every stride voxels is a convolution's receptive field, except
-that an even window starts at o * stride, as fVDB's pooling windows (a convolution's even
-kernel starts (K - 1) // 2 before: include/tilegrid/grid/convolution.h, EvenTaps): the coarse
-grid is source.conv_grid(kernel_size, stride) of those windows (for kernel_size = stride, the
+that it starts at o * stride, as fVDB's pooling windows (a convolution's kernel starts
+(K - 1) // 2 before: include/tilegrid/grid/convolution.h, TapStart): the coarse grid is
+source.conv_grid(kernel_size, stride) of those windows (for kernel_size = stride, the
 coarsened grid), and the ConvolutionPlan's map names each window's active inputs; every
 coarse voxel of that grid has at least one. Float features (CPU or GPU) run the C++ ops of
 tilegrid/grid/pooling.h (custom ops, differentiable: max pooling's gradient goes to the

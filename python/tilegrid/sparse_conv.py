@@ -283,8 +283,8 @@ class ConvolutionPlan:
     def __init__(self, kernel_size, stride, source_grid, target_grid, transposed: bool, *,
                  _row_orders: bool = True, _pooling: bool = False):
         """_row_orders=False leaves the GPU row orders empty (rows in order), for users of the
-        maps alone (pooling), which would not read them. _pooling=True starts an even kernel's
-        taps at o * stride (pad 0), as pooling windows do (grid_pooling.py)."""
+        maps alone (pooling), which would not read them. _pooling=True starts the taps at
+        o * stride (pad 0), as pooling windows do (grid_pooling.py)."""
         _check_grids(source_grid, target_grid)
         if source_grid.device != target_grid.device:
             raise ValueError(

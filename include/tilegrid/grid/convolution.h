@@ -7,8 +7,9 @@
 // fVDB's relation fine = stride * coarse + tap - padding_before. K = 3, s = 1 is the centred
 // 3x3x3 stencil; an even kernel reaches one voxel further after o * s than before it (K = 4:
 // o * s - 1 .. o * s + 2), and K = 2, s = 2 reads the 2x2x2 block whose parent is o, the block
-// coarsened_grid merges. Pooling windows (EvenTaps::Pooling) pad an even kernel by 0, as fVDB's
-// max_pool / avg_pool, whose windows start at o * s (K = 4: o * s .. o * s + 3). A transposed
+// coarsened_grid merges. Pooling windows (TapStart::AtOutput) start at o * s for every K, as
+// fVDB's max_pool / avg_pool (K = 3: o * s .. o * s + 2, the block coarsened_grid(3) merges;
+// K = 4: o * s .. o * s + 3). A transposed
 // convolution runs the same taps backwards: input voxel i feeds output o = i * s + t - pad
 // through tap t. Taps are numbered t = (t_i * K_j + t_j) * K_k + t_k, as the last three
 // dimensions of a torch.nn.Conv3d weight laid over the (i, j, k) axes.
@@ -28,26 +29,24 @@ namespace tilegrid::grid {
 
 using Vec3i = std::array<int32_t, 3>;
 
-// Where an even kernel's taps start (odd kernels are centred on o * s under both).
-enum class EvenTaps : uint8_t {
-  Convolution,  // pad (K - 1) / 2, fVDB's convolutions
-  Pooling,      // pad 0, fVDB's pooling windows
+// Where a kernel's taps start along an axis: (K - 1) / 2 before o * s (fVDB's convolutions;
+// an odd kernel centred on o * s), or at o * s (fVDB's pooling windows).
+enum class TapStart : uint8_t {
+  Centred,   // pad (K - 1) / 2
+  AtOutput,  // pad 0
 };
 
 struct ConvGeometry {
   Vec3i kernel_size{3, 3, 3};  // each >= 1
   Vec3i stride{1, 1, 1};       // each >= 1
   bool transposed = false;
-  EvenTaps even_taps = EvenTaps::Convolution;
+  TapStart tap_start = TapStart::Centred;
 
   int64_t kernel_volume() const {
     return int64_t(kernel_size[0]) * kernel_size[1] * kernel_size[2];
   }
   // The padding of axis a (see the file comment).
-  int32_t pad(int a) const {
-    const bool even = kernel_size[a] % 2 == 0;
-    return even && even_taps == EvenTaps::Pooling ? 0 : (kernel_size[a] - 1) / 2;
-  }
+  int32_t pad(int a) const { return tap_start == TapStart::AtOutput ? 0 : (kernel_size[a] - 1) / 2; }
 };
 
 // The voxels a convolution of `source` writes: every o that some active input reaches through
@@ -60,7 +59,7 @@ GridBatch conv_grid(const GridBatch& source, const Vec3i& kernel_size, const Vec
 GridBatch conv_transpose_grid(const GridBatch& source, const Vec3i& kernel_size,
                               const Vec3i& stride, Stream stream = {});
 // conv_grid or conv_transpose_grid (by geometry.transposed) of any geometry: pooling's coarse
-// grid is this grid under EvenTaps::Pooling.
+// grid is this grid under TapStart::AtOutput.
 GridBatch conv_grid(const GridBatch& source, const ConvGeometry& geometry, Stream stream = {});
 
 // int32 [kernel_volume, target.total_voxels()]: map[t][o] = the row of the input voxel that

@@ -80,11 +80,11 @@ TEST(Convolution, StrideTwoGridAndMapFollowTheDocumentedGeometry) {
 }
 
 TEST(Convolution, EvenKernelsPadAsFvdbConvolutionsAndPoolingWindowsStartAtTheOutput) {
-  // fVDB 0.6: pad (K - 1) / 2 for every K; its pooling windows start at o * s (pad 0 for even K).
-  const int32_t conv_pad[6] = {0, 0, 1, 1, 2, 2}, pool_pad[6] = {0, 0, 1, 0, 2, 0};
+  // fVDB 0.6: pad (K - 1) / 2 for every K; its pooling windows start at o * s (pad 0).
+  const int32_t conv_pad[6] = {0, 0, 1, 1, 2, 2}, pool_pad[6] = {0, 0, 0, 0, 0, 0};
   for (int32_t k = 1; k <= 6; ++k) {
     EXPECT_EQ((ConvGeometry{{k, 1, 1}, {1, 1, 1}, false}.pad(0)), conv_pad[k - 1]) << "K " << k;
-    EXPECT_EQ((ConvGeometry{{k, 1, 1}, {1, 1, 1}, false, EvenTaps::Pooling}.pad(0)),
+    EXPECT_EQ((ConvGeometry{{k, 1, 1}, {1, 1, 1}, false, TapStart::AtOutput}.pad(0)),
               pool_pad[k - 1])
         << "K " << k;
   }
@@ -92,9 +92,9 @@ TEST(Convolution, EvenKernelsPadAsFvdbConvolutionsAndPoolingWindowsStartAtTheOut
   const std::vector<Ijk> in = coords(source);
   std::map<Ijk, int32_t> row_of;
   for (size_t r = 0; r < in.size(); ++r) row_of[in[r]] = int32_t(r);
-  for (const EvenTaps even : {EvenTaps::Convolution, EvenTaps::Pooling}) {
-    const ConvGeometry g{{4, 4, 4}, {2, 2, 2}, false, even};
-    const int32_t pad = even == EvenTaps::Pooling ? 0 : 1;
+  for (const TapStart start : {TapStart::Centred, TapStart::AtOutput}) {
+    const ConvGeometry g{{4, 4, 4}, {2, 2, 2}, false, start};
+    const int32_t pad = start == TapStart::AtOutput ? 0 : 1;
     const std::vector<Ijk> out = coords(conv_grid(source, g));
     const Tensor map = kernel_map(source, conv_grid(source, g), g);
     const int32_t* m = static_cast<const int32_t*>(map.data());

@@ -215,19 +215,20 @@ def test_even_kernels_pad_as_fvdb_on_a_line(device, k, s, transposed, line, want
 @pytest.mark.parametrize("k,want_out,want_max,want_mean", [
     (2, [0, 1, 2, 3], [1, 3, 5, 7], [0.5, 2.5, 4.5, 6.5]),
     (4, [0, 1], [3, 7], [1.5, 5.5]),
-    (3, [0, 1, 2], [1, 4, 7], [0.5, 3.0, 6.0]),  # odd: centred on o * k
+    (3, [0, 1, 2], [2, 5, 7], [1.0, 4.0, 6.5]),  # odd as well: the blocks of coarsened_grid(3)
 ])
-def test_pooling_windows_of_an_even_factor_start_at_o_times_stride(device, k, want_out, want_max,
-                                                                   want_mean):
-    """Pooling keeps fVDB's windows o * k .. o * k + k - 1 for an even factor (a convolution's
+def test_pooling_windows_start_at_o_times_stride(device, k, want_out, want_max, want_mean):
+    """Pooling takes fVDB's windows o * k .. o * k + k - 1 for every factor (a convolution's
     K = 4 starts one voxel before: conv_grid has a voxel more), on a line 0 .. 7 whose
-    features are the voxels' i."""
+    features are the voxels' i; the coarse grid is coarsened_grid(k)."""
     grid = line_grid(device, 0, 7)
     x = grid.ijk.jdata[:, :1].double()
     for pool, want in ((grid.max_pool, want_max), (grid.avg_pool, want_mean)):
         got, coarse = pool((k, 1, 1), x)
         assert coarse.ijk.jdata[:, 0].cpu().tolist() == want_out
         assert got.jdata[:, 0].cpu().tolist() == want
+        assert coarse.ijk.jdata[:, 0].cpu().tolist() == \
+            grid.coarsened_grid((k, 1, 1)).ijk.jdata[:, 0].cpu().tolist()
     if k == 4:
         assert grid.conv_grid((4, 1, 1), (4, 1, 1)).ijk.jdata[:, 0].cpu().tolist() == [0, 1, 2]
 
@@ -835,7 +836,7 @@ def test_pooling_ops_against_float64_with_overlapping_windows(device, dtype):
     x = torch.randn(grid.total_voxels, 5, device=device).to(dtype)
     for reduce, pool in (("max", grid.max_pool), ("avg", grid.avg_pool)):
         got, coarse = pool(3, x, stride=2)
-        plan = tg.ConvolutionPlan.from_grid_batch(3, 2, grid, coarse)
+        plan = tg.ConvolutionPlan((3, 3, 3), (2, 2, 2), grid, coarse, False, _pooling=True)
         want = _pool_reference(plan, x, reduce)
         tol = {torch.float64: 1e-12, torch.float32: 1e-6, torch.bfloat16: 1e-2}[dtype]
         assert (got.jdata.double().cpu() - want).abs().max().item() <= tol
