@@ -11,6 +11,11 @@ or only the attention, for any model that uses transformers' attention interface
     tgt.register()                                      # attn_implementation="tilegrid"
     model = AutoModelForCausalLM.from_pretrained(..., attn_implementation="tilegrid")
 
+and, with tilegrid's attention, generation through a paged KV cache of tilegrid's own
+(paged_cache.py: page pools, block tables, tg.flash_attn_with_kvcache):
+
+    model.generate(ids, attention_mask=mask, past_key_values=tgt.PagedKVCache(model, page_size=16))
+
 What apply_tilegrid_to_llama (and _mistral, _qwen2, _qwen3) swaps in, keeping the weights
 and the checkpoint names (tilegrid.integrations.transformers.layers has the details):
 
@@ -35,9 +40,10 @@ import torch
 from .attention import NAME, register, tilegrid_attention_forward
 from .causal_lm import causal_lm_loss, fused_causal_lm_forward
 from .layers import TilegridAttention, TilegridDecoderLayer, is_hf_rms_norm, rms_norm_from
+from .paged_cache import PagedKVCache
 
 __all__ = [
-    "AutoTilegridModelForCausalLM", "TilegridAttention", "TilegridDecoderLayer", "apply_tilegrid",
+    "AutoTilegridModelForCausalLM", "PagedKVCache", "TilegridAttention", "TilegridDecoderLayer", "apply_tilegrid",
     "apply_tilegrid_to_llama", "apply_tilegrid_to_mistral", "apply_tilegrid_to_qwen2",
     "apply_tilegrid_to_qwen3", "causal_lm_loss", "register", "tilegrid_attention_forward",
 ]

@@ -17,6 +17,9 @@ FlashAttention's integration handles them:
 - otherwise tg.flash_attn_func, causal aligned to the bottom-right corner (a query i of q_len
   sees keys up to i + kv_len - q_len: decoding with a cache).
 
+Keys from tilegrid's PagedKVCache (paged_cache.py) are this step's only: they go to the cache's
+layer, which appends them to its pages and attends through tg.flash_attn_with_kvcache.
+
 Sliding windows (``sliding_window``, in transformers' convention of a total window length),
 ``softcap``, grouped-query attention and head dims up to 256 are passed to the kernels.
 """
@@ -28,6 +31,7 @@ from typing import Optional
 import torch
 
 from ...flash_attn import flash_attn_func, flash_attn_varlen_func
+from .paged_cache import paged_layer_of
 
 NAME = "tilegrid"
 
@@ -101,6 +105,12 @@ def tilegrid_attention_forward(
         raise NotImplementedError("tilegrid attention: output_attentions=True is not supported (the "
                                   "weights are never formed); use attn_implementation='eager'")
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    paged = paged_layer_of(key)
+    if paged is not None:
+        if not causal:
+            raise NotImplementedError("tilegrid attention: PagedKVCache serves causal (decoder) attention only")
+        window = (-1, -1) if sliding_window is None else (sliding_window - 1, sliding_window - 1)
+        return paged.attend(query, key, value, attention_mask, scaling, window, float(softcap or 0.0)), None
     batch, _, q_len, _ = query.shape
     kv_len = key.shape[2]
     # The kernels take [batch, seq, heads, dim].
