@@ -390,7 +390,10 @@ def _varlen_call(name, zigzag, q, k, v, cu_seqlens, max_seqlen, dropout_p, softm
     if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape or q.shape[0] != k.shape[0]:
         raise ValueError(f"{name}: q, k, v must be packed (total_local, heads, headdim) with one total, got "
                          f"{list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
-    if cu_seqlens.dtype != torch.int32 or cu_seqlens.dim() != 1 or int(cu_seqlens[-1]) != q.shape[0]:
+    if cu_seqlens.dtype != torch.int32:  # TypeError, as flash_attn_varlen_func's offsets
+        raise TypeError(f"{name}: cu_seqlens must be an int32 torch.Tensor (the local shard's offsets), "
+                        f"got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or int(cu_seqlens[-1]) != q.shape[0]:
         raise ValueError(f"{name}: cu_seqlens must be the local shard's int32 offsets ending at its {q.shape[0]} "
                          f"tokens, got {cu_seqlens.dtype} {cu_seqlens.tolist()}")
     if return_attn_probs:

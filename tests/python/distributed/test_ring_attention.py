@@ -156,8 +156,11 @@ def _refusals(rank, world, init_file):
         with pytest.raises(ValueError, match="one seqlen_local"):
             tg.distributed.ring_flash_attn_func(q, q[:, :4], q[:, :4])
         packed = torch.randn(6, 2, 16)
-        with pytest.raises(ValueError, match="cu_seqlens must be the local shard's int32 offsets"):
+        with pytest.raises(TypeError, match="cu_seqlens must be an int32 torch.Tensor .* got torch.int64"):
             tg.distributed.ring_flash_attn_varlen_func(packed, packed, packed, torch.tensor([0, 6]), 6)
+        with pytest.raises(ValueError, match="cu_seqlens must be the local shard's int32 offsets"):
+            tg.distributed.ring_flash_attn_varlen_func(packed, packed, packed,
+                                                       torch.tensor([0, 5], dtype=torch.int32), 6)
         with pytest.raises(ValueError, match="its length must be even"):
             tg.distributed.zigzag_ring_flash_attn_varlen_func(
                 packed, packed, packed, torch.tensor([0, 3, 6], dtype=torch.int32), 3, causal=True)
