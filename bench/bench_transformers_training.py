@@ -12,12 +12,20 @@ step of `seqlen` tokens, documents of 256 to 2048 tokens packed with restarting 
 bfloat16. Each stack trains a fresh copy of the same weights on the same batches; the first
 3 steps are warm-up (compilation), the next `--steps` are timed with CUDA events.
 
+The models run with use_cache=False, as a training step does (a KV cache built every step
+only costs time, and under torch.compile a new cache object each step recompiles).
+
 Stacks (those whose package does not import are recorded as not measured, with the reason):
 - "transformers sdpa": eager modules, attn_implementation="sdpa";
 - "transformers sdpa + compile": the same under torch.compile;
 - "liger": liger_kernel's apply_liger_kernel_to_<model> (RoPE, RMSNorm, SwiGLU, fused linear
   cross-entropy) on the sdpa model;
-- "flash_attention_3": transformers' FA3 attention (flash_attn_interface), eager modules;
+- "flash_attention_3": transformers' FA3 attention (flash_attn_interface), eager modules.
+  transformers takes FA3 as available only where a distribution named flash-attn-3 provides
+  flash_attn_interface; for FA3 built in place (its hopper/ folder on PYTHONPATH, as
+  FlashAttention's own `python setup.py build_ext --inplace` leaves it) the bench declares
+  that distribution in a temporary folder before transformers is imported
+  (declare_inplace_fa3);
 - "tilegrid": tilegrid.integrations.transformers.apply_tilegrid;
 - "tilegrid + compile": the same under torch.compile.
 """
@@ -26,8 +34,11 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.metadata
+import importlib.util
 import os
 import sys
+import tempfile
 
 import torch
 
@@ -35,6 +46,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 WARMUP = 3
+
+
+def declare_inplace_fa3() -> None:
+    """Where flash_attn_interface imports but no installed distribution provides it (FA3 built
+    in place), a flash-attn-3 distribution's metadata naming it, in a temporary folder put on
+    sys.path, so that transformers' is_flash_attn_3_available() sees it. Before transformers
+    is imported: it maps modules to distributions once."""
+    if importlib.util.find_spec("flash_attn_interface") is None:
+        return
+    if "flash_attn_interface" in importlib.metadata.packages_distributions():
+        return
+    folder = tempfile.mkdtemp(prefix="fa3-dist-")
+    info = os.path.join(folder, "flash_attn_3-3.0.0.dist-info")
+    os.makedirs(info)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: flash-attn-3\nVersion: 3.0.0\n")
+    with open(os.path.join(info, "top_level.txt"), "w") as f:
+        f.write("flash_attn_interface\n")
+    sys.path.append(folder)
 
 
 def model_config(name: str):
@@ -103,7 +133,7 @@ def train_steps(model, step_model, batches) -> tuple[float, int]:
         if i == WARMUP:
             torch.cuda.synchronize()
             start.record()
-        loss = step_model(input_ids=ids, labels=labels, position_ids=positions).loss
+        loss = step_model(input_ids=ids, labels=labels, position_ids=positions, use_cache=False).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -117,6 +147,7 @@ STACKS = ["transformers sdpa", "transformers sdpa + compile", "liger", "flash_at
 
 
 def main() -> None:
+    declare_inplace_fa3()
     from transformers import AutoModelForCausalLM
 
     parser = argparse.ArgumentParser()

@@ -42,3 +42,24 @@ def test_stacks_are_built_or_refused_by_import():
     assert torch.isfinite(step_model(input_ids=ids, labels=ids).loss)
     with pytest.raises(ValueError, match="unknown stack"):
         bench.build_stack("nothing", base, "llama")
+
+
+def test_an_fa3_built_in_place_is_declared_as_the_flash_attn_3_distribution(tmp_path, monkeypatch):
+    """transformers maps flash_attn_interface to a distribution named flash-attn-3; a module
+    built in place (no distribution) gets one, and an existing mapping is left alone."""
+    import importlib.metadata
+
+    (tmp_path / "flash_attn_interface.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = list(sys.path)
+    assert "flash_attn_interface" not in importlib.metadata.packages_distributions()
+    bench.declare_inplace_fa3()
+    try:
+        assert importlib.metadata.packages_distributions()["flash_attn_interface"] == ["flash-attn-3"]
+        added = [p for p in sys.path if p not in before]
+        assert len(added) == 1
+        bench.declare_inplace_fa3()  # declared already: nothing more
+        assert [p for p in sys.path if p not in before] == added
+    finally:
+        for p in [p for p in sys.path if p not in before]:
+            sys.path.remove(p)
