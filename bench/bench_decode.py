@@ -3,15 +3,17 @@
 batch decode (`flashinfer`, one query token), with the copy ceiling measured in the same run.
 
     python bench/bench_decode.py --out r.json [--batches 1 8 64 256] [--caches 1024 8192 32768 131072]
-        [--queries 1 4] [--pages 0 16 64 256] [--max-kv-gib 16]
+        [--queries 1 4] [--pages 0 16 64 256] [--max-kv-gib 16] [--splits 8]
 
 32 query heads over 8 KV heads of 128, bf16, as Llama-3-8B decodes. Each problem reads the
 whole cache once: bytes = batch x cache x 8 x 128 x 2 (k and v) x 2 bytes, plus q and out;
 decoding is bound by those bytes, so each system's time is also given as TB/s and as a
 fraction of the measured copy ceiling. `--pages 0` is the contiguous cache, other values are
 paged caches with pages of that many tokens, shuffled in the pool. Problems whose cache is
-larger than --max-kv-gib are left out. Every system's output is compared with tilegrid's. Each problem is timed on one
-input set, so a cache smaller than the L2 (50 MB) may be read from it, by every system alike.
+larger than --max-kv-gib are left out. tilegrid runs with num_splits=0 (its default) and with
+each --splits value (split-KV, tilegrid/split_kv.py). Every system's output is compared with
+tilegrid's. Each problem is timed on one input set, so a cache smaller than the L2 (50 MB) may
+be read from it, by every system alike.
 """
 
 from __future__ import annotations
@@ -55,9 +57,10 @@ def make_problem(batch: int, cache: int, queries: int, page: int, device="cuda",
     return q, (k, v, table), seqlens
 
 
-def tilegrid_decode(q, cache, seqlens):
+def tilegrid_decode(q, cache, seqlens, num_splits=0):
     k, v, table = cache
-    return tg.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, block_table=table, causal=True)
+    return tg.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, block_table=table, causal=True,
+                                      num_splits=num_splits)
 
 
 def fa3_decode(q, cache, seqlens):
@@ -91,6 +94,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, nargs="*", default=[1, 4])
     parser.add_argument("--pages", type=int, nargs="*", default=[0, 16, 64, 256])
     parser.add_argument("--max-kv-gib", type=float, default=16.0)
+    parser.add_argument("--splits", type=int, nargs="*", default=[8],
+                        help="tilegrid is also timed with each of these num_splits (split-KV)")
     args = parser.parse_args()
 
     report = harness.Report("decode attention (flash_attn_with_kvcache)")
@@ -110,6 +115,9 @@ def main() -> None:
                     nbytes += 2 * q.numel() * q.element_size()
                     want = tilegrid_decode(q, kv, seqlens)
                     systems = [("tilegrid", lambda i: tilegrid_decode(q, kv, seqlens))]
+                    systems += [(f"tilegrid num_splits={n}",
+                                 (lambda n: lambda i: tilegrid_decode(q, kv, seqlens, n))(n))
+                                for n in args.splits if n > 1]
                     if fa3 is not None:
                         systems.append(("FlashAttention-3", lambda i: fa3_decode(q, kv, seqlens)))
                     if flashinfer is not None and queries == 1:

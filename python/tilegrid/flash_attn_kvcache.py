@@ -17,8 +17,9 @@ from typing import Optional, Union
 
 import torch
 
-from .attention_sinks import check_learnable_sink
+from .attention_sinks import apply_learnable_sink, check_learnable_sink
 from .flash_attn import _real, _window, flash_attn_varlen_func
+from .split_kv import attention_in_parts
 from .varlen_used import ragged_rows
 
 _OP = "flash_attn_with_kvcache"
@@ -111,8 +112,10 @@ def flash_attn_with_kvcache(
         rotary_interleaved: True: rotate dims (2j, 2j + 1) (GPT-J); False: dims (j,
             j + rotary_dim / 2) (GPT-NeoX, Llama).
         alibi_slopes: Must be None (no ALiBi; a tensor raises NotImplementedError).
-        num_splits: How many parts to split each sequence's keys into; 0: chosen by
-            the implementation. A hint: the current implementation does not split.
+        num_splits: How many parts to split each sequence's keys into (split-KV,
+            tilegrid/split_kv.py): the parts run as sequences of their own and merge by their
+            log-sum-exps. 0: chosen by the implementation, which does not split yet (no
+            heuristic has been measured). A sliding window runs unsplit.
         return_softmax_lse: Return (out, softmax_lse) instead of out.
         learnable_sink: Keyword only: None, or a floating (nheads,) tensor, one softmax-
             denominator logit a query head (FlashAttention 4's keyword; see flash_attn_func).
@@ -256,10 +259,17 @@ def flash_attn_with_kvcache(
         keys, values = k_cache[block, slot], v_cache[block, slot]
     cu_q_t = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
     max_k = int(counts_h.max()) if batch else 0
-    out, lse = flash_attn_varlen_func(
-        q.reshape(batch * seqlen_q, nheads, d), keys, values, cu_q_t, cu_k_t,
-        max(seqlen_q, 1), max(max_k, 1), softmax_scale=scale, causal=causal, window_size=(left, right),
-        softcap=softcap, return_lse=True, learnable_sink=learnable_sink)
+    if num_splits > 1 and left < 0 and right < 0 and batch and seqlen_q:
+        out, lse = attention_in_parts(q.reshape(batch * seqlen_q, nheads, d), keys, values, counts_h,
+                                      seqlen_q, num_splits, causal=causal, softmax_scale=scale,
+                                      softcap=softcap)
+        if learnable_sink is not None:
+            out, lse = apply_learnable_sink(out, lse, learnable_sink, varlen=True)
+    else:
+        out, lse = flash_attn_varlen_func(
+            q.reshape(batch * seqlen_q, nheads, d), keys, values, cu_q_t, cu_k_t,
+            max(seqlen_q, 1), max(max_k, 1), softmax_scale=scale, causal=causal,
+            window_size=(left, right), softcap=softcap, return_lse=True, learnable_sink=learnable_sink)
     out = out.view(batch, seqlen_q, nheads, d)
     if not return_softmax_lse:
         return out

@@ -112,7 +112,8 @@ def case(device, dtype, batch=3, sq=1, new=2, cache=40, h=4, hk=2, d=32, rot=16,
                 cache_seqlens=lengths, cache_batch_idx=idx, cache_leftpad=pad, block_table=pages), page
 
 
-def check(device, dtype, args, page, causal=True, window=(-1, -1), softcap=0.0, interleaved=True):
+def check(device, dtype, args, page, causal=True, window=(-1, -1), softcap=0.0, interleaved=True,
+          num_splits=0):
     batch = args["q"].shape[0]
     rows = args["cache_batch_idx"] if args["cache_batch_idx"] is not None else torch.arange(batch)
     leftpad = args["cache_leftpad"] if args["cache_leftpad"] is not None else torch.zeros(batch)
@@ -126,7 +127,8 @@ def check(device, dtype, args, page, causal=True, window=(-1, -1), softcap=0.0, 
         None if args["block_table"] is None else args["block_table"].cpu(), page, causal, window, softcap,
         interleaved, scale)
     out, lse = tg.flash_attn_with_kvcache(**args, causal=causal, window_size=window, softcap=softcap,
-                                          rotary_interleaved=interleaved, return_softmax_lse=True)
+                                          rotary_interleaved=interleaved, num_splits=num_splits,
+                                          return_softmax_lse=True)
     tol = TOL[dtype]
     torch.testing.assert_close(out.cpu().double(), want, rtol=tol, atol=tol)
     torch.testing.assert_close(lse.cpu().double(), want_lse, rtol=tol, atol=tol)
@@ -163,6 +165,54 @@ def test_batch_index_leftpad_window_and_softcap(device):
 def test_no_new_keys_and_no_rotary_not_causal(device):
     args, page = case(device, torch.bfloat16, sq=3, new=0, rot=0)
     check(device, torch.bfloat16, args, page, causal=False)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("sq,causal", [(1, True), (4, True), (3, False)])
+@pytest.mark.parametrize("splits", [2, 3, 9])
+def test_split_kv_equals_the_reference(device, dtype, sq, causal, splits):
+    """num_splits > 1: each sequence's keys in parts merged by their log-sum-exps, with
+    sequences shorter than the parts (empty parts), one with no cached keys, left padding and
+    softcap; causal parts before the last hold only keys every query sees."""
+    if device == "cuda" and dtype == torch.float32:
+        pytest.skip("CUDA kernels take float16 and bfloat16")
+    args, page = case(device, dtype, batch=5, sq=sq, new=sq, cache=40, leftpad=True)
+    args["cache_seqlens"][1] = 0
+    args["cache_seqlens"][2] = 2
+    args["cache_leftpad"][1:3] = 0
+    check(device, dtype, args, page, causal=causal, softcap=4.0, num_splits=splits)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_split_kv_over_a_paged_cache(device):
+    args, page = case(device, torch.bfloat16, sq=2, new=2, cache=48, paged=True, page=8)
+    check(device, torch.bfloat16, args, page, num_splits=4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_split_kv_with_a_learnable_sink_equals_the_unsplit_call(device):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    args, _ = case(device, dtype, batch=3, sq=4, new=0, rot=0)
+    sink = torch.randn(args["q"].shape[2], device=device)
+    want = tg.flash_attn_with_kvcache(**args, causal=True, learnable_sink=sink, return_softmax_lse=True)
+    got = tg.flash_attn_with_kvcache(**args, causal=True, learnable_sink=sink, num_splits=5,
+                                     return_softmax_lse=True)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float(), w.float(), rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_split_bounds_cover_the_keys_and_keep_the_causal_tail_in_the_last_part():
+    from tilegrid.split_kv import split_bounds
+
+    counts = torch.tensor([0, 1, 5, 10, 37])
+    for splits, sq, causal in ((2, 1, True), (4, 4, True), (3, 2, False), (8, 6, True)):
+        bounds = split_bounds(counts, splits, sq, causal)
+        assert bounds.shape == (5, splits + 1)
+        assert (bounds[:, 0] == 0).all() and torch.equal(bounds[:, -1], counts)
+        assert (bounds[:, 1:] >= bounds[:, :-1]).all()
+        if causal:
+            assert (bounds[:, -2] <= (counts - (sq - 1)).clamp(min=0)).all()
 
 
 def test_whole_cache_when_cache_seqlens_is_none_and_an_int_for_all():
