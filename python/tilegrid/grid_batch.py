@@ -645,9 +645,16 @@ class GridBatch:
         fine = grid_derived.refine_features(self, fine_grid, values, subdiv_factor)
         return JaggedTensor._from_trusted(fine, fine_grid.voxel_offsets), fine_grid
 
-    def dual_grid(self) -> "GridBatch":
-        """Voxels at the corners of this grid's voxels."""
-        return grid_derived.dual(self)
+    def dual_grid(self, exclude_border: bool = False) -> "GridBatch":
+        """Voxels at the corners of this grid's voxels (same voxel size, origin shifted by
+        minus half a voxel; dual voxel ijk is the lower corner of primal voxel ijk).
+
+        exclude_border (fVDB's argument and default): False keeps every corner of every
+        voxel (primal ijk + {0,1}^3). True drops the border: a dual voxel ijk stays only where
+        the primal voxels ijk + {0,1}^3 are all active, as fVDB's rule, so the result's
+        coordinates are a subset of the primal's (a 2x2x2 block gives one dual voxel, an
+        isolated voxel none)."""
+        return grid_derived.dual(self, exclude_border)
 
     @_deprecation.renamed_arguments("GridBatch.dilated_grid", n="dilation")
     def dilated_grid(self, dilation: int) -> "GridBatch":

@@ -61,6 +61,13 @@ def _expand(ijk: JaggedTensor, offsets: torch.Tensor, scale: torch.Tensor) -> Ja
     return JaggedTensor.from_data_and_offsets(data.reshape(-1, 3).to(torch.int32), joffsets)
 
 
+def _kept(ijk: JaggedTensor, mask: torch.Tensor, num_grids: int) -> JaggedTensor:
+    """The rows of ijk where mask is set, each still in its own grid (a grid may end empty)."""
+    counts = torch.bincount(ijk.jidx.long()[mask], minlength=num_grids)
+    joffsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+    return JaggedTensor.from_data_and_offsets(ijk.jdata[mask].contiguous(), joffsets)
+
+
 def coarsened(grid, factor):
     f = _factor("coarsened_grid", factor)
     ijk = grid.ijk
@@ -78,9 +85,24 @@ def refined(grid, factor):
     return type(grid).from_ijk(fine, voxel_sizes=sizes.tolist(), origins=origins.tolist())
 
 
-def dual(grid):
-    corners = _expand(grid.ijk, _offsets("dual_grid", grid, torch.tensor([2, 2, 2])),
-                      torch.ones(3, dtype=torch.int64))
+def dual(grid, exclude_border: bool = False):
+    if not isinstance(exclude_border, bool):
+        raise TypeError(
+            f"dual_grid: exclude_border must be a bool, got {type(exclude_border).__name__}")
+    offsets = _offsets("dual_grid", grid, torch.tensor([2, 2, 2]))
+    if exclude_border:
+        # fVDB's rule, index for index: dual voxel ijk stays only where the primal voxels
+        # ijk + {0,1}^3 are all active (the primal grid eroded by its 2x2x2 upper octant), so
+        # the result is a subset of the primal coordinates. The block tested is the one whose
+        # lowest voxel is ijk, not the 8 voxels around corner ijk (ijk - 1 + {0,1}^3); kept as
+        # fVDB has it so that the same grid gives the same coordinates in both libraries.
+        ijk = grid.ijk
+        n = ijk.jdata.shape[0]
+        neighbours = _expand(ijk, offsets, torch.ones(3, dtype=torch.int64))
+        found = grid.ijk_to_index(neighbours).jdata.reshape(n, offsets.shape[0]) >= 0
+        corners = _kept(ijk, found.all(1), grid.num_grids)
+    else:
+        corners = _expand(grid.ijk, offsets, torch.ones(3, dtype=torch.int64))
     origins = grid.origins - grid.voxel_sizes / 2
     return type(grid).from_ijk(corners, voxel_sizes=grid.voxel_sizes.tolist(), origins=origins.tolist())
 
@@ -105,11 +127,7 @@ def pruned(grid, mask):
         raise ValueError(
             f"pruned_grid: mask must be bool [{grid.total_voxels}], got {data.dtype} {list(data.shape)}"
         )
-    ijk = grid.ijk
-    b = ijk.jidx.long()[data]
-    counts = torch.bincount(b, minlength=grid.num_grids)
-    joffsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
-    kept = JaggedTensor.from_data_and_offsets(ijk.jdata[data].contiguous(), joffsets)
+    kept = _kept(grid.ijk, data, grid.num_grids)
     return type(grid).from_ijk(kept, voxel_sizes=grid.voxel_sizes.tolist(), origins=grid.origins.tolist())
 
 

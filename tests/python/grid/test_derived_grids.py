@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import tilegrid as tg
+from conftest import DEVICES
 
 
 def random_grid(n=300, spread=20, grids=2):
@@ -43,6 +44,62 @@ def test_dual_dilated_and_pruned():
     mask = torch.rand(box.total_voxels) < 0.5
     kept = box.pruned_grid(mask)
     assert torch.equal(kept.ijk.jdata, box.ijk.jdata[mask])
+
+
+OCTANT = [(a, b, c) for a in (0, 1) for b in (0, 1) for c in (0, 1)]
+
+
+def _ijk_sets(grid):
+    return [set(map(tuple, t.cpu().tolist())) for t in grid.ijk.unbind()]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dual_grid_exclude_border_on_a_block_and_an_isolated_voxel(device):
+    # Grid 0: the 2x2x2 block at the origin and a lone voxel at (5, 5, 5); grid 1: a lone voxel.
+    block = [list(o) for o in OCTANT]
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([
+        torch.tensor(block + [[5, 5, 5]], dtype=torch.int32, device=device),
+        torch.tensor([[-2, 0, 3]], dtype=torch.int32, device=device),
+    ]), voxel_sizes=[0.5, 1.0, 2.0], origins=[1.0, 2.0, 3.0])
+    # All corners: the block's 3x3x3 and the lone voxels' 2x2x2 each.
+    full = grid.dual_grid(exclude_border=False)
+    assert full.ijk.jdata.device.type == device
+    block_corners = {(i, j, k) for i in range(3) for j in range(3) for k in range(3)}
+    lone_corners = {(5 + a, 5 + b, 5 + c) for a, b, c in OCTANT}
+    other_corners = {(-2 + a, b, 3 + c) for a, b, c in OCTANT}
+    assert _ijk_sets(full) == [block_corners | lone_corners, other_corners]
+    assert _ijk_sets(full) == _ijk_sets(grid.dual_grid())
+    # Border excluded: only (0, 0, 0), whose octant (0..1)^3 is all active; (5, 5, 5) and the
+    # other grid's voxel lack theirs, and the other block voxels reach outside the block.
+    inner = grid.dual_grid(exclude_border=True)
+    assert _ijk_sets(inner) == [{(0, 0, 0)}, set()]
+    assert inner.num_voxels.tolist() == [1, 0]
+    for derived in (full, inner):
+        torch.testing.assert_close(derived.voxel_sizes, grid.voxel_sizes)
+        torch.testing.assert_close(derived.origins, grid.origins - grid.voxel_sizes / 2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dual_grid_exclude_border_matches_brute_force_on_random_grids(device):
+    torch.manual_seed(0)
+    # A dense spread (4^3 cells for 150 draws) so that many voxels have full octants.
+    ijks = [torch.randint(-2, 2, (150, 3), dtype=torch.int32) for _ in range(2)]
+    ijks.append(torch.randint(-3, 3, (20, 3), dtype=torch.int32))
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([t.to(device) for t in ijks]))
+    want = [{p for p in s if all((p[0] + a, p[1] + b, p[2] + c) in s for a, b, c in OCTANT)}
+            for s in _ijk_sets(grid)]
+    assert any(want)
+    assert _ijk_sets(grid.dual_grid(exclude_border=True)) == want
+    # The full dual of any grid covers every octant of its voxels, so dropping its border gives
+    # back at least the primal coordinates.
+    back = grid.dual_grid().dual_grid(exclude_border=True)
+    assert all(p <= b for p, b in zip(_ijk_sets(grid), _ijk_sets(back)))
+
+
+def test_dual_grid_exclude_border_must_be_a_bool():
+    grid = tg.GridBatch.from_dense(1, (2, 2, 2))
+    with pytest.raises(TypeError, match="exclude_border must be a bool"):
+        grid.dual_grid(exclude_border=1)
 
 
 def test_feature_transfer_between_levels():
