@@ -12,7 +12,9 @@ sequence's, copied, and the parts' outputs o_c and log-sum-exps l_c merge exactl
 bottom-right corner: every one of the q_len queries sees the keys before the sequence's last
 q_len - 1. The parts before the last hold only such keys and run unmasked; the last part runs
 causal, aligned to the sequence's end, which is the same mask. With q_len = 1 (decoding) every
-part runs unmasked in one call. Sliding windows are not split (the caller runs them whole).
+part runs unmasked in one call over the keys as they lie. With causal q_len > 1 the parts are
+not back to back within a call, so their keys are gathered first (seqused_k): a copy of the
+cache's keys and values. Sliding windows are not split (the caller runs them whole).
 """
 
 from __future__ import annotations
