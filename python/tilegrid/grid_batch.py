@@ -539,20 +539,17 @@ class GridBatch:
         """The voxels a transposed convolution of this grid writes. Voxel size / stride."""
         return self._derived_conv_grid(kernel_size, stride, True)
 
-    def _derived_conv_grid(self, kernel_size, stride, transposed: bool,
-                           pooling: bool = False) -> "GridBatch":
-        """pooling=True: the coarse grid of pooling windows (each starts at o * stride)."""
+    def _derived_conv_grid(self, kernel_size, stride, transposed: bool) -> "GridBatch":
         k, s = vec3("conv_grid: kernel_size", kernel_size), vec3("conv_grid: stride", stride)
         return GridBatch(_C.conv_grid(self._impl, list(k), list(s), transposed,
-                                      current_stream(self.device), pooling=pooling))
+                                      current_stream(self.device)))
 
     @_deprecation.renamed_arguments("GridBatch.max_pool", kernel_size="pool_factor")
     def max_pool(self, pool_factor, data, stride=0, coarse_grid=None):
         """(features, coarse grid): the max of each window of pool_factor voxels every stride
         (0 or None, the default: pool_factor) voxels, over the active ones; coarse grid default
-        the voxels whose window holds an active voxel: coarsened_grid(pool_factor) at the
-        default stride, as fVDB's (with another stride fVDB's is coarsened_grid(stride), which
-        also holds voxels whose window holds none). fVDB's argument names (kernel_size= warns).
+        coarsened_grid(stride), as fVDB's (a window that holds no active voxel pools to 0).
+        fVDB's argument names (kernel_size= warns).
         A window starts at stride * o for every pool_factor, as fVDB's (a convolution's kernel
         starts (K - 1) // 2 before)."""
         return grid_pooling.max_pool(self, pool_factor, data, _pool_stride(stride), coarse_grid)

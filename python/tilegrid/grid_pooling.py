@@ -2,10 +2,11 @@
 
 A window of kernel_size voxels every stride voxels is a convolution's receptive field, except
 that it starts at o * stride, as fVDB's pooling windows (a convolution's kernel starts
-(K - 1) // 2 before: include/tilegrid/grid/convolution.h, TapStart): the coarse grid is
-source.conv_grid(kernel_size, stride) of those windows (for kernel_size = stride, the
-coarsened grid), and the ConvolutionPlan's map names each window's active inputs; every
-coarse voxel of that grid has at least one. Float features (CPU or GPU) run the C++ ops of
+(K - 1) // 2 before: include/tilegrid/grid/convolution.h, TapStart). The coarse grid is
+fVDB's, source.coarsened_grid(stride): with kernel_size = stride every coarse voxel's window
+holds an active voxel; with wider windows a voxel's window also reaches its neighbours'
+blocks, with narrower ones it may hold none, and pools to 0. The ConvolutionPlan's map names
+each window's active inputs. Float features (CPU or GPU) run the C++ ops of
 tilegrid/grid/pooling.h (custom ops, differentiable: max pooling's gradient goes to the
 window's first maximum); other dtypes reduce over the map's taps in torch (there max
 pooling's gradient is split between tied maxima, as torch's amax does).
@@ -131,7 +132,9 @@ def _plan(op: str, fine_grid, kernel_size, stride, coarse_grid) -> ConvolutionPl
         raise TypeError(f"{op}: coarse_grid must be a GridBatch or None, got "
                         f"{type(coarse_grid).__name__}")
     if coarse_grid is None:
-        coarse_grid = fine_grid._derived_conv_grid(kernel_size, stride, False, pooling=True)
+        # fVDB's: the stride's coarsening, also for windows wider or narrower than the stride
+        # (a coarse voxel whose window holds no active voxel pools to 0).
+        coarse_grid = fine_grid.coarsened_grid(stride)
     # The maps alone: pooling reads no row order (two sorts on the GPU saved).
     return ConvolutionPlan(kernel_size, stride, fine_grid, coarse_grid, False, _row_orders=False,
                            _pooling=True)

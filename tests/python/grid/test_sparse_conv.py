@@ -234,6 +234,23 @@ def test_pooling_windows_start_at_o_times_stride(device, k, want_out, want_max, 
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_pooling_with_a_stride_other_than_the_factor_keeps_fvdbs_coarse_grid(device):
+    """The default coarse grid is coarsened_grid(stride) (fVDB's), with windows of the pool
+    factor starting at o * stride: overlapping ones (3 every 2) on the line 0 .. 7, and ones
+    narrower than the stride (1 every 2) on voxels 1 and 3, whose windows hold none (0)."""
+    grid = line_grid(device, 0, 7)
+    x = grid.ijk.jdata[:, :1].double()
+    got, coarse = grid.max_pool((3, 1, 1), x, stride=(2, 1, 1))
+    assert coarse.ijk.jdata[:, 0].cpu().tolist() == [0, 1, 2, 3]
+    assert got.jdata[:, 0].cpu().tolist() == [2, 4, 6, 7]
+    ijk = torch.tensor([[1, 0, 0], [3, 0, 0]], dtype=torch.int32)
+    sparse = tg.GridBatch.from_ijk(tg.JaggedTensor([ijk])).to(device)
+    got, coarse = sparse.avg_pool((1, 1, 1), sparse.ijk.jdata[:, :1].double() + 1, stride=(2, 1, 1))
+    assert coarse.ijk.jdata[:, 0].cpu().tolist() == [0, 1]
+    assert got.jdata[:, 0].cpu().tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_gradients_by_gradcheck(device):
     grid = random_grid(device, sizes=(12, 0, 7), spread=3)
     for plan in (
