@@ -91,8 +91,12 @@ class PagedLayer(CacheLayerMixin):
         self.pages_of_row = torch.zeros(batch, dtype=torch.int64)
         self.lengths = torch.zeros(batch, dtype=torch.int64)
         self.block_table = self.table_host.to(self.device)
-        self.cache_seqlens = self.lengths.to(self.device, torch.int32)
+        self._upload_lengths()
         self.is_initialized = True
+
+    def _upload_lengths(self) -> None:
+        """The device copy of the host's row lengths, which the attention call reads."""
+        self.cache_seqlens = self.lengths.to(self.device, torch.int32)
 
     @property
     def pages_in_use(self) -> int:
@@ -140,7 +144,7 @@ class PagedLayer(CacheLayerMixin):
                                       block_table=self.block_table, softmax_scale=scaling, causal=True,
                                       window_size=window, softcap=softcap)
         self.lengths += new
-        self.cache_seqlens = self.lengths.to(self.device, torch.int32)
+        self._upload_lengths()
         if valid is None:
             return out
         back = torch.empty_like(out).scatter_(1, order[:, :, None, None].expand_as(out), out)
@@ -205,7 +209,7 @@ class PagedLayer(CacheLayerMixin):
                 f"{self.lengths.tolist()}); only generated or unpadded tokens can be cropped")
         self.seen -= remove
         self.lengths -= remove
-        self.cache_seqlens = self.lengths.to(self.device, torch.int32)
+        self._upload_lengths()
 
     def reset(self) -> None:
         if not self.is_initialized:
@@ -215,7 +219,7 @@ class PagedLayer(CacheLayerMixin):
         self.pages_of_row.zero_()
         self.lengths.zero_()
         self.block_table = self.table_host.to(self.device)
-        self.cache_seqlens = self.lengths.to(self.device, torch.int32)
+        self._upload_lengths()
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         raise _unsupported("beam search (reorder_cache)")
