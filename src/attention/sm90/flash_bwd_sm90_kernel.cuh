@@ -53,6 +53,7 @@
 #include "attention/cuda/flash_bwd_params.h"
 #include "attention/cuda/flash_bwd_score.cuh"
 #include "attention/cuda/flash_bwd_store.cuh"
+#include "attention/sm90/flash_bwd_sm90_fragments.cuh"
 #include "attention/sm90/flash_bwd_sm90_producer.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 #include "hopper/wgmma.cuh"
@@ -176,7 +177,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor acc_dv = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
   clear(acc_dk);
   clear(acc_dv);
-  Tensor tdSsdS = thr_s.partition_C(sdSt);  // where this thread's dS^T elements go, a buffer
+  using DsStore = ScoreTileStore<Element, typename Traits::TiledMmaS>;
+  Tensor tdSsdS = DsStore::partition(tid, sdSt);  // where this thread's dS^T goes, a buffer
 
   // (key, query) coordinates of this thread's S^T elements: value i is on row half (i / 2) % 2
   // and holds queries 2c, 2c + 1 of a column pair (value i even).
@@ -220,24 +222,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // order through the mbarrier to the asynchronous copy and reports these reads as hazards.
     const float* lse = smem.lse[stage];
     const float* delta = smem.delta[stage];
-    Tensor rP = make_tensor<Element>(acc_s.layout());   // P^T, the A operand of dV
-    Tensor rdS = make_tensor<Element>(acc_s.layout());  // dS^T, the A operand of dK
     // Whether this thread's pair i is visible; every pair is when the step is whole.
     auto visible = [&](int i) {
       return whole || thread_queries[(i / 2) % 2].contains(row0 + get<1>(tScS(i)));
     };
+    Tensor rP = make_tensor<Element>(acc_s.layout());   // P^T, the A operand of dV
+    Tensor rdS = make_tensor<Element>(acc_s.layout());  // dS^T, the A operand of dK
     if (score_grad.cap_scale > 0.f) {
       // softcap: P and its derivative both come from tanh of S, in one pass once dP^T is in.
       warpgroup_wait<0>();
       CUTE_UNROLL
-      for (int i = 0; i < size(acc_s); ++i) {
-        const int query = get<1>(tScS(i));
-        flash_bwd::ScoreGrad sg{0.f, 0.f};
-        if (visible(i))
-          sg = score_grad.template grad<Traits::kFastExp2>(acc_s(i), acc_dp(i), lse[query],
-                                                           delta[query]);
-        rP(i) = Element(sg.p);
-        rdS(i) = Element(sg.dx);
+      for (int i = 0; i < size(acc_s); i += 2) {
+        flash_bwd::ScoreGrad sg[2] = {{0.f, 0.f}, {0.f, 0.f}};
+        CUTE_UNROLL
+        for (int j = 0; j < 2; ++j) {
+          const int query = get<1>(tScS(i + j));
+          if (visible(i + j))
+            sg[j] = score_grad.template grad<Traits::kFastExp2>(acc_s(i + j), acc_dp(i + j),
+                                                                lse[query], delta[query]);
+        }
+        set_pair(rP, i, sg[0].p, sg[1].p);
+        set_pair(rdS, i, sg[0].dx, sg[1].dx);
       }
     } else {
       // P^T in float32, in S^T's registers, while dP^T's product still runs; the loops have
@@ -258,9 +263,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
       warpgroup_wait<0>();
       CUTE_UNROLL
-      for (int i = 0; i < size(acc_s); ++i) {
-        rP(i) = Element(acc_s(i));
-        rdS(i) = Element(acc_s(i) * (acc_dp(i) - delta[get<1>(tScS(i))]));
+      for (int i = 0; i < size(acc_s); i += 2) {
+        set_pair(rP, i, acc_s(i), acc_s(i + 1));
+        set_pair(rdS, i, acc_s(i) * (acc_dp(i) - delta[get<1>(tScS(i))]),
+                 acc_s(i + 1) * (acc_dp(i + 1) - delta[get<1>(tScS(i + 1))]));
       }
     }
     // dS^T into this step's buffer (the other warpgroup last read it in its dQ product two
@@ -268,14 +274,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // tensor cores (the async proxy) and, at the barrier, to the other warpgroup; dV's product
     // runs meanwhile.
     const int ds_buffer = s % 2;
-    Tensor tdSsdS_step = tdSsdS(_, _, _, ds_buffer);
-    CUTE_UNROLL
-    for (int i = 0; i < size(rdS); i += 2) {
-      cutlass::AlignedArray<Element, 2> pair;
-      pair[0] = rdS(i);
-      pair[1] = rdS(i + 1);
-      *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(&tdSsdS_step(i)) = pair;
-    }
+    DsStore::store(tid, rdS, tdSsdS(_, _, _, ds_buffer));
     cutlass::arch::fence_view_async_shared();
     Tensor tKVrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
     warpgroup_fence_operand(rP);

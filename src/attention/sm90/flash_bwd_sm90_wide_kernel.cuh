@@ -41,6 +41,7 @@
 #include "attention/cuda/flash_bwd_params.h"
 #include "attention/cuda/flash_bwd_score.cuh"
 #include "attention/cuda/flash_bwd_store.cuh"
+#include "attention/sm90/flash_bwd_sm90_fragments.cuh"
 #include "attention/sm90/flash_bwd_sm90_producer.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 #include "hopper/wgmma.cuh"
@@ -168,7 +169,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tDqrKt = thr_dq.partition_fragment_B(sKt);  // (MMA, 1, N/16)
   Tensor acc_kv = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});  // dV or dK
   clear(acc_kv);
-  Tensor tdSsdS = thr_s.partition_C(sdSt);  // where warpgroup 1's dS^T elements go
+  using DsStore = ScoreTileStore<Element, typename Traits::TiledMmaS>;
+  Tensor tdSsdS = DsStore::partition(wg_tid, sdSt);  // where warpgroup 1's dS^T goes
 
   // (key, query) coordinates of this thread's S^T elements: value i is on row half (i / 2) % 2
   // and holds queries 2c, 2c + 1 of a column pair (value i even).
@@ -207,27 +209,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     warpgroup_wait<0>();
     if (role == 0) {
       CUTE_UNROLL
-      for (int i = 0; i < size(acc); ++i) {
-        const int query = get<1>(tScS(i));
-        flash_bwd::ScoreGradFn::ProbSlope ps{0.f, 0.f};
-        if (whole || thread_queries[(i / 2) % 2].contains(row0 + query))
-          ps = score_grad.template prob_and_slope<Traits::kFastExp2>(acc(i), lse[query]);
-        p_slope[i * 128] = ps.p_slope;
-        rA(i) = Element(ps.p);
+      for (int i = 0; i < size(acc); i += 2) {
+        flash_bwd::ScoreGradFn::ProbSlope ps[2] = {{0.f, 0.f}, {0.f, 0.f}};
+        CUTE_UNROLL
+        for (int j = 0; j < 2; ++j) {
+          const int query = get<1>(tScS(i + j));
+          if (whole || thread_queries[(i / 2) % 2].contains(row0 + query))
+            ps[j] = score_grad.template prob_and_slope<Traits::kFastExp2>(acc(i + j), lse[query]);
+          p_slope[(i + j) * 128] = ps[j].p_slope;
+        }
+        set_pair(rA, i, ps[0].p, ps[1].p);
       }
       NamedBarrier::arrive(Traits::kConsumerThreads, Traits::kBarrierPHandedOver);
     } else {
       NamedBarrier::sync(Traits::kConsumerThreads, Traits::kBarrierPHandedOver);
       CUTE_UNROLL
-      for (int i = 0; i < size(acc); ++i)
-        rA(i) = Element(p_slope[i * 128] * (acc(i) - delta[get<1>(tScS(i))]));
-      CUTE_UNROLL
-      for (int i = 0; i < size(rA); i += 2) {
-        cutlass::AlignedArray<Element, 2> pair;
-        pair[0] = rA(i);
-        pair[1] = rA(i + 1);
-        *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(&tdSsdS(i)) = pair;
-      }
+      for (int i = 0; i < size(acc); i += 2)
+        set_pair(rA, i, p_slope[i * 128] * (acc(i) - delta[get<1>(tScS(i))]),
+                 p_slope[(i + 1) * 128] * (acc(i + 1) - delta[get<1>(tScS(i + 1))]));
+      DsStore::store(wg_tid, rA, tdSsdS);
       cutlass::arch::fence_view_async_shared();  // dS^T for the tensor cores (dQ)
     }
     // dV += P^T dO or dK += dS^T Q, A from registers.
