@@ -1,12 +1,63 @@
 #pragma once
-// Register fragments of the Hopper attention backward (internal, sm_90a): the float32 score
-// fragments converted to 16 bits, and dS^T written to shared memory for the dQ product.
+// Register fragments of the Hopper attention backward (internal, sm_90a): which scores of a
+// thread's fragment are visible, the float32 score fragments converted to 16 bits, and dS^T
+// written to shared memory for the dQ product.
 // Both kernels (flash_bwd_sm90_kernel.cuh, flash_bwd_sm90_wide_kernel.cuh) form P^T and dS^T
 // in float32 accumulators and need them as 16-bit register operands and as a shared tile.
 #include <cutlass/numeric_conversion.h>
 #include <cute/tensor.hpp>
 
+#include <cstdint>
+
+#include "attention/common/mask.h"
+
 namespace tilegrid::attention::sm90_bwd {
+
+// The visible scores of one step in a thread's (keys, queries) accumulator fragment, whose
+// value i lies on the thread's key (i / 2) % 2 (the wgmma accumulator layout): the queries each
+// of the two keys sees, as offsets from the step's first query clamped to [0, block_m], so
+// that a score's test is two 32-bit compares. Testing 64-bit query ranges score by score cost
+// about ten instructions a score on masked steps (a causal diagonal, a sequence's last tile)
+// and made ptxas keep the predicates in local memory.
+struct StepScoreMask {
+  int first[2], end[2];
+  // Value i of the fragment, of query `query` of the step.
+  __device__ __forceinline__ bool visible(int i, int query) const {
+    const int r = (i / 2) % 2;
+    return query >= first[r] && query < end[r];
+  }
+};
+
+// The queries that see each of a thread's two keys, [first, end) clamped to [0, seqlen_q]:
+// 32-bit (a sequence's queries fit), four registers a thread for the whole kernel.
+struct KeyQueryRanges {
+  int first[2], end[2];
+
+  __device__ __forceinline__ KeyQueryRanges(const IndexRange (&key_queries)[2], int64_t seqlen_q) {
+    auto clamped = [&](int64_t query) {
+      return int(query < 0 ? 0 : (query > seqlen_q ? seqlen_q : query));
+    };
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      first[r] = clamped(key_queries[r].first);
+      end[r] = clamped(key_queries[r].last + 1);
+    }
+  }
+  // The mask of the step whose first query is row0.
+  __device__ __forceinline__ StepScoreMask step(int row0, int block_m) const {
+    StepScoreMask m;
+    auto offset = [&](int query) {
+      const int x = query - row0;
+      return x < 0 ? 0 : (x > block_m ? block_m : x);
+    };
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      m.first[r] = offset(first[r]);
+      m.end[r] = offset(end[r]);
+    }
+    return m;
+  }
+};
 
 // Sets values i and i + 1 (i even) of a 16-bit register fragment with a compact layout (an
 // accumulator's) from two floats in one conversion (one F2FP.PACK_AB). Converting value by

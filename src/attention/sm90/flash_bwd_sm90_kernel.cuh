@@ -190,6 +190,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int key = get<0>(tScS(2 * r));
     thread_queries[r] = key < w.key_rows ? mask.queries_of_key(w.n0 + key) : IndexRange{};
   }
+  const KeyQueryRanges key_queries(thread_queries, w.sq);
   // Every pair of a step is visible when the tile's first key's queries end after the step's
   // last query and its last key's queries start before the step's first one.
   const IndexRange first_key_queries = mask.queries_of_key(w.n0);
@@ -222,24 +223,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // order through the mbarrier to the asynchronous copy and reports these reads as hazards.
     const float* lse = smem.lse[stage];
     const float* delta = smem.delta[stage];
-    // Whether this thread's pair i is visible; every pair is when the step is whole.
-    auto visible = [&](int i) {
-      return whole || thread_queries[(i / 2) % 2].contains(row0 + get<1>(tScS(i)));
-    };
+    // Whether this thread's value i is visible; every one is when the step is whole.
+    const StepScoreMask step_mask = key_queries.step(m * kBlockM, kBlockM);
+    auto visible = [&](int i) { return whole || step_mask.visible(i, get<1>(tScS(i))); };
     Tensor rP = make_tensor<Element>(acc_s.layout());   // P^T, the A operand of dV
     Tensor rdS = make_tensor<Element>(acc_s.layout());  // dS^T, the A operand of dK
     if (score_grad.cap_scale > 0.f) {
-      // softcap: P and its derivative both come from tanh of S, in one pass once dP^T is in.
+      // softcap: P and its derivative both come from tanh of S, in one pass once dP^T is in;
+      // a masked pair's values are formed and then replaced by 0 (no branch a score).
       warpgroup_wait<0>();
       CUTE_UNROLL
       for (int i = 0; i < size(acc_s); i += 2) {
-        flash_bwd::ScoreGrad sg[2] = {{0.f, 0.f}, {0.f, 0.f}};
+        flash_bwd::ScoreGrad sg[2];
         CUTE_UNROLL
         for (int j = 0; j < 2; ++j) {
           const int query = get<1>(tScS(i + j));
-          if (visible(i + j))
-            sg[j] = score_grad.template grad<Traits::kFastExp2>(acc_s(i + j), acc_dp(i + j),
-                                                                lse[query], delta[query]);
+          const flash_bwd::ScoreGrad g = score_grad.template grad<Traits::kFastExp2>(
+              acc_s(i + j), acc_dp(i + j), lse[query], delta[query]);
+          sg[j] = visible(i + j) ? g : flash_bwd::ScoreGrad{0.f, 0.f};
         }
         set_pair(rP, i, sg[0].p, sg[1].p);
         set_pair(rdS, i, sg[0].dx, sg[1].dx);

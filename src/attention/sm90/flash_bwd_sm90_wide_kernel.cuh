@@ -182,6 +182,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int key = get<0>(tScS(2 * r));
     thread_queries[r] = key < w.key_rows ? mask.queries_of_key(w.n0 + key) : IndexRange{};
   }
+  const KeyQueryRanges key_queries(thread_queries, w.sq);
   const IndexRange first_key_queries = mask.queries_of_key(w.n0);
   const IndexRange last_key_queries = mask.queries_of_key(w.n0 + kBlockN - 1);
   const flash_bwd::ScoreGradFn score_grad(g);
@@ -208,14 +209,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor rA = make_tensor<Element>(acc.layout());  // P^T or dS^T: the A operand of dV / dK
     warpgroup_wait<0>();
     if (role == 0) {
+      // A masked pair's values are formed and then replaced by 0 (no branch a score).
+      const StepScoreMask step_mask = key_queries.step(m * kBlockM, kBlockM);
       CUTE_UNROLL
       for (int i = 0; i < size(acc); i += 2) {
-        flash_bwd::ScoreGradFn::ProbSlope ps[2] = {{0.f, 0.f}, {0.f, 0.f}};
+        flash_bwd::ScoreGradFn::ProbSlope ps[2];
         CUTE_UNROLL
         for (int j = 0; j < 2; ++j) {
           const int query = get<1>(tScS(i + j));
-          if (whole || thread_queries[(i / 2) % 2].contains(row0 + query))
-            ps[j] = score_grad.template prob_and_slope<Traits::kFastExp2>(acc(i + j), lse[query]);
+          const auto formed =
+              score_grad.template prob_and_slope<Traits::kFastExp2>(acc(i + j), lse[query]);
+          ps[j] = whole || step_mask.visible(i + j, query)
+                      ? formed
+                      : flash_bwd::ScoreGradFn::ProbSlope{0.f, 0.f};
           p_slope[(i + j) * 128] = ps[j].p_slope;
         }
         set_pair(rA, i, ps[0].p, ps[1].p);
