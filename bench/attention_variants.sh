@@ -7,7 +7,11 @@
 #
 #   bench/attention_variants.sh [OUTDIR]        (default /tmp/tilegrid-attention-variants)
 #
-# Environment: HEAD_DIMS ("64 128 256"), SEQLENS ("2048 16384"), JOBS (parallel compiles,
+# Environment: HEAD_DIMS ("64 128 256"), SEQLENS ("2048 16384"), VARIANTS (a list of
+# name:fast_exp2:dq_atomic:stages for every head dim instead of the built-in lists), BASELINE_TREE
+# (another checkout, e.g. `git worktree add /tmp/base main`: its shipped configuration is built
+# from its own sources as the variant "baseline", to time a kernel change against the tree it
+# came from in one run), JOBS (parallel compiles,
 # default: cores, at most 16), TILEGRID_CUTLASS_INCLUDE_DIR (else .deps/cutlass/include, else
 # the nvidia-cutlass package of python3). ptxas's registers / spills of every variant go to
 # OUTDIR/ptxas.txt; BUILD_ONLY=1 stops there (a machine without a GPU). 12 units of ~40-70 s each: about 2 minutes on 16 cores, the run ~2 more.
@@ -17,6 +21,7 @@ OUT=${1:-/tmp/tilegrid-attention-variants}
 HEAD_DIMS=${HEAD_DIMS:-64 128 256}
 SEQLENS=${SEQLENS:-2048 16384}
 mkdir -p "$OUT/lib" "$OUT/log"
+OUT=$(cd "$OUT" && pwd)  # the compiles run in the tree they build
 export PYTHONUNBUFFERED=1
 
 cutlass=${TILEGRID_CUTLASS_INCLUDE_DIR:-}
@@ -34,6 +39,7 @@ fi
 # name:fast_exp2:dq_atomic:stages (0: the head dim's default). "default" is BwdConfig<> (fast
 # exp2); "exp2f" is the same kernel with exp2f.
 variants_for() {
+  if [ -n "${VARIANTS:-}" ]; then echo "$VARIANTS"; return; fi
   case $1 in
     256) echo "default:1:0:0 exp2f:0:0:0 atomic:1:1:0 atomic-2st:1:1:2" ;;
     *) echo "default:1:0:0 exp2f:0:0:0 atomic:1:1:0 atomic-3st:1:1:3" ;;
@@ -45,15 +51,17 @@ command -v ccache >/dev/null && launcher=ccache
 jobs=${JOBS:-$(nproc)}
 [ "$jobs" -gt 16 ] && jobs=16
 start=$(date +%s)
+baseline=${BASELINE_TREE:+$(cd "$BASELINE_TREE" && pwd)}
 for d in $HEAD_DIMS; do
   for v in $(variants_for "$d"); do
     IFS=: read -r name fast atomic stages <<<"$v"
-    echo "$d $name $fast $atomic $stages"
+    echo "$d $name $fast $atomic $stages $PWD"
   done
+  if [ -n "$baseline" ]; then echo "$d baseline 1 0 0 $baseline"; fi
 done | xargs -P "$jobs" -L 1 sh -c '
-  d=$0 name=$1; lib='"$OUT"'/lib/hd$d-$name.so
+  d=$0 name=$1; lib='"$OUT"'/lib/hd$d-$name.so; cd $5
   '"$launcher"' nvcc -std=c++20 --expt-relaxed-constexpr -lineinfo \
-    --generate-code=arch=compute_90a,code=[sm_90a] -Xcompiler=-fPIC -shared -Xptxas -v \
+    --generate-code=arch=compute_90a,code=[sm_90a] -Xcompiler=-fPIC,-fno-gnu-unique -shared -Xlinker=-Bsymbolic -Xptxas -v \
     -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DTILEGRID_WITH_CUDA \
     -DTG_HEAD_DIM=$d -DTG_FAST_EXP2=$2 -DTG_DQ_ATOMIC=$3 -DTG_STAGES=$4 \
     -Iinclude -Isrc -isystem '"$cutlass"' bench/cuda/attention_backward_variant.cu -o $lib \

@@ -14,6 +14,9 @@ Correctness, per variant, before any timing counts:
     poisoned (NaN) first; deterministic=True must repeat bit for bit and meet it too.
   - at every timed problem, the same criterion on two heads of the first sequence against
     float32 autograd (the bf16 plain reference beside it).
+FlashAttention-3 (`flash_attn_interface`, when it imports) is timed beside them on every problem
+(its backward through autograd on a retained graph: its preprocess, main and postprocess
+kernels) and checked with the same criterion.
 Timing: the three kernels of one backward call (preprocess, main, postprocess) with buffers
 allocated once, CUDA events around batches of back-to-back calls, the variants interleaved batch
 by batch so that clock drift hits all alike; the median batch. TFLOP/s as FlashAttention counts
@@ -37,6 +40,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python", "attention"))
 from attention_reference import reference  # noqa: E402
 
+try:
+    import flash_attn_interface as fa3
+except ImportError as e:
+    fa3, FA3_ERROR = None, f"{type(e).__name__}: {e}"
+
 TOKENS = 16384
 HIDDEN = 2048
 
@@ -46,7 +54,9 @@ class Variant:
 
     def __init__(self, path: str):
         self.name = os.path.basename(path)[: -len(".so")].split("-", 1)[1]
-        self.lib = ctypes.CDLL(path)
+        # Every variant defines the same symbols (the baseline: the very same kernels); each
+        # library binds its own.
+        self.lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_DEEPBIND)
         info = (ctypes.c_int * 7)()
         self.lib.tg_variant_describe(info)
         (self.head_dim, self.block_m, self.block_n, self.stages, self.fast_exp2, self.dq_atomic,
@@ -86,6 +96,20 @@ class Variant:
             return keep
 
         return run, grads
+
+
+def prepare_fa3(q, k, v, dout, causal):
+    """FlashAttention-3's backward of its own forward, as Variant.prepare returns it."""
+    leaves = tuple(t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = fa3.flash_attn_func(*leaves, causal=causal)
+    out = out[0] if isinstance(out, tuple) else out
+    grads = [None, None, None]
+
+    def run():
+        grads[:] = torch.autograd.grad(out, leaves, dout, retain_graph=True)
+        return out
+
+    return run, grads
 
 
 def forward_float32(q, k, v, causal):
@@ -184,7 +208,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     print(f"device: {torch.cuda.get_device_name()}", flush=True)
+    print("FlashAttention-3: " + ("measured" if fa3 else f"not measured ({FA3_ERROR})"),
+          flush=True)
     rows, record = [], []
+
+    def write():  # after every problem: a run cut short keeps what it measured
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(dict(device=torch.cuda.get_device_name(), rows=record), f, indent=1)
+
     for d in args.head_dims:
         paths = sorted(glob.glob(os.path.join(args.libdir, f"hd{d}-*.so")))
         variants = [Variant(p) for p in paths]
@@ -215,29 +247,36 @@ def main() -> None:
                                         torch.float32)
                 plain = reference_grads(q[one], k[one], v_[one], dout[one], causal,
                                         torch.bfloat16)
-                runs, verdicts = [], []
+                runs, verdicts, names, configs = [], [], [], []
                 for v in variants:
                     run, grads = v.prepare(q, k, v_, out, dout, lse, causal)
                     run()
                     good, err, _ = criterion([g[one] for g in grads], plain, exact)
                     verdicts.append(good and ok[v.name])
                     runs.append(run)
+                    names.append(v.name)
+                    configs.append(v.describe())
+                if fa3 is not None:
+                    run, grads = prepare_fa3(q, k, v_, dout, causal)
+                    run()
+                    verdicts.append(criterion([g[one] for g in grads], plain, exact)[0])
+                    runs.append(run)
+                    names.append("FlashAttention-3")
+                    configs.append("flash_attn_interface, its own forward")
                 ms = time_interleaved(runs)
                 flops = 2.5 * 4 * batch * heads * seqlen * seqlen * d / (2 if causal else 1)
-                for v, t, good in zip(variants, ms, verdicts):
+                for name, config, t, good in zip(names, configs, ms, verdicts):
                     tflops = flops / t / 1e9
-                    rows.append((d, seqlen, causal, v.name, tflops, t, ms[0] / t, good))
-                    record.append(dict(head_dim=d, seqlen=seqlen, causal=causal, variant=v.name,
-                                       config=v.describe(), ms=t, tflops=tflops,
+                    rows.append((d, seqlen, causal, name, tflops, t, ms[0] / t, good))
+                    record.append(dict(head_dim=d, seqlen=seqlen, causal=causal, variant=name,
+                                       config=config, ms=t, tflops=tflops,
                                        speedup=ms[0] / t, correct=good))
-                    print(f"hd{d} {seqlen} {'causal' if causal else 'full'} {v.name}: "
+                    print(f"hd{d} {seqlen} {'causal' if causal else 'full'} {name}: "
                           f"{t:.3f} ms {tflops:.0f} TFLOP/s x{ms[0] / t:.3f} "
                           f"{'ok' if good else 'WRONG'}", flush=True)
                 del q, k, v_, dout, out, lse, runs
                 torch.cuda.empty_cache()
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), rows=record), f, indent=1)
+                write()
     print("\n| head dim | tokens | mask | variant | TFLOP/s | ms | vs default | correct |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for d, s, causal, name, tflops, t, speedup, good in rows:
