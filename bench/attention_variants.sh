@@ -36,7 +36,8 @@ if [ ! -f "$cutlass/cute/tensor.hpp" ]; then
   exit 1
 fi
 
-# name:fast_exp2:dq_atomic:stages (0: the head dim's default). "default" is BwdConfig<> (fast
+# name:fast_exp2:dq_atomic:stages[:stats_early:split_exp] (stages 0, the switches -1 or left
+# out: the head dim's default). "default" is BwdConfig<> (fast
 # exp2); "exp2f" is the same kernel with exp2f.
 variants_for() {
   if [ -n "${VARIANTS:-}" ]; then echo "$VARIANTS"; return; fi
@@ -54,16 +55,16 @@ start=$(date +%s)
 baseline=${BASELINE_TREE:+$(cd "$BASELINE_TREE" && pwd)}
 for d in $HEAD_DIMS; do
   for v in $(variants_for "$d"); do
-    IFS=: read -r name fast atomic stages <<<"$v"
-    echo "$d $name $fast $atomic $stages $PWD"
+    IFS=: read -r name fast atomic stages early split <<<"$v"
+    echo "$d $name $fast $atomic $stages $PWD ${early:--1} ${split:--1}"
   done
-  if [ -n "$baseline" ]; then echo "$d baseline 1 0 0 $baseline"; fi
+  if [ -n "$baseline" ]; then echo "$d baseline 1 0 0 $baseline -1 -1"; fi
 done | xargs -P "$jobs" -L 1 sh -c '
   d=$0 name=$1; lib='"$OUT"'/lib/hd$d-$name.so; cd $5
   '"$launcher"' nvcc -std=c++20 --expt-relaxed-constexpr -lineinfo \
     --generate-code=arch=compute_90a,code=[sm_90a] -Xcompiler=-fPIC,-fno-gnu-unique -shared -Xlinker=-Bsymbolic -Xptxas -v \
     -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DTILEGRID_WITH_CUDA \
-    -DTG_HEAD_DIM=$d -DTG_FAST_EXP2=$2 -DTG_DQ_ATOMIC=$3 -DTG_STAGES=$4 \
+    -DTG_HEAD_DIM=$d -DTG_FAST_EXP2=$2 -DTG_DQ_ATOMIC=$3 -DTG_STAGES=$4 -DTG_STATS_EARLY=$6 -DTG_SPLIT_EXP=$7 \
     -Iinclude -Isrc -isystem '"$cutlass"' bench/cuda/attention_backward_variant.cu -o $lib \
     >'"$OUT"'/log/hd$d-$name.log 2>&1 || { echo "hd$d $name: build failed"; tail -20 '"$OUT"'/log/hd$d-$name.log; }'
 echo "built $(ls "$OUT"/lib/*.so 2>/dev/null | wc -l) variants in $(( $(date +%s) - start )) s"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On a Hopper machine with Nsight Compute: profile tilegrid's attention forward and
-# FlashAttention-3's on the same shapes (bench_attention.py's setup), one kernel launch each,
+# On a Hopper machine with Nsight Compute: profile tilegrid's attention forward (or backward:
+# PROFILE_BACKWARD=1) and FlashAttention-3's on the same shapes (bench_attention.py's setup), one kernel launch each,
 # every hardware counter of ncu's "full" set, into OUTDIR/ncu_attention.csv (ncu's raw page:
 # one block per kernel, headed "# <shape> <system>"). bench/ncu_compare.py tabulates it.
 #
@@ -22,6 +22,14 @@ csv="$OUT/ncu_attention.csv"
 systems=(tilegrid)
 $PY -c 'import flash_attn_interface' 2>/dev/null && systems+=(FlashAttention-3)
 [ -n "${PROFILE_SYSTEMS:-}" ] && read -ra systems <<<"$PROFILE_SYSTEMS"
+# PROFILE_BACKWARD=1 profiles the backward's main kernel instead of the forward (tilegrid's
+# flash_bwd_sm90_kernel / flash_bwd_sm90_wide_kernel, FlashAttention-3's FlashAttnBwdSm90).
+kernels='regex:flash_fwd_sm90_kernel|FlashAttnFwdSm90'
+pass=()
+if [ "${PROFILE_BACKWARD:-0}" = 1 ]; then
+  kernels='regex:flash_bwd_sm90_kernel|flash_bwd_sm90_wide_kernel|FlashAttnBwdSm90'
+  pass=(--backward)
+fi
 # PROFILE_SOURCE=1 also writes OUTDIR/ncu_source.csv: ncu's source page, every SASS
 # instruction of each kernel with its executed count and sampled warp stall reasons.
 reports=$(mktemp -d)
@@ -31,8 +39,8 @@ for case in "${cases[@]}"; do
     heading="d$head_dim s$seqlen ${causal:-full} $system"
     report="$reports/${heading// /_}"
     ncu --clock-control none --set full --kernel-name-base demangled \
-      -k 'regex:flash_fwd_sm90_kernel|FlashAttnFwdSm90' --launch-skip 2 --launch-count 1 \
-      -f -o "$report" $PY bench/profile_attention.py --system "$system" \
+      -k "$kernels" --launch-skip 2 --launch-count 1 \
+      -f -o "$report" $PY bench/profile_attention.py --system "$system" "${pass[@]}" \
       --head-dim "$head_dim" --seqlen "$seqlen" ${causal:+--causal} >/dev/null 2>&1
     echo "profiled $heading: rc=$?"
     echo "# $heading" >>"$csv"

@@ -4,6 +4,7 @@
 // (bench/attention_variants.sh), so the variants build in parallel and none needs the library.
 // Not part of the library.
 //   -DTG_HEAD_DIM=64|128|256 -DTG_FAST_EXP2=0|1 -DTG_DQ_ATOMIC=0|1 -DTG_STAGES=0|n
+//   [-DTG_STATS_EARLY=-1|0|1 -DTG_SPLIT_EXP=-1|0|1]   (-1: the head dim's default)
 // Tensors are dense and contiguous: q, k, v, out, dout and the gradients [batch, seqlen, heads,
 // head_dim] in bf16, lse [batch, heads, seqlen] in float32 (natural log), as the forward wrote.
 #include <cstdint>
@@ -15,7 +16,14 @@
 namespace {
 
 using namespace tilegrid::attention;
-using Config = sm90_bwd::BwdConfig<bool(TG_FAST_EXP2), bool(TG_DQ_ATOMIC), TG_STAGES>;
+#ifndef TG_STATS_EARLY
+#define TG_STATS_EARLY -1
+#endif
+#ifndef TG_SPLIT_EXP
+#define TG_SPLIT_EXP -1
+#endif
+using Config = sm90_bwd::BwdConfig<bool(TG_FAST_EXP2), bool(TG_DQ_ATOMIC), TG_STAGES,
+                                   TG_STATS_EARLY, TG_SPLIT_EXP>;
 constexpr int kHeadDim = TG_HEAD_DIM;
 using Traits = sm90_bwd::TraitsOf<cutlass::bfloat16_t, kHeadDim, Config>;
 

@@ -16,11 +16,32 @@ namespace tilegrid::attention::sm90_bwd {
 //   more Q/dO stages, costs the consumers kBlockM x head_dim / 512 reductions a thread a step.
 // kStages: Q/dO pipeline stages; 0 takes the head dim's default (2 at 64 and 128, 1 at 256,
 //   as many as fit 227 KB with the shared-memory dQ tile).
-template <bool kFastExp2_ = true, bool kDqAtomic_ = false, int kStages_ = 0>
+// kStatsEarly (head dims 64 and 128): each thread reads the lse of its queries from shared
+//   memory into registers before the step's products are issued, and the row deltas while
+//   dP^T's product runs, instead of at their first use (the first exp2 then waited on a
+//   shared-memory load once S^T was in: 5% of the kernel's stall samples at head dim 128,
+//   Nsight Compute). Costs kBlockM / 4 registers a thread.
+// kSplitExp (head dims 64 and 128): half of P^T's exponentials are formed after dP^T's product
+//   is in, beside dS^T's arithmetic, instead of all of them in one run of MUFU instructions
+//   between the two waits, which stalled on the special-function unit (a warp's MUFU takes it
+//   8 cycles).
+//   Both -1: the head dim's default, measured on an H100 at 16k tokens a batch, bf16
+//   (bench/results/2026-12-06_h100_attention_backward_stats_exp_variants.json): at 128
+//   kStatsEarly alone (+5% at 16k, +1-2% at 2k; kSplitExp +3.5-4.4%, both +2.5-4.2%); at 64
+//   kSplitExp alone (+7-11% at 16k, +1.5% at 2k; kStatsEarly's 32 registers spill there,
+//   -3 to +2%, both -7 to -9%).
+template <bool kFastExp2_ = true, bool kDqAtomic_ = false, int kStages_ = 0, int kStatsEarly_ = -1,
+          int kSplitExp_ = -1>
 struct BwdConfig {
   static constexpr bool kFastExp2 = kFastExp2_;
   static constexpr bool kDqAtomic = kDqAtomic_;
   static constexpr int kStages = kStages_;
+  static constexpr int kStatsEarly = kStatsEarly_;
+  static constexpr int kSplitExp = kSplitExp_;
+  // A switch that is on (1), off (0) or the head dim's default (-1).
+  static constexpr bool on_or(int value, bool fallback) {
+    return value < 0 ? fallback : value != 0;
+  }
   // The stages to use where the head dim's default is `fallback`.
   static constexpr int stages_or(int fallback) { return kStages > 0 ? kStages : fallback; }
 };

@@ -72,6 +72,37 @@ __device__ __forceinline__ void set_pair(Fragment& fragment, int i, float first,
   *reinterpret_cast<cutlass::Array<Element, 2>*>(fragment.data() + i) = convert(pair);
 }
 
+// A per-query statistic (lse or D) of the queries in a thread's (keys, queries) accumulator
+// fragment, in registers: value i of the fragment (the wgmma layout: pairs of neighbouring
+// queries, two keys, then the next column block of 8 queries) holds the query of slot
+// (i / 4) * 2 + i % 2.
+template <int kQueries>
+struct QueryStats {
+  float value[kQueries];
+
+  __device__ __forceinline__ static constexpr int slot(int i) { return (i / 4) * 2 + i % 2; }
+  // Reads row_stats[query] for each slot's query; identity(i) is value i's (key, query).
+  template <class Identity>
+  __device__ __forceinline__ void load(const float* row_stats, const Identity& identity) {
+    CUTE_UNROLL
+    for (int q = 0; q < kQueries; ++q)
+      value[q] = row_stats[cute::get<1>(identity((q / 2) * 4 + q % 2))];
+  }
+  __device__ __forceinline__ float of_value(int i) const { return value[slot(i)]; }
+};
+
+// P^T and dS^T = P^T (dP^T - D) as 16-bit register fragments from P^T in float32 (in `p`) and
+// dP^T; delta_of(i) is value i's row delta.
+template <class Fragment16, class Accumulator, class DeltaOf>
+__device__ __forceinline__ void write_p_ds(Fragment16& rP, Fragment16& rdS, const Accumulator& p,
+                                           const Accumulator& dp, DeltaOf&& delta_of) {
+  CUTE_UNROLL
+  for (int i = 0; i < cute::size(p); i += 2) {
+    set_pair(rP, i, p(i), p(i + 1));
+    set_pair(rdS, i, p(i) * (dp(i) - delta_of(i)), p(i + 1) * (dp(i + 1) - delta_of(i + 1)));
+  }
+}
+
 // Writes a thread's (keys, queries) fragment of a product's accumulator into a shared tile
 // whose queries are contiguous, with stmatrix (four 8 x 8 matrices an instruction). The
 // swizzle is applied to compile-time offsets from a 1024-byte-aligned base
@@ -80,8 +111,8 @@ __device__ __forceinline__ void set_pair(Fragment& fragment, int i, float first,
 // store (about 150 instructions a step at head dim 128).
 template <class Element, class TiledMma>
 struct ScoreTileStore {
-  using Copy = decltype(cute::make_tiled_copy_C(
-      cute::Copy_Atom<cute::SM90_U32x4_STSM_N, Element>{}, TiledMma{}));
+  using Copy = decltype(cute::make_tiled_copy_C(cute::Copy_Atom<cute::SM90_U32x4_STSM_N, Element>{},
+                                                TiledMma{}));
 
   // The thread's slice of `tile` (keys, queries[, buffers]), for every buffer.
   template <class SmemTensor>

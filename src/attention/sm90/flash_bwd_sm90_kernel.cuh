@@ -43,8 +43,8 @@
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/cutlass.h>
 #include <cutlass/numeric_types.h>
-#include <cutlass/pipeline/pipeline.hpp>
 #include <cute/tensor.hpp>
+#include <cutlass/pipeline/pipeline.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -68,11 +68,10 @@ using hopper::wgmma;
 template <class Element_, int kHeadDim_, class Config = BwdConfig<>>
 struct BwdTraits : BwdTraitsBase<Element_, kHeadDim_, 128, Config::stages_or(2), Config> {
   using Base = BwdTraitsBase<Element_, kHeadDim_, 128, Config::stages_or(2), Config>;
+  using Base::kBlockM, Base::kBlockN, Base::kDq, Base::kDqSmemFloats, Base::kHeadDim, Base::kStages;
   using typename Base::BlockM, typename Base::BlockN, typename Base::Element,
       typename Base::HeadDim, typename Base::Pipeline, typename Base::SmemLayoutDq,
       typename Base::SmemLayoutKV, typename Base::SmemLayoutQ;
-  using Base::kBlockM, Base::kBlockN, Base::kDq, Base::kDqSmemFloats, Base::kHeadDim,
-      Base::kStages;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
 
   // S^T, dP^T: (keys, queries, head_dim), the warpgroups stacked along the keys.
@@ -86,14 +85,17 @@ struct BwdTraits : BwdTraitsBase<Element_, kHeadDim_, 128, Config::stages_or(2),
       Layout<Shape<_2, _1, _1>>{}));
   static_assert(size<1>(typename TiledMmaS::AtomShape_MNK{}) == kBlockM);
   static_assert(size<1>(typename TiledMmaKV::AtomShape_MNK{}) == kHeadDim);
+  // The queries of a thread's S^T fragment (64 keys x kBlockM queries over 128 threads, each
+  // query on two of its keys).
+  static constexpr int kQueriesPerThread = kBlockM / 4;
 
   // dS as dQ's A operand, (queries, keys) with the queries contiguous, so that the two
   // neighbouring queries an S^T accumulator pair holds are one 32-bit store; and its
   // (keys, queries) view for those stores.
   // Two buffers, by step parity: a warpgroup writes a step's dS^T while the other may still
   // read the previous step's in its dQ product.
-  using SmemLayoutDs = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
-                                              Shape<BlockM, BlockN, _2>{}));
+  using SmemLayoutDs =
+      decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{}, Shape<BlockM, BlockN, _2>{}));
   using SmemLayoutDsT = decltype(composition(
       SmemLayoutDs{}, make_ordered_layout(Shape<BlockN, BlockM, _2>{}, Step<_2, _1, _3>{})));
   // dS written, between the consumer warpgroups (the one barrier a step).
@@ -165,14 +167,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto thr_s = mma_s.get_thread_slice(tid);
   auto thr_kv = mma_kv.get_thread_slice(tid);
   auto thr_dq = mma_dq.get_thread_slice(tid);
-  Tensor tSrK = thr_s.partition_fragment_A(sK);    // (MMA, 1, D/16)
+  Tensor tSrK = thr_s.partition_fragment_A(sK);  // (MMA, 1, D/16)
   Tensor tSrV = thr_s.partition_fragment_A(sV);
-  Tensor tSrQ = thr_s.partition_fragment_B(sQ);    // (MMA, 1, D/16, stages)
+  Tensor tSrQ = thr_s.partition_fragment_B(sQ);  // (MMA, 1, D/16, stages)
   Tensor tSrdO = thr_s.partition_fragment_B(sdO);
-  Tensor tKVrQt = thr_kv.partition_fragment_B(sQt);   // (MMA, 1, M/16, stages)
+  Tensor tKVrQt = thr_kv.partition_fragment_B(sQt);  // (MMA, 1, M/16, stages)
   Tensor tKVrdOt = thr_kv.partition_fragment_B(sdOt);
-  Tensor tDqrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, 1, N/16, 2)
-  Tensor tDqrKt = thr_dq.partition_fragment_B(sKt);   // (MMA, 1, N/16)
+  Tensor tDqrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, 1, N/16, 2)
+  Tensor tDqrKt = thr_dq.partition_fragment_B(sKt);  // (MMA, 1, N/16)
   Tensor acc_dk = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
   Tensor acc_dv = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
   clear(acc_dk);
@@ -197,8 +199,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const IndexRange last_key_queries = mask.queries_of_key(w.n0 + kBlockN - 1);
   const flash_bwd::ScoreGradFn score_grad(g);
   // Where this thread's dQ elements go: into its warpgroup's part (SmemLayoutDq).
-  Tensor tDqsDq = thr_dq.partition_C(
-      make_tensor(make_smem_ptr(smem.dq), typename Traits::SmemLayoutDq{}));
+  Tensor tDqsDq =
+      thr_dq.partition_C(make_tensor(make_smem_ptr(smem.dq), typename Traits::SmemLayoutDq{}));
   const int consumer = tid / 128;
 
   if (w.steps > 0) Barrier::wait(&smem.barrier_kv, 0);
@@ -210,6 +212,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor acc_s = partition_fragment_C(mma_s, Shape<BlockN, BlockM>{});
     Tensor acc_dp = partition_fragment_C(mma_s, Shape<BlockN, BlockM>{});
     pipeline.consumer_wait(read);
+    // The stage's lse and D: read by plain loads, and overwritten by the producer's bulk copy
+    // two steps on only after every consumer thread has passed the dS barrier below (after its
+    // last read) and the stage's release. compute-sanitizer's racecheck does not follow that
+    // order through the mbarrier to the asynchronous copy and reports these reads as hazards.
+    const float* lse = smem.lse[stage];
+    const float* delta = smem.delta[stage];
+    // kStatsEarly: this thread's queries' lse in registers before the products are issued
+    // (a query's slot: QueryStats).
+    QueryStats<Traits::kQueriesPerThread> stats;
+    if constexpr (Traits::kStatsEarly) stats.load(lse, tScS);
     // Two commit groups, so that P is formed while dP^T's product still runs.
     wgmma<true>(mma_s, tSrK, tSrQ(_, _, _, stage), acc_s);
     wgmma<true>(mma_s, tSrV, tSrdO(_, _, _, stage), acc_dp);
@@ -217,12 +229,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const bool whole = w.key_rows == kBlockN && row0 + kBlockM <= w.sq &&
                        last_key_queries.first <= row0 &&
                        first_key_queries.last >= row0 + kBlockM - 1;
-    // The stage's lse and D: read by plain loads, and overwritten by the producer's bulk copy
-    // two steps on only after every consumer thread has passed the dS barrier below (after its
-    // last read) and the stage's release. compute-sanitizer's racecheck does not follow that
-    // order through the mbarrier to the asynchronous copy and reports these reads as hazards.
-    const float* lse = smem.lse[stage];
-    const float* delta = smem.delta[stage];
     // Whether this thread's value i is visible; every one is when the step is whole.
     const StepScoreMask step_mask = key_queries.step(m * kBlockM, kBlockM);
     auto visible = [&](int i) { return whole || step_mask.visible(i, get<1>(tScS(i))); };
@@ -246,28 +252,50 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         set_pair(rdS, i, sg[0].dx, sg[1].dx);
       }
     } else {
-      // P^T in float32, in S^T's registers, while dP^T's product still runs; the loops have
+      // P^T in float32, in S^T's registers, while dP^T's product still runs (kSplitExp: the
+      // first half of it; the rest once dP^T is in, beside dS^T's arithmetic); the loops have
       // no branches (a masked pair's exp2 is formed and then replaced by 0).
-      warpgroup_wait<1>();
-      if (whole) {
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_s); ++i)
-          acc_s(i) =
-              score_grad.template uncapped_prob<Traits::kFastExp2>(acc_s(i), lse[get<1>(tScS(i))]);
-      } else {
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_s); ++i) {
-          const float p =
-              score_grad.template uncapped_prob<Traits::kFastExp2>(acc_s(i), lse[get<1>(tScS(i))]);
-          acc_s(i) = visible(i) ? p : 0.f;
+      constexpr int kValues = decltype(size(acc_s))::value;
+      constexpr int kEarlyValues = Traits::kSplitExp ? kValues / 2 : kValues;
+      auto lse_of = [&](int i) {
+        if constexpr (Traits::kStatsEarly)
+          return stats.of_value(i);
+        else
+          return lse[get<1>(tScS(i))];
+      };
+      auto form_p = [&](int begin, int end) {
+        if (whole) {
+          CUTE_UNROLL
+          for (int i = begin; i < end; ++i)
+            acc_s(i) = score_grad.template uncapped_prob<Traits::kFastExp2>(acc_s(i), lse_of(i));
+        } else {
+          CUTE_UNROLL
+          for (int i = begin; i < end; ++i) {
+            const float p =
+                score_grad.template uncapped_prob<Traits::kFastExp2>(acc_s(i), lse_of(i));
+            acc_s(i) = visible(i) ? p : 0.f;
+          }
         }
-      }
-      warpgroup_wait<0>();
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_s); i += 2) {
-        set_pair(rP, i, acc_s(i), acc_s(i + 1));
-        set_pair(rdS, i, acc_s(i) * (acc_dp(i) - delta[get<1>(tScS(i))]),
-                 acc_s(i + 1) * (acc_dp(i + 1) - delta[get<1>(tScS(i + 1))]));
+      };
+      warpgroup_wait<1>();
+      form_p(0, kEarlyValues);
+      // kStatsEarly: D in the registers lse held, while dP^T's product runs.
+      if constexpr (Traits::kStatsEarly) {
+        if constexpr (Traits::kSplitExp) {
+          QueryStats<Traits::kQueriesPerThread> deltas;
+          deltas.load(delta, tScS);
+          warpgroup_wait<0>();
+          form_p(kEarlyValues, kValues);
+          write_p_ds(rP, rdS, acc_s, acc_dp, [&](int i) { return deltas.of_value(i); });
+        } else {
+          stats.load(delta, tScS);
+          warpgroup_wait<0>();
+          write_p_ds(rP, rdS, acc_s, acc_dp, [&](int i) { return stats.of_value(i); });
+        }
+      } else {
+        warpgroup_wait<0>();
+        form_p(kEarlyValues, kValues);
+        write_p_ds(rP, rdS, acc_s, acc_dp, [&](int i) { return delta[get<1>(tScS(i))]; });
       }
     }
     // dS^T into this step's buffer (the other warpgroup last read it in its dQ product two

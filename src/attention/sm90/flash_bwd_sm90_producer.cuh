@@ -9,8 +9,8 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/cutlass.h>
-#include <cutlass/pipeline/pipeline.hpp>
 #include <cute/tensor.hpp>
+#include <cutlass/pipeline/pipeline.hpp>
 
 #include <cstdint>
 
@@ -37,6 +37,8 @@ struct BwdTraitsBase {
   static constexpr bool kFastExp2 = Config::kFastExp2;
   static constexpr bool kDqAtomic = Config::kDqAtomic;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kStatsEarly = Config::on_or(Config::kStatsEarly, kHeadDim == 128);
+  static constexpr bool kSplitExp = Config::on_or(Config::kSplitExp, kHeadDim == 64);
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockM = block_m(kHeadDim);
   static constexpr int kStages = kStages_;
@@ -63,7 +65,8 @@ struct BwdTraitsBase {
   // Q and dO as the (head_dim x queries) B operand of dK and dV; K as the (head_dim x keys)
   // B operand of dQ: the same bytes, coordinates swapped.
   using SmemLayoutQt = decltype(composition(
-      SmemLayoutQ{}, make_ordered_layout(Shape<HeadDim, BlockM, Int<kStages>>{}, Step<_2, _1, _3>{})));
+      SmemLayoutQ{},
+      make_ordered_layout(Shape<HeadDim, BlockM, Int<kStages>>{}, Step<_2, _1, _3>{})));
   using SmemLayoutKt = decltype(composition(
       SmemLayoutKV{}, make_ordered_layout(Shape<HeadDim, BlockN>{}, Step<_2, _1>{})));
 
@@ -103,7 +106,6 @@ struct BwdTraitsBase {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
 };
-
 
 // The CTA's shared-memory tiles as the tensors the consumer warpgroups' products read: K, V,
 // K^T, Q, dO, Q^T, dO^T (the transposed views: the same bytes, coordinates swapped), dS and
@@ -223,9 +225,8 @@ __device__ __forceinline__ int64_t dq_tile_row(const BwdKernelParams<Traits>& kp
 // order: a key tile waits only for later key tiles, which launched earlier (key_tile_of_cta),
 // so the waits cannot deadlock.
 template <class Traits, class StepHead, class StepTile>
-__device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
-                                              const float* parts, const KeyTileWork& w,
-                                              const StepHead& step_head,
+__device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp, const float* parts,
+                                              const KeyTileWork& w, const StepHead& step_head,
                                               const StepTile& step_tile, int64_t seq_row0) {
   using cutlass::arch::NamedBarrier;
   constexpr DqTileLayout kDq = Traits::kDq;
@@ -238,9 +239,8 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
     float* tile = kp.dq_accum + tile_row * kDq.row_floats();
     int* order = kp.dq_order != nullptr ? kp.dq_order + tile_row / kDq.block_m : nullptr;
     if (order != nullptr && leader) {
-      const int turn = dq_turn<kDq.block_m, Traits::kBlockN>(kp.g.fwd, key_tile_of_cta(kp),
-                                                              int(gridDim.x), blockIdx.z,
-                                                              step_tile(s));
+      const int turn = dq_turn<kDq.block_m, Traits::kBlockN>(
+          kp.g.fwd, key_tile_of_cta(kp), int(gridDim.x), blockIdx.z, step_tile(s));
       cuda::wait_for_turn(order, turn);
       hopper::fence_async_proxy();  // the bulk additions below come after the wait
     }
@@ -335,18 +335,18 @@ __device__ __forceinline__ typename Traits::Pipeline start_pipeline(
   return pipeline;
 }
 
-// The producer warpgroup (all of its threads call this), at Traits::kProducerRegisters: warp 1 is the dQ writer (write_dq_sums); thread 0
-// loads the CTA's K and V once, then per step the Q and dO tiles of kBlockM queries into the
-// ring of Traits::kStages, each stage with the log2-unit lse and the row deltas of its queries
-// (one bulk copy each from the padded rows the preprocess wrote). Step s is query head
-// step_head(s), query tile step_tile(s).
+// The producer warpgroup (all of its threads call this), at Traits::kProducerRegisters: warp 1 is
+// the dQ writer (write_dq_sums); thread 0 loads the CTA's K and V once, then per step the Q and dO
+// tiles of kBlockM queries into the ring of Traits::kStages, each stage with the log2-unit lse and
+// the row deltas of its queries (one bulk copy each from the padded rows the preprocess wrote).
+// Step s is query head step_head(s), query tile step_tile(s).
 template <class Traits, class StepHead, class StepTile>
 __device__ __forceinline__ void run_producer(const BwdKernelParams<Traits>& kp,
                                              typename Traits::SharedStorage& smem,
                                              typename Traits::Pipeline& pipeline,
-                                             const KeyTileWork& w, int n_block, int head_kv,
-                                             int b, const StepHead& step_head,
-                                             const StepTile& step_tile, int64_t seq_row0) {
+                                             const KeyTileWork& w, int n_block, int head_kv, int b,
+                                             const StepHead& step_head, const StepTile& step_tile,
+                                             int64_t seq_row0) {
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
@@ -369,16 +369,16 @@ __device__ __forceinline__ void run_producer(const BwdKernelParams<Traits>& kp,
   if (threadIdx.x != 0) return;
   // A variable-length sequence is a window of the one (total tokens) batch.
   const int tb = p.cu_seqlens_q != nullptr ? 0 : b;
-  Tensor mK = domain_offset(make_coord(w.k0, _0{}),
-                            kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, head_kv, tb));
-  Tensor mV = domain_offset(make_coord(w.k0, _0{}),
-                            kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, head_kv, tb));
+  Tensor mK =
+      domain_offset(make_coord(w.k0, _0{}), kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, head_kv, tb));
+  Tensor mV =
+      domain_offset(make_coord(w.k0, _0{}), kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, head_kv, tb));
   Tensor gK = local_tile(mK, Shape<BlockN, HeadDim>{}, make_coord(n_block, _0{}));
   Tensor gV = local_tile(mV, Shape<BlockN, HeadDim>{}, make_coord(n_block, _0{}));
-  auto [tKgK, tKsK] = tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                    group_modes<0, 2>(gK));
-  auto [tVgV, tVsV] = tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                    group_modes<0, 2>(gV));
+  auto [tKgK, tKsK] =
+      tma_partition(kp.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+  auto [tVgV, tVsV] =
+      tma_partition(kp.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
   Barrier::arrive_and_expect_tx(&smem.barrier_kv, 2 * Traits::kTmaBytesKV);
   copy(kp.tma_k.with(smem.barrier_kv), tKgK, tKsK);
   copy(kp.tma_v.with(smem.barrier_kv), tVgV, tVsV);
@@ -386,16 +386,16 @@ __device__ __forceinline__ void run_producer(const BwdKernelParams<Traits>& kp,
   PipelineState state = cutlass::make_producer_start_state<Pipeline>();
   for (int s = 0; s < w.steps; ++s) {
     const int h = step_head(s), m = step_tile(s);
-    Tensor mQ = domain_offset(make_coord(w.q0, _0{}),
-                              kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, h, tb));
-    Tensor mdO = domain_offset(make_coord(w.q0, _0{}),
-                               kp.tma_do.get_tma_tensor(kp.shape_q)(_, _, h, tb));
+    Tensor mQ =
+        domain_offset(make_coord(w.q0, _0{}), kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, h, tb));
+    Tensor mdO =
+        domain_offset(make_coord(w.q0, _0{}), kp.tma_do.get_tma_tensor(kp.shape_q)(_, _, h, tb));
     Tensor gQ = local_tile(mQ, Shape<BlockM, HeadDim>{}, make_coord(m, _0{}));
     Tensor gdO = local_tile(mdO, Shape<BlockM, HeadDim>{}, make_coord(m, _0{}));
-    auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                      group_modes<0, 2>(gQ));
-    auto [tdOgdO, tdOsdO] = tma_partition(kp.tma_do, _0{}, Layout<_1>{},
-                                          group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
+    auto [tQgQ, tQsQ] =
+        tma_partition(kp.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto [tdOgdO, tdOsdO] = tma_partition(kp.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO),
+                                          group_modes<0, 2>(gdO));
     pipeline.producer_acquire(state);
     uint64_t* full = pipeline.producer_get_barrier(state);
     const int stage = state.index();
