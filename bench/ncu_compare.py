@@ -1,7 +1,7 @@
 """Tabulate scripts/profile_attention.sh's Nsight Compute output.
 
     python bench/ncu_compare.py ncu_attention.csv [more.csv ...] [--markdown]
-    python bench/ncu_compare.py --source ncu_source.csv.gz
+    python bench/ncu_compare.py --source ncu_source.csv.gz [--opcodes wait mio]
 
 The first form: one column per profiled kernel, one row per counter that tells the attention
 kernels apart (time, launch shape, tensor-pipe and exponential-unit busy, issue rate, warp
@@ -11,7 +11,8 @@ profiled in separate runs); a later block with the same heading replaces an earl
 --source reads the per-instruction source page and splits each kernel's sampled warp stalls
 between the steady key-tile loop (instructions executed at least 30% as often as the most
 executed one: the consumers' per-tile code) and the rest (prologue, epilogue, the producer
-warp), by stall reason. Files may be gzip-compressed.
+warp), by stall reason; --opcodes adds, for the stall reasons it names, their samples by
+opcode. Files may be gzip-compressed.
 """
 
 from __future__ import annotations
@@ -122,6 +123,24 @@ def source_phases(paths):
                   f"{executed[phase] / 1e6:8.1f}M warp instructions: {top}")
 
 
+def source_opcodes(paths, reasons):
+    """Print each kernel's samples of each stall reason by opcode (the mnemonic before its
+    first '.'), the largest first: which instructions a reason waits in."""
+    for heading, rows in sections(paths).items():
+        header = rows[1]
+        instructions = [dict(zip(header, r)) for r in rows[2:] if len(r) == len(header)]
+        for reason in reasons:
+            column = "stall_" + reason
+            by_opcode = collections.Counter()
+            for inst in instructions:
+                words = [w for w in inst["Source"].split() if not w.startswith("@")]
+                by_opcode[words[0].split(".")[0] if words else "?"] += to_float(inst[column])
+            total = sum(by_opcode.values()) or 1.0
+            top = ", ".join(f"{op} {n:,.0f} ({n / total:.0%})"
+                            for op, n in by_opcode.most_common(6))
+            print(f"{heading}: {reason} {total:,.0f} samples: {top}")
+
+
 def number(text, metric):
     value = parse_number(text)
     if value is None:
@@ -136,9 +155,13 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--source", action="store_true",
                         help="the files are source pages: stalls by phase")
+    parser.add_argument("--opcodes", nargs="*", metavar="REASON",
+                        help="with --source: these stall reasons (e.g. wait mio) by opcode")
     args = parser.parse_args()
     if args.source:
         source_phases(args.files)
+        if args.opcodes:
+            source_opcodes(args.files, args.opcodes)
         return
     blocks = load(args.files)
     headings = sorted(blocks, key=lambda h: (h.rsplit(" ", 1)[0], h))
