@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "tilegrid/attention/attention.h"
 #include "tilegrid/core/build_info.h"
 #include "tilegrid/core/error.h"
 
@@ -170,6 +171,13 @@ TEST(KernelChoice, NoDeviceRunsHopperKernelsWithoutAGpu) {
       EXPECT_FALSE(hopper_kernels_run_on(f, 0));
     }
   }
+}
+
+TEST(KernelChoice, AttentionHeadDimsFollowThePredicate) {
+  const std::vector<int> all = {64, 96, 128, 192, 256}, hopper = {64, 128, 256};
+  EXPECT_EQ(attention::kernel_head_dims(Device::cpu()), all);
+  EXPECT_EQ(attention::kernel_head_dims(Device::cuda(0)),
+            hopper_kernels_run_on(KernelFamily::Attention, 0) ? hopper : all);
 }
 
 }  // namespace
