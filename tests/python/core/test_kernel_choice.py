@@ -1,7 +1,7 @@
 """The kernel choice from Python (tilegrid.kernel_choice over tilegrid/core/kernel_choice.h):
 each family's values, the override and its restoration, the environment variables read once
-in a fresh process, bad values as ValueError and the Hopper predicate without a GPU. Runs on
-the CPU."""
+in a fresh process, bad values as ValueError, the Hopper predicate without a GPU, and the
+Python predicates as constants under torch.compile. Runs on the CPU."""
 
 import os
 import subprocess
@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from tilegrid import _C, kernel_choice
+from tilegrid import flash_attn as fa
+from tilegrid.nn import llama
 
 VALUES = {
     "attention": ("auto", "sm90", "portable"),
@@ -83,3 +85,24 @@ def test_no_device_runs_hopper_kernels_without_a_gpu():
         assert not _C._hopper_kernels_run_on(family, -1)
         if not torch.cuda.is_available():
             assert not kernel_choice.hopper_kernels_run_on(family, 0)
+
+
+def test_attention_head_dims_and_fused_programs_ask_the_cpp_side():
+    assert _C._attention_kernel_head_dims("cpu", 0) == [64, 96, 128, 192, 256]
+    hopper = kernel_choice.hopper_kernels_run_on("attention", 0)
+    assert fa._kernel_head_dims("cuda", 0) == ((64, 128, 256) if hopper else
+                                               (64, 96, 128, 192, 256))
+    for dtype, expected in ((torch.bfloat16, True), (torch.float16, True),
+                            (torch.float32, False)):
+        assert llama._fused_programs_run_on(torch.empty(2, 8, dtype=dtype)) == expected
+
+
+def test_the_predicates_are_constants_under_torch_compile():
+    """fullgraph=True fails on a graph break: the C++ answers are taken at trace time."""
+
+    def f(x):
+        dims = fa._kernel_head_dims("cuda", 0)
+        return x * len(dims) + (1 if kernel_choice.hopper_kernels_run_on("gemm", 0) else 2)
+
+    x = torch.ones(3)
+    torch.testing.assert_close(torch.compile(f, backend="eager", fullgraph=True)(x), f(x))
