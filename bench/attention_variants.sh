@@ -65,7 +65,8 @@ done | xargs -P "$jobs" -L 1 sh -c '
     --generate-code=arch=compute_90a,code=[sm_90a] -Xcompiler=-fPIC,-fno-gnu-unique -shared -Xlinker=-Bsymbolic -Xptxas -v \
     -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DTILEGRID_WITH_CUDA \
     -DTG_HEAD_DIM=$d -DTG_FAST_EXP2=$2 -DTG_DQ_ATOMIC=$3 -DTG_STAGES=$4 -DTG_STATS_EARLY=$6 -DTG_SPLIT_EXP=$7 \
-    -Iinclude -Isrc -isystem '"$cutlass"' bench/cuda/attention_backward_variant.cu -o $lib \
+    -Iinclude -Isrc -isystem '"$cutlass"' bench/cuda/attention_backward_variant.cu \
+    src/core/cuda_launch.cpp -o $lib \
     >'"$OUT"'/log/hd$d-$name.log 2>&1 || { echo "hd$d $name: build failed"; tail -20 '"$OUT"'/log/hd$d-$name.log; }'
 echo "built $(ls "$OUT"/lib/*.so 2>/dev/null | wc -l) variants in $(( $(date +%s) - start )) s"
 

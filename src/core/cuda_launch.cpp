@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -50,6 +51,23 @@ int max_active_blocks(const void* kernel, int threads, size_t dynamic_smem, int 
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, dynamic_smem));
   cache.emplace(key, blocks);
   return blocks;
+}
+
+void allow_dynamic_smem(const void* kernel, int bytes, const char* what) {
+  int device = 0;
+  TG_CUDA_CHECK(cudaGetDevice(&device));
+  static std::set<std::tuple<const void*, int, int>> done;
+  const auto key = std::make_tuple(kernel, bytes, device);
+  {
+    std::lock_guard lock(cache_mutex());
+    if (done.count(key) != 0) return;
+  }
+  const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  TG_CHECK(bytes <= limit, what, " needs ", bytes,
+           " bytes of shared memory per block; this GPU allows ", limit);
+  TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  std::lock_guard lock(cache_mutex());
+  done.insert(key);
 }
 
 }  // namespace tilegrid::cuda

@@ -14,4 +14,10 @@ int compute_capability(int device);
 // Blocks of `kernel` (a __global__ function's address) resident on one SM at once.
 int max_active_blocks(const void* kernel, int threads, size_t dynamic_smem, int device);
 
+// Opts `kernel` (a __global__ function's address) into `bytes` of dynamic shared memory on the
+// current device (more than the default 48 KB), once per kernel, size and device, so that a
+// launch inside a stream capture that follows does not set attributes; throws, naming `what`,
+// where the GPU allows less.
+void allow_dynamic_smem(const void* kernel, int bytes, const char* what);
+
 }  // namespace tilegrid::cuda

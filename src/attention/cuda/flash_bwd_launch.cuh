@@ -11,12 +11,12 @@
 #include <type_traits>
 
 #include "attention/attention_cuda.h"
-#include "attention/cuda/dynamic_smem.h"
 #include "attention/cuda/flash_bwd_delta.cuh"
 #include "attention/cuda/flash_bwd_dkdv_kernel.cuh"
 #include "attention/cuda/flash_bwd_dq_kernel.cuh"
 #include "attention/cuda/flash_bwd_simt.cuh"
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "tilegrid/core/kernel_choice.h"
 
 namespace tilegrid::attention::flash_bwd {
@@ -35,7 +35,8 @@ inline int smem_per_block_optin() {
 
 template <class Element, int kHeadDim>
 void launch_simt(const FlashBwdParams& g, int max_seqlen_k, cudaStream_t stream) {
-  using Raw = std::conditional_t<std::is_same_v<Element, cutlass::bfloat16_t>, __nv_bfloat16, __half>;
+  using Raw =
+      std::conditional_t<std::is_same_v<Element, cutlass::bfloat16_t>, __nv_bfloat16, __half>;
   const FlashFwdParams& p = g.fwd;
   const unsigned heads_q = unsigned(p.heads_q), heads_kv = unsigned(p.heads_kv);
   const unsigned batch = unsigned(p.batch);
@@ -46,7 +47,8 @@ void launch_simt(const FlashBwdParams& g, int max_seqlen_k, cudaStream_t stream)
   }
   if (p.max_seqlen_q > 0) {
     simt::dq_kernel<Raw, kHeadDim>
-        <<<dim3(tiles(p.max_seqlen_q, simt::kTile), heads_q, batch), simt::kThreads, 0, stream>>>(g);
+        <<<dim3(tiles(p.max_seqlen_q, simt::kTile), heads_q, batch), simt::kThreads, 0, stream>>>(
+            g);
     TG_CUDA_CHECK_LAUNCH();
   }
 }
@@ -63,21 +65,23 @@ void launch(const FlashBwdParams& g, int max_seqlen_k, cudaStream_t stream) {
   const bool simt_forced = requested_kernel(KernelFamily::AttentionBackward) == KernelPath::Simt;
   if (p.max_seqlen_q > 0) {
     delta_kernel<Element, kHeadDim>
-        <<<dim3(tiles(p.max_seqlen_q, kDeltaRowsPerBlock), heads_q, batch),
-           32 * kDeltaRowsPerBlock, 0, stream>>>(g);
+        <<<dim3(tiles(p.max_seqlen_q, kDeltaRowsPerBlock), heads_q, batch), 32 * kDeltaRowsPerBlock,
+           0, stream>>>(g);
     TG_CUDA_CHECK_LAUNCH();
   }
   const int limit = smem_per_block_optin();
   if (simt_forced || int(DkDv::kSmemBytes) > limit || int(Dq::kSmemBytes) > limit)
     return launch_simt<Element, kHeadDim>(g, max_seqlen_k, stream);
   if (max_seqlen_k > 0) {
-    allow_dynamic_smem<dkdv_kernel<DkDv>>(int(DkDv::kSmemBytes), "attention backward (dK, dV)");
+    tilegrid::cuda::allow_dynamic_smem(reinterpret_cast<const void*>(&dkdv_kernel<DkDv>),
+                                       int(DkDv::kSmemBytes), "attention backward (dK, dV)");
     dkdv_kernel<DkDv><<<dim3(tiles(max_seqlen_k, DkDv::kBlockN), heads_kv, batch), DkDv::kThreads,
                         DkDv::kSmemBytes, stream>>>(g);
     TG_CUDA_CHECK_LAUNCH();
   }
   if (p.max_seqlen_q > 0) {  // also where there are no keys: dq is written as zeros
-    allow_dynamic_smem<dq_kernel<Dq>>(int(Dq::kSmemBytes), "attention backward (dQ)");
+    tilegrid::cuda::allow_dynamic_smem(reinterpret_cast<const void*>(&dq_kernel<Dq>),
+                                       int(Dq::kSmemBytes), "attention backward (dQ)");
     dq_kernel<Dq><<<dim3(tiles(p.max_seqlen_q, Dq::kBlockM), heads_q, batch), Dq::kThreads,
                     Dq::kSmemBytes, stream>>>(g);
     TG_CUDA_CHECK_LAUNCH();

@@ -4,9 +4,9 @@
 #include <cuda_runtime.h>
 
 #include "attention/attention_cuda.h"
-#include "attention/cuda/dynamic_smem.h"
 #include "attention/cuda/flash_fwd_kernel.cuh"
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 
 namespace tilegrid::attention::flash {
 
@@ -15,7 +15,8 @@ void launch_forward(const FlashFwdParams& p, cudaStream_t stream) {
   using Traits = FwdTraits<Element, kHeadDim>;
   constexpr int kSmem = int(Traits::kSmemBytes);
   if (p.max_seqlen_q <= 0 || p.heads_q == 0 || p.batch == 0) return;
-  allow_dynamic_smem<flash_fwd_kernel<Traits>>(kSmem, "flash attention forward");
+  tilegrid::cuda::allow_dynamic_smem(reinterpret_cast<const void*>(&flash_fwd_kernel<Traits>),
+                                     kSmem, "flash attention forward");
   const dim3 grid((p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch);
   flash_fwd_kernel<Traits><<<grid, Traits::kThreads, kSmem, stream>>>(p);
   TG_CUDA_CHECK_LAUNCH();

@@ -13,10 +13,13 @@
 #include "attention/sm90/flash_bwd_sm90_rows_kernels.cuh"
 #include "attention/sm90/flash_bwd_sm90_wide_kernel.cuh"
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 
 namespace tilegrid::attention::sm90_bwd {
 
-inline unsigned tiles(int64_t n, int64_t tile) { return unsigned((n + tile - 1) / tile); }
+inline unsigned tiles(int64_t n, int64_t tile) {
+  return unsigned((n + tile - 1) / tile);
+}
 
 // The main kernel of a head dimension and configuration (flash_bwd_sm90_config.h), and its
 // traits.
@@ -40,23 +43,16 @@ void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_
   const FlashFwdParams& p = g.fwd;
   if (p.batch == 0 || p.heads_q == 0 || p.max_seqlen_q <= 0) return;
   const PaddedRows rows = PaddedRows::of(p, Traits::kBlockM);
-  const int64_t padded_q = (int64_t(p.max_seqlen_q) + Traits::kBlockM - 1) / Traits::kBlockM *
-                           Traits::kBlockM;
+  const int64_t padded_q =
+      (int64_t(p.max_seqlen_q) + Traits::kBlockM - 1) / Traits::kBlockM * Traits::kBlockM;
   preprocess_kernel<Element, kHeadDim>
-      <<<dim3(tiles(padded_q, kRowsPerBlock), p.heads_q, p.batch), 32 * kRowsPerBlock, 0,
-         stream>>>(g, rows, ws.lse_log2, ws.delta, ws.dq_accum, ws.dq_order);
+      <<<dim3(tiles(padded_q, kRowsPerBlock), p.heads_q, p.batch), 32 * kRowsPerBlock, 0, stream>>>(
+          g, rows, ws.lse_log2, ws.delta, ws.dq_accum, ws.dq_order);
   TG_CUDA_CHECK_LAUNCH();
 
   if (max_seqlen_k > 0) {
-    int device = 0;
-    TG_CUDA_CHECK(cudaGetDevice(&device));
-    constexpr int kMaxDevices = 64;
-    static bool configured[kMaxDevices] = {};
-    if (device >= kMaxDevices || !configured[device]) {
-      TG_CUDA_CHECK(cudaFuncSetAttribute(kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-      if (device < kMaxDevices) configured[device] = true;
-    }
+    tilegrid::cuda::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem,
+                                       "attention backward (sm90)");
     const bool varlen = p.cu_seqlens_q != nullptr;
     const int32_t batches = varlen ? 1 : p.batch;
     const typename Traits::GmemShape shape_q(int32_t(p.rows_q), kHeadDim, p.heads_q, batches);
@@ -90,7 +86,7 @@ void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_
         shape_q,
         shape_k};
     kernel<<<dim3(tiles(max_seqlen_k, Traits::kBlockN), p.heads_kv, p.batch), Traits::kThreads,
-           kSmem, stream>>>(kp);
+             kSmem, stream>>>(kp);
     TG_CUDA_CHECK_LAUNCH();
   }
   postprocess_kernel<Element, kHeadDim>

@@ -11,6 +11,7 @@
 #include "attention/sm90/flash_fwd_sm90.h"
 #include "attention/sm90/flash_fwd_sm90_kernel.cuh"
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 
 namespace tilegrid::attention::sm90 {
 
@@ -43,17 +44,10 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
   using Element = typename Traits::Element;
   constexpr int kSmem = Traits::kSmemBytes;
   if (p.max_seqlen_q <= 0 || p.heads_q == 0 || p.batch == 0) return;
-  int device = 0;
+  int device = 0;  // for the persistent grid's SM count
   TG_CUDA_CHECK(cudaGetDevice(&device));
-  // Opt in to more than 48 KB of shared memory, once per kernel and device, outside any
-  // stream capture that may follow.
-  constexpr int kMaxDevices = 64;
-  static bool configured[kMaxDevices] = {};
-  if (device >= kMaxDevices || !configured[device]) {
-    TG_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_sm90_kernel<Traits>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    if (device < kMaxDevices) configured[device] = true;
-  }
+  tilegrid::cuda::allow_dynamic_smem(reinterpret_cast<const void*>(&flash_fwd_sm90_kernel<Traits>),
+                                     kSmem, "flash attention forward (sm90)");
 
   // Global tensors as (tokens, head_dim, heads, batch); a variable-length batch is one batch
   // of all tokens (its batch strides are zero).
@@ -86,16 +80,11 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
       // The output has q's shape (the front end allocates it contiguous, or checks that it is).
       make_tma_copy(SM90_TMA_STORE{},
                     gmem(p.out, shape_q, p.out_row_stride, p.out_head_stride, p.out_batch_stride),
-                    typename Traits::SmemLayoutOWarpgroup{},
-                    Shape<_64, typename Traits::HeadDim>{}, _1{}),
-      shape_q,
-      shape_k,
-      (switches & kPingPong) != 0,
-      (switches & kDirectStoreO) != 0,
-      (switches & kPersistent) != 0,
-      (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
-      section_pairs(p, sizeof(Element) * Traits::kHeadDim),
-      nullptr};  // tile_counter: below
+                    typename Traits::SmemLayoutOWarpgroup{}, Shape<_64, typename Traits::HeadDim>{},
+                    _1{}),
+      shape_q, shape_k, (switches & kPingPong) != 0, (switches & kDirectStoreO) != 0,
+      (switches & kPersistent) != 0, (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
+      section_pairs(p, sizeof(Element) * Traits::kHeadDim), nullptr};  // tile_counter: below
   // Persistent: one CTA per SM (the shared memory allows no second), or one per tile if fewer;
   // the kernel counts tiles in 32 bits, up to the count plus one grid stride.
   const int64_t tiles = int64_t(kp.m_blocks) * p.heads_q * p.batch;

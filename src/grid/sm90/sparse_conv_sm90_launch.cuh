@@ -2,6 +2,7 @@
 // Launch of the Hopper sparse convolution kernel for one element type (included by one
 // translation unit a type: sparse_conv_sm90_f16.cu, sparse_conv_sm90_bf16.cu).
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "grid/conv_cuda.h"
 #include "grid/sm90/sparse_conv_sm90_kernel.cuh"
 #include "grid/sm90/sparse_conv_sm90_wgrad_kernel.cuh"
@@ -11,8 +12,8 @@ namespace tilegrid::grid::sm90 {
 template <class Traits, int kMinBlocks>
 void launch(const cuda::GatherGemm& g, cudaStream_t stream) {
   auto* kernel = &sparse_conv_sm90_kernel<Traits, kMinBlocks>;
-  TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     Traits::kSmemBytes));
+  tilegrid::cuda::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Traits::kSmemBytes,
+                                     "sparse convolution (sm90)");
   ConvKernelParams p{};
   p.map = g.map;
   p.row_order = g.row_order;
@@ -28,8 +29,8 @@ void launch(const cuda::GatherGemm& g, cudaStream_t stream) {
   p.epilogue = g.epilogue;
   p.col_tiles = int((g.out_channels + Traits::kBlockN - 1) / Traits::kBlockN);
   const int64_t row_tiles = (g.rows + Traits::kBlockM - 1) / Traits::kBlockM;
-  kernel<<<dim3(unsigned(row_tiles * p.col_tiles)), Traits::kThreads, Traits::kSmemBytes,
-           stream>>>(p);
+  kernel<<<dim3(unsigned(row_tiles * p.col_tiles)), Traits::kThreads, Traits::kSmemBytes, stream>>>(
+      p);
   TG_CUDA_CHECK_LAUNCH();
 }
 
@@ -55,8 +56,8 @@ void launch_sparse_conv_sm90(const cuda::GatherGemm& g, cudaStream_t stream) {
 template <class Traits>
 void launch_wgrad_with(WgradKernelParams p, int64_t volume, cudaStream_t stream) {
   auto* kernel = &sparse_conv_sm90_wgrad_kernel<Traits>;
-  TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     Traits::kSmemBytes));
+  tilegrid::cuda::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Traits::kSmemBytes,
+                                     "sparse convolution weight gradient (sm90)");
   const int64_t m_tiles = (p.cin + Traits::kBlockM - 1) / Traits::kBlockM;
   p.n_tiles = int((p.cout + Traits::kBlockN - 1) / Traits::kBlockN);
   const dim3 grid(unsigned(m_tiles * p.n_tiles), unsigned(volume), unsigned(p.chunks));
