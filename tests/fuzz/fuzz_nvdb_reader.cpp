@@ -23,6 +23,7 @@
 #include <functional>
 #include <iterator>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <typeinfo>
@@ -47,6 +48,7 @@ struct Counts {
 };
 Counts counts;
 std::filesystem::path folder, input_path, again_path;
+std::vector<std::vector<uint8_t>> seeds;  // the files of the corpus folders given
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "fuzz_nvdb_reader: %s\n", what.c_str());
@@ -54,26 +56,39 @@ std::filesystem::path folder, input_path, again_path;
 }
 
 template <class T>
-bool load_at(const std::vector<uint8_t>& data, uint64_t at, T& value) {
+bool load_at(std::span<const uint8_t> data, uint64_t at, T& value) {
   if (at > data.size() || data.size() - at < sizeof(T)) return false;
   std::memcpy(&value, data.data() + at, sizeof(T));
   return true;
 }
 
+// Where the first segment's grid buffers start, and their sizes, as far as the bytes give them.
+struct Segment {
+  uint64_t grids_at = 0;
+  std::vector<uint64_t> grid_sizes;
+};
+
+Segment first_segment(std::span<const uint8_t> data) {
+  Segment out;
+  nvdb::FileHeader header;
+  if (!load_at(data, 0, header)) return out;
+  uint64_t at = sizeof(header);
+  for (uint16_t g = 0; g < header.grid_count; ++g) {
+    nvdb::FileGridMeta meta;
+    if (!load_at(data, at, meta)) return out;
+    out.grid_sizes.push_back(meta.grid_size);
+    at += sizeof(meta) + meta.name_size;
+  }
+  out.grids_at = at;
+  return out;
+}
+
 // Recomputes the low (header) half of each checksum of the first segment's grids, where the
 // bytes give a grid record, tree header and root table that lie inside the input.
 void recompute_checksums(std::vector<uint8_t>& data) {
-  nvdb::FileHeader header;
-  if (!load_at(data, 0, header)) return;
-  uint64_t grid = sizeof(header);
-  std::vector<uint64_t> sizes;
-  for (uint16_t g = 0; g < header.grid_count; ++g) {
-    nvdb::FileGridMeta meta;
-    if (!load_at(data, grid, meta)) return;
-    sizes.push_back(meta.grid_size);
-    grid += sizeof(meta) + meta.name_size;
-  }
-  for (const uint64_t size : sizes) {
+  const Segment segment = first_segment(data);
+  uint64_t grid = segment.grids_at;
+  for (const uint64_t size : segment.grid_sizes) {
     const uint64_t tree = grid + sizeof(nvdb::GridHeader);
     nvdb::TreeHeader tree_header;
     nvdb::RootHeader root_header;
@@ -153,9 +168,11 @@ void at_exit() {
 
 extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
-// Half of the mutations are libFuzzer's own. The other half change one to four of the input's
-// non-zero 8-byte words, where a .nvdb file keeps its offsets, counts, masks, child tables and
-// names (as 4 or 8 bytes, at the word or 4 bytes in): set to a boundary value (0, -1, 2^31 - 1,
+// Half of the mutations are libFuzzer's own. The other half change one to four non-zero 8-byte
+// words of the input or, every other time, of a seed file (as fuzz_readers.py does: most inputs
+// that coverage keeps are refused early, and a mutation of a valid file reaches the checks
+// behind them): where a .nvdb file keeps its offsets, counts, masks, child tables and names (as
+// 4 or 8 bytes, at the word or 4 bytes in), each is set to a boundary value (0, -1, 2^31 - 1,
 // 2^63, ...), nudged, a bit flipped or another such word copied over (a child offset onto its
 // neighbour's: shared nodes); one in twenty is also cut short. A byte mutation rarely makes a
 // whole offset or count.
@@ -164,13 +181,28 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
   // Boundary values are 2^k - 1, 2^k and 2^k + 1 for these k (2^64 wraps to 0), or minus those.
   static constexpr int kBits[] = {0, 1, 2, 3, 5, 8, 12, 15, 16, 20, 31, 32, 61, 62, 63, 64};
   std::minstd_rand rng(seed);
-  std::vector<size_t> words;
-  for (size_t at = 0; at + 8 <= size; at += 8) {
-    uint64_t word;
-    std::memcpy(&word, data + at, 8);
-    if (word != 0) words.push_back(at);
+  if (rng() % 2 == 0) return LLVMFuzzerMutate(data, size, max_size);
+  if (!seeds.empty() && rng() % 2 == 0) {
+    const std::vector<uint8_t>& from = seeds[rng() % seeds.size()];
+    if (from.size() <= max_size) {
+      std::copy(from.begin(), from.end(), data);
+      size = from.size();
+    }
   }
-  if (rng() % 2 == 0 || words.empty()) return LLVMFuzzerMutate(data, size, max_size);
+  // Fields lie on 8-byte boundaries of the file up to the first grid buffer, of the buffer from
+  // there on (a grid name of any length comes before it).
+  const uint64_t grids_at = std::min<uint64_t>(first_segment({data, size}).grids_at, size);
+  std::vector<size_t> words;
+  const auto add_words = [&](size_t from, size_t to) {
+    for (size_t at = from; at + 8 <= to; at += 8) {
+      uint64_t word;
+      std::memcpy(&word, data + at, 8);
+      if (word != 0) words.push_back(at);
+    }
+  };
+  add_words(0, grids_at);
+  add_words(grids_at, size);
+  if (words.empty()) return LLVMFuzzerMutate(data, size, max_size);
   for (unsigned n = 1 + rng() % 4; n > 0; --n) {
     const size_t width = rng() % 2 ? 4 : 8;
     const size_t at = std::min(words[rng() % words.size()] + (rng() % 3 == 2 ? 4 : 0), size - 8);
@@ -178,11 +210,12 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
     std::memcpy(&word, data + at, width);
     switch (rng() % 5) {
       case 0:
-      case 1:
-        word = kBits[rng() % std::size(kBits)];
-        word = (word < 64 ? uint64_t(1) << word : 0) + uint64_t(int64_t(rng() % 3) - 1);
+      case 1: {
+        const int k = kBits[rng() % std::size(kBits)];
+        word = (k < 64 ? uint64_t(1) << k : 0) + uint64_t(int64_t(rng() % 3) - 1);
         if (rng() % 10 < 3) word = 0 - word;
         break;
+      }
       case 2:
         word += uint64_t(int64_t(rng() % 81) - 40);
         break;
@@ -198,7 +231,16 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
   return size;
 }
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  for (int a = 1; a < *argc; ++a) {
+    std::error_code error;
+    if ((*argv)[a][0] == '-' || !std::filesystem::is_directory((*argv)[a], error)) continue;
+    for (const auto& entry : std::filesystem::directory_iterator((*argv)[a], error)) {
+      if (!entry.is_regular_file(error) || entry.file_size(error) == 0) continue;
+      std::ifstream in(entry.path(), std::ios::binary);
+      seeds.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+  }
   std::string pattern = (std::filesystem::temp_directory_path() / "tilegrid-fuzz-nvdb-XXXXXX");
   if (mkdtemp(pattern.data()) == nullptr) fail("cannot make a folder under " + pattern);
   folder = pattern;
