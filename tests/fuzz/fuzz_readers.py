@@ -2,11 +2,12 @@
 
     python tests/fuzz/fuzz_readers.py ply|off|nvdb [libFuzzer flags and corpus folders]
 
-scripts/fuzz.sh runs it for each reader with a time limit. Each input is written to a file and
-read with tg.read_ply, tg.read_off or tg.load (the C++ .nvdb reader). An input passes when the
-reader returns data that passes the checks below, or raises the documented error: exactly
-MeshFormatError for PLY and OFF, exactly ValueError for .nvdb, with the file's path in the
-message. Any other exception, a crash (SIGABRT, SIGSEGV), a hang (libFuzzer's -timeout) or an
+scripts/fuzz.sh runs it for each reader with a time limit (targets ply, off, nvdb). Each input is
+written to a file and read with tg.read_ply, tg.read_off or tg.load (the C++ .nvdb reader, which
+fuzz_nvdb_reader.cpp also fuzzes in C++, coverage-guided and under sanitizers). An input passes
+when the reader returns data that passes the checks below, or raises the documented error:
+exactly MeshFormatError for PLY and OFF, exactly ValueError for .nvdb, with the file's path in
+the message. Any other exception, a crash (SIGABRT, SIGSEGV), a hang (libFuzzer's -timeout) or an
 allocation past -rss_limit_mb stops the run with a failure and the input saved.
 
 What a returned result must satisfy:
