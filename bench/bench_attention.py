@@ -35,6 +35,11 @@ import harness  # noqa: E402
 
 import tilegrid as tg  # noqa: E402
 from tilegrid import _C  # noqa: E402
+from tilegrid.kernel_choice import (  # noqa: E402
+    hopper_kernels_run_on,
+    requested_kernel,
+    set_kernel_choice,
+)
 
 TOKENS = 16384
 HIDDEN = 2048
@@ -79,23 +84,25 @@ def flash_attention_4(q, k, v, causal):
 
 
 def tilegrid_kernel(kernel, sm90_switches=-1):
-    """tg.flash_attn_func with the CUDA kernel chosen through the private selector hook (an
-    atomic store per call, microseconds against the kernel's time)."""
+    """tg.flash_attn_func with the CUDA kernel chosen through the kernel choice and the Hopper
+    variant through its private hook (two atomic stores per call, microseconds against the
+    kernel's time)."""
 
     def run(q, k, v, causal):
-        _C._attention_set_kernel(kernel, sm90_switches)
+        set_kernel_choice("attention", kernel)
+        _C._attention_set_sm90_switches(sm90_switches)
         return tg.flash_attn_func(q, k, v, causal=causal)
 
     return run
 
 
-# "tilegrid" is the automatic choice (TILEGRID_ATTENTION_KERNEL, else auto: the Hopper kernel
+# "tilegrid" is the requested choice (TILEGRID_ATTENTION_KERNEL, else auto: the Hopper kernel
 # with its default variant on compute capability 9.0). There the portable kernel runs too, and
 # - in bfloat16, the only dtype with every combination compiled - the Hopper kernel once per
 # other variant, so the table shows what ping-pong, conditional rescaling and software exp2
 # are each worth. Bits: 1 conditional rescaling, 2 software exp2, 4 ping-pong (8, 16, 32 below).
 SYSTEMS = [
-    ("tilegrid", tilegrid_kernel(os.environ.get("TILEGRID_ATTENTION_KERNEL", "auto"))),
+    ("tilegrid", tilegrid_kernel(requested_kernel("attention"))),
     ("torch SDPA cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
     ("torch SDPA flash", sdpa(SDPBackend.FLASH_ATTENTION)),
 ] + ([(FA3, flash_attention_3)] if fa3 is not None else []) \
@@ -194,7 +201,7 @@ def main() -> None:
                         help="run only the systems of these names (default: all)")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
-    if torch.cuda.get_device_capability() == (9, 0) and not args.no_variants:
+    if hopper_kernels_run_on("attention", torch.cuda.current_device()) and not args.no_variants:
         SYSTEMS[1:1] = SM90_SYSTEMS + (SM90_SWITCH_SYSTEMS if dtype == torch.bfloat16 else [])
     if args.systems is not None:
         # FA3 and FA4 are known names even when they do not import: their absence goes into

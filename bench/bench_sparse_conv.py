@@ -44,6 +44,7 @@ import harness  # noqa: E402
 import sparse_unet_peers as peers  # noqa: E402
 
 import tilegrid as tg  # noqa: E402
+from tilegrid.kernel_choice import override  # noqa: E402
 
 
 def scene(extent: float, voxel: float, density: int = 16, seed: int = 0) -> torch.Tensor:
@@ -105,18 +106,11 @@ def torchsparse_layer(ts, ijk, features, weight):
 
 
 def with_kernel(kernel: str, fn):
-    """fn run with TILEGRID_SPARSE_CONV_KERNEL=kernel (read by the dispatcher at each call,
-    so also when a CUDA graph is captured)."""
+    """fn run with the sparse_conv kernel choice `kernel` (auto, mma or simt; asked by the
+    dispatcher at each call, so also when a CUDA graph is captured)."""
     def run(i):
-        old = os.environ.get("TILEGRID_SPARSE_CONV_KERNEL")
-        os.environ["TILEGRID_SPARSE_CONV_KERNEL"] = kernel
-        try:
+        with override("sparse_conv", kernel):
             return fn(i)
-        finally:
-            if old is None:
-                del os.environ["TILEGRID_SPARSE_CONV_KERNEL"]
-            else:
-                os.environ["TILEGRID_SPARSE_CONV_KERNEL"] = old
     return run
 
 

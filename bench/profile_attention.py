@@ -41,9 +41,10 @@ def main() -> None:
     if args.system == "tilegrid":
         import tilegrid as tg
         from tilegrid import _C
+        from tilegrid.kernel_choice import set_kernel_choice
 
-        _C._attention_set_kernel("sm90" if args.sm90_switches >= 0 else "auto",
-                                 args.sm90_switches)
+        set_kernel_choice("attention", "sm90" if args.sm90_switches >= 0 else "auto")
+        _C._attention_set_sm90_switches(args.sm90_switches)
         run = lambda: tg.flash_attn_func(q, k, v, causal=args.causal,  # noqa: E731
                                          deterministic=args.deterministic)
     else:

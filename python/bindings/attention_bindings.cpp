@@ -1,8 +1,10 @@
 // Attention-pillar bindings. Outputs (out, lse) are allocated by the caller (torch).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <string>
+#include <vector>
 
 #include "convert.h"
 #include "tilegrid/attention/attention.h"
@@ -91,22 +93,18 @@ void bind_attention(nb::module_& m) {
       nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"),
       nb::arg("deterministic"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("stream") = 0);
 
-  // Private hooks for tests and benchmarks: which CUDA kernel runs (auto | sm90 | portable,
-  // overriding TILEGRID_ATTENTION_KERNEL; sm90_switches as in attention.h) and which one ran
-  // the latest call of this thread.
+  // Private hooks for tilegrid.flash_attn, tests and benchmarks: the head dims whose kernels
+  // run on a device, the Hopper forward's variant (sm90_switches as in attention.h) and which
+  // kernel ran the latest call of this thread. Which path runs is the kernel choice's
+  // (_set_kernel_choice).
   m.def(
-      "_attention_set_kernel",
-      [](const std::string& kernel, int sm90_switches) {
-        attention::CudaKernel k = attention::CudaKernel::Auto;
-        if (kernel == "sm90")
-          k = attention::CudaKernel::Sm90;
-        else if (kernel == "portable")
-          k = attention::CudaKernel::Portable;
-        else if (kernel != "auto")
-          throw nb::value_error("kernel must be auto, sm90 or portable");
-        attention::set_cuda_kernel(k, sm90_switches);
+      "_attention_kernel_head_dims",
+      [](const std::string& device_type, int device_index) {
+        return attention::kernel_head_dims(device_type == "cuda" ? Device::cuda(device_index)
+                                                                 : Device::cpu());
       },
-      nb::arg("kernel"), nb::arg("sm90_switches") = -1);
+      nb::arg("device_type"), nb::arg("device_index") = 0);
+  m.def("_attention_set_sm90_switches", &attention::set_sm90_switches, nb::arg("sm90_switches"));
   m.def("_attention_last_kernel", [] { return std::string(attention::last_cuda_kernel()); });
 }
 

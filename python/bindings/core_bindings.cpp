@@ -1,4 +1,5 @@
-// Core bindings: array conversion, the allocator hook, DLPack export, JaggedTensor helpers.
+// Core bindings: array conversion, the allocator hook, DLPack export, JaggedTensor helpers,
+// the kernel choice.
 #include <Python.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -10,6 +11,7 @@
 #include "convert.h"
 #include "tilegrid/core/allocator.h"
 #include "tilegrid/core/jagged_tensor.h"
+#include "tilegrid/core/kernel_choice.h"
 #include "tilegrid/core/tensor.h"
 
 namespace tilegrid::python {
@@ -133,6 +135,29 @@ void bind_core(nb::module_& m) {
         jagged_batch_index(as_view(offsets), as_view(jidx), as_stream(stream));
       },
       nb::arg("joffsets"), nb::arg("jidx"), nb::arg("stream") = 0);
+
+  // The kernel choice (tilegrid/core/kernel_choice.h) for tilegrid.kernel_choice: families
+  // and paths by name, spelt as the environment variables take them.
+  m.def(
+      "_kernel_choice",
+      [](const std::string& family) {
+        const KernelFamily f = parse_kernel_family(family);
+        return std::string(kernel_path_name(f, requested_kernel(f)));
+      },
+      nb::arg("family"));
+  m.def(
+      "_set_kernel_choice",
+      [](const std::string& family, const std::string& value) {
+        const KernelFamily f = parse_kernel_family(family);
+        set_kernel_choice(f, parse_kernel_path(f, value, "set_kernel_choice: " + family));
+      },
+      nb::arg("family"), nb::arg("value"));
+  m.def(
+      "_hopper_kernels_run_on",
+      [](const std::string& family, int device_index) {
+        return hopper_kernels_run_on(parse_kernel_family(family), device_index);
+      },
+      nb::arg("family"), nb::arg("device_index"));
 }
 
 }  // namespace tilegrid::python

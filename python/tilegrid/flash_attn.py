@@ -66,10 +66,6 @@ from .attention_sinks import apply_learnable_sink, check_learnable_sink
 from .paged_kv import gather_paged_kv
 from .varlen_used import offsets_of, place_back, used_rows
 
-# Head dimensions the kernels are compiled for; others are padded to the next one.
-_KERNEL_HEAD_DIMS = (64, 96, 128, 192, 256)
-
-
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _INT64_MAX = 2**63 - 1
 _FLOAT32_MAX = torch.finfo(torch.float32).max
@@ -163,30 +159,32 @@ def _kernel_ready(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-# Hopper's TMA + wgmma kernels, forward and backward, exist at head dims 64, 128 and 256: on
-# a GPU of compute capability 9.0 the head dims between are padded to the next of these, so
-# that 96 and 192 run on them. That is a third more products than kernels of their own would
-# do, on kernels faster than the portable ones (the backward at head dim 256 and 16k tokens
-# on an H200: 256-260 TFLOP/s against the portable kernel's 99-101, in
+# The head dims whose kernels run on a device, from the C++ side (attention::kernel_head_dims):
+# 64, 128 and 256 where Hopper's TMA + wgmma kernels run, forward and backward, so that 96 and
+# 192 are padded to 128 and 256 there. That is a third more products than kernels of their own
+# would do, on kernels faster than the portable ones (the backward at head dim 256 and 16k
+# tokens on an H200: 256-260 TFLOP/s against the portable kernel's 99-101, in
 # bench/results/2026-12-04_h200_attention_backward_hd256_dq_after_dkdv.json and
-# bench/results/2026-12-02_h200_attention_backward_mma.json). The padding is decided by the
-# GPU alone, so it applies when the portable kernels are forced there too.
-_HOPPER_HEAD_DIMS = (64, 128, 256)
-_HOPPER_BY_DEVICE: dict[int, bool] = {}
+# bench/results/2026-12-02_h200_attention_backward_mma.json). The device alone decides, so
+# the padding applies when the portable kernels are requested there too. Elsewhere: 64, 96,
+# 128, 192 and 256. A head dim is padded to the next of them.
+_HEAD_DIMS_BY_DEVICE: dict[tuple[str, int], tuple[int, ...]] = {}
 
 
 # Run as written (not traced) under torch.compile, its answer a constant of the graph.
 @torch.compiler.assume_constant_result
-def _is_hopper(device_index: int) -> bool:
-    if device_index not in _HOPPER_BY_DEVICE:
-        _HOPPER_BY_DEVICE[device_index] = torch.cuda.get_device_capability(device_index) == (9, 0)
-    return _HOPPER_BY_DEVICE[device_index]
+def _kernel_head_dims(device_type: str, device_index: int) -> tuple[int, ...]:
+    key = (device_type, device_index)
+    if key not in _HEAD_DIMS_BY_DEVICE:
+        _HEAD_DIMS_BY_DEVICE[key] = tuple(_C._attention_kernel_head_dims(device_type, device_index))
+    return _HEAD_DIMS_BY_DEVICE[key]
 
 
 def _padded_head_dim(d: int, device: torch.device) -> int:
-    hopper = device.type == "cuda" and _is_hopper(device.index if device.index is not None
-                                                  else torch.cuda.current_device())
-    for kernel_d in _HOPPER_HEAD_DIMS if hopper else _KERNEL_HEAD_DIMS:
+    index = 0
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+    for kernel_d in _kernel_head_dims(device.type, index):
         if d <= kernel_d:
             return kernel_d
     raise ValueError(f"flash_attn: head dimension must be at most 256, got {d}")

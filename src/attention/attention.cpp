@@ -5,12 +5,13 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
+#include <iterator>
+#include <vector>
 
 #include "attention/attention_problem.h"
 #include "attention/attention_validate.h"
 #include "tilegrid/core/checks.h"
+#include "tilegrid/core/kernel_choice.h"
 #if defined(TILEGRID_WITH_ATTENTION_CUDA)
 #include "attention/attention_cuda.h"
 #endif
@@ -32,46 +33,28 @@ void run(const char* op, const Problem& p, Device device, Stream stream) {
 #endif
 }
 
-// The kernel selection: the environment variable once, then set_cuda_kernel's overrides.
-struct KernelSetting {
-  std::atomic<int> kernel{int(CudaKernel::Auto)};
-  std::atomic<int> sm90_switches{-1};
-};
-
-KernelSetting& kernel_setting() {
-  static KernelSetting* setting = [] {
-    auto* s = new KernelSetting;
-    const char* env = std::getenv("TILEGRID_ATTENTION_KERNEL");
-    const std::string value = env == nullptr ? "" : env;
-    if (value == "sm90")
-      s->kernel = int(CudaKernel::Sm90);
-    else if (value == "portable")
-      s->kernel = int(CudaKernel::Portable);
-    else
-      TG_CHECK_VALUE(value.empty() || value == "auto",
-                     "TILEGRID_ATTENTION_KERNEL must be auto, sm90 or portable, got '", value, "'");
-    return s;
-  }();
-  return *setting;
-}
+std::atomic<int> g_sm90_switches{-1};
 
 thread_local const char* last_kernel = "";
 
 }  // namespace
 
-KernelChoice kernel_choice() {
-  KernelSetting& s = kernel_setting();
-  return {s.kernel.load(), s.sm90_switches.load()};
+int sm90_switches() {
+  return g_sm90_switches.load(std::memory_order_relaxed);
+}
+
+void set_sm90_switches(int switches) {
+  g_sm90_switches.store(switches, std::memory_order_relaxed);
+}
+
+std::vector<int> kernel_head_dims(Device device) {
+  if (device.is_cuda() && hopper_kernels_run_on(KernelFamily::Attention, device.index))
+    return {std::begin(kHopperHeadDims), std::end(kHopperHeadDims)};
+  return {std::begin(kHeadDims), std::end(kHeadDims)};
 }
 
 void set_last_cuda_kernel(const char* name) {
   last_kernel = name;
-}
-
-void set_cuda_kernel(CudaKernel kernel, int sm90_switches) {
-  KernelSetting& s = kernel_setting();
-  s.kernel = int(kernel);
-  s.sm90_switches = sm90_switches;
 }
 
 const char* last_cuda_kernel() {

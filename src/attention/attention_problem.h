@@ -9,6 +9,16 @@
 
 namespace tilegrid::attention {
 
+// Head dimensions of the portable kernels (cuda/) and of the Hopper ones (sm90/).
+inline constexpr int kHeadDims[] = {64, 96, 128, 192, 256};
+inline constexpr int kHopperHeadDims[] = {64, 128, 256};
+
+inline bool is_hopper_head_dim(int64_t head_dim) {
+  for (int d : kHopperHeadDims)
+    if (head_dim == d) return true;
+  return false;
+}
+
 struct Operand {
   void* data = nullptr;
   int64_t batch_stride = 0, token_stride = 0, head_stride = 0;  // elements
@@ -41,12 +51,8 @@ struct Gradients {
 void forward_cpu(const Problem& p);
 void backward_cpu(const Problem& p, const Gradients& g);
 
-// The CUDA kernel selection (set_cuda_kernel, else TILEGRID_ATTENTION_KERNEL, read once).
-struct KernelChoice {
-  int kernel = 0;  // a CudaKernel
-  int sm90_switches = -1;
-};
-KernelChoice kernel_choice();
+// set_sm90_switches' value (-1: the default variant).
+int sm90_switches();
 void set_last_cuda_kernel(const char* name);
 
 }  // namespace tilegrid::attention

@@ -16,8 +16,6 @@
 namespace tilegrid::attention {
 namespace {
 
-constexpr int64_t kHeadDims[] = {64, 96, 128, 192, 256};
-
 void check_qkv(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
                int ndim) {
   check_dtype(op, "q", q, {DType::Float16, DType::BFloat16, DType::Float32});
@@ -38,7 +36,7 @@ void check_qkv(const char* op, const TensorView& q, const TensorView& k, const T
                  "; the kernels have no head dimension of v's own), got ", v.size(-1), " (v shape ",
                  v.shape, ")");
   bool supported = false;
-  for (int64_t hd : kHeadDims) supported = supported || d == hd;
+  for (int hd : kHeadDims) supported = supported || d == hd;
   TG_CHECK_VALUE(supported, op, ": head dimension must be 64, 96, 128, 192 or 256, got ", d,
                  " (q shape ", q.shape, ")");
   TG_CHECK_VALUE(k.shape == v.shape, op, ": k and v must have the same shape, got ", k.shape,

@@ -12,13 +12,12 @@
 // partials are then summed in chunk order by a second kernel. The chunk count depends only on
 // the shapes, so the result is the same bits on every run.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "core/cuda_check.h"
 #include "core/cuda_convert.cuh"
 #include "grid/conv_cuda.h"
+#include "tilegrid/core/kernel_choice.h"
 #ifdef TILEGRID_WITH_SM90_CONV
 #include "grid/sm90/sparse_conv_sm90.h"
 #endif
@@ -30,19 +29,6 @@ constexpr int kTileRows = 64, kTileCols = 64, kTileK = 16, kThreads = 256;
 
 cudaStream_t raw(Stream s) {
   return static_cast<cudaStream_t>(s.handle);
-}
-
-// TILEGRID_SPARSE_CONV_KERNEL: auto (default: Hopper's wgmma kernel where it applies, else
-// the WMMA tensor-core tiles, else CUDA cores), mma (no Hopper kernel), simt (CUDA cores
-// only). For comparisons and tests; read at every call.
-enum class ConvKernel { Auto, Mma, Simt };
-ConvKernel conv_kernel_choice() {
-  const char* v = std::getenv("TILEGRID_SPARSE_CONV_KERNEL");
-  if (v == nullptr || std::strcmp(v, "") == 0 || std::strcmp(v, "auto") == 0) return ConvKernel::Auto;
-  if (std::strcmp(v, "mma") == 0) return ConvKernel::Mma;
-  if (std::strcmp(v, "simt") == 0) return ConvKernel::Simt;
-  throw ValueError(detail::concat("TILEGRID_SPARSE_CONV_KERNEL must be auto, mma or simt, got '",
-                                  v, "'"));
 }
 
 template <class Acc, class T>
@@ -227,13 +213,13 @@ void sum_chunks(const Tensor& partials, int64_t chunks, int64_t n, void* grad_we
 }
 
 template <class T, class Acc>
-void launch_weight_grad(const WeightGrad& p, int device, Stream stream, ConvKernel kernel) {
+void launch_weight_grad(const WeightGrad& p, int device, Stream stream, KernelPath kernel) {
   const cudaStream_t s = raw(stream);
 #ifdef TILEGRID_WITH_SM90_CONV
   if constexpr (std::is_same_v<Acc, float>) {
     Tensor hopper_partials;
     int64_t hopper_chunks = 0;
-    if (kernel == ConvKernel::Auto &&
+    if (kernel == KernelPath::Auto && hopper_kernels_run_on(KernelFamily::SparseConv, device) &&
         sparse_conv_weight_partials_sm90(p, device, stream, hopper_partials, hopper_chunks))
       return sum_chunks<T, Acc>(hopper_partials, hopper_chunks,
                                 p.volume * p.in_channels * p.out_channels, p.grad_weight, s);
@@ -253,7 +239,7 @@ void launch_weight_grad(const WeightGrad& p, int device, Stream stream, ConvKern
   Acc* partial = static_cast<Acc*>(partials.data());
   bool done = false;
   if constexpr (std::is_same_v<Acc, float>)
-    if (kernel != ConvKernel::Simt)
+    if (kernel != KernelPath::Simt)
       done = sparse_conv_weight_partials_mma(p, chunks, chunk_rows, partial, device, stream);
   if (!done) {
     weight_grad_kernel<T, Acc><<<grid, kThreads, 0, s>>>(
@@ -295,15 +281,20 @@ void forward_then_epilogue(const GatherGemm& p, bool mma_done, cudaStream_t s) {
 
 }  // namespace
 
+// The sparse_conv request (tilegrid/core/kernel_choice.h) picks the kernels: Auto, Hopper's
+// wgmma kernel where it runs and takes the problem, else the WMMA tensor-core tiles, else CUDA
+// cores; Portable ("mma"), no Hopper kernel; Simt, CUDA cores only.
 void sparse_conv_forward(const GatherGemm& p, int device, Stream stream) {
   if (p.rows == 0 || p.out_channels == 0) return;
   CudaDeviceGuard guard(device);
-  const ConvKernel kernel = conv_kernel_choice();
+  const KernelPath kernel = requested_kernel(KernelFamily::SparseConv);
 #ifdef TILEGRID_WITH_SM90_CONV
-  if (kernel == ConvKernel::Auto && sparse_conv_forward_sm90(p, device, stream)) return;
+  if (kernel == KernelPath::Auto && hopper_kernels_run_on(KernelFamily::SparseConv, device) &&
+      sparse_conv_forward_sm90(p, stream))
+    return;
 #endif
   const cudaStream_t s = raw(stream);
-  const bool mma = kernel != ConvKernel::Simt && sparse_conv_forward_mma(p, device, stream);
+  const bool mma = kernel != KernelPath::Simt && sparse_conv_forward_mma(p, device, stream);
   switch (p.dtype) {
     case DType::Float64: return forward_then_epilogue<double, double>(p, mma, s);
     case DType::Float32: return forward_then_epilogue<float, float>(p, mma, s);
@@ -316,7 +307,7 @@ void sparse_conv_forward(const GatherGemm& p, int device, Stream stream) {
 void sparse_conv_backward_weight(const WeightGrad& p, int device, Stream stream) {
   if (p.volume * p.in_channels * p.out_channels == 0) return;
   CudaDeviceGuard guard(device);
-  const ConvKernel kernel = conv_kernel_choice();
+  const KernelPath kernel = requested_kernel(KernelFamily::SparseConv);
   switch (p.dtype) {
     case DType::Float64: return launch_weight_grad<double, double>(p, device, stream, kernel);
     case DType::Float32: return launch_weight_grad<float, float>(p, device, stream, kernel);

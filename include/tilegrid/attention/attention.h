@@ -13,11 +13,12 @@
 // CPU tensors run the reference (float32 math, float64 sums). CUDA tensors (float16 and
 // bfloat16 only; data 16-byte aligned, strides multiples of 8 elements) run a portable
 // FlashAttention-2-style kernel on sm_80 and newer, or on compute capability 9.0 the Hopper
-// kernel (TMA + wgmma; head dimensions 64, 128 and 256) where it is selected (see CudaKernel).
+// kernel (TMA + wgmma; head dimensions 64, 128 and 256) where it is selected (see below).
 // On CUDA, forward_varlen copies cu_seqlens (on q's device) to the host to validate them,
 // which waits for `stream`.
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "tilegrid/core/tensor_view.h"
 
@@ -37,27 +38,33 @@ struct Params {
   double softcap = 0;         // 0: off; else finite in float32
 };
 
-// Which CUDA kernels run, forward and backward. The environment variable
-// TILEGRID_ATTENTION_KERNEL, read once at the first call, sets it: `auto` (or unset), `sm90` or
-// `portable`; any other value is an error at that call.
-//  - auto and sm90: the Hopper kernels on compute capability 9.0 for the problems they support
-//    (16-bit types, head dimension 64, 128 or 256, strides multiples of 8 elements), the
-//    portable kernels for everything else - never an error (auto alone also yields to the
-//    dispatcher's kSm90ValidatedOnHardware, true in this version);
+// Which CUDA kernels run, forward and backward, is the attention family's request
+// (tilegrid/core/kernel_choice.h: TILEGRID_ATTENTION_KERNEL, or set_kernel_choice):
+//  - auto and sm90: the Hopper kernels where hopper_kernels_run_on (compute capability 9.0)
+//    for the problems they support (16-bit types, head dimension 64, 128 or 256, strides
+//    multiples of 8 elements), the portable kernels for everything else - never an error
+//    (auto alone also yields to the dispatcher's kSm90ValidatedOnHardware, true in this
+//    version);
 //  - portable: always the portable kernels.
-enum class CudaKernel { Auto, Sm90, Portable };
+// The backward also takes TILEGRID_ATTENTION_BACKWARD (see backward below).
 
-// Overrides the environment variable for this process (tests, benchmarks). sm90_switches picks
-// the variant of the Hopper kernel (bit 0: conditional rescaling, bit 1: software exp2, bit 2:
-// ping-pong between the consumer warpgroups, bit 3: three consumer warpgroups (head dim 64),
-// bit 4: wider key tiles (176 at head dim 128, 80 at 256), bits 3-4 without bits 0-1 only;
-// bit 5: persistent CTAs looping over tiles; bit 6, with bit 5: each CTA takes the next
-// untaken tile (dynamic tiles); bit 7: clusters of two CTAs sharing K/V loads
-// (head dims 128 and 256, bfloat16, without a mask; see flash_fwd_sm90.h); bit 9: the
-// output from registers where the kernel would store it by TMA (for comparison); -1: the
-// default, the fastest measured, which depends on the head dim, the longest query sequence
-// and the mask); bfloat16 has every combination of bits 0-1, float16 the default's only.
-void set_cuda_kernel(CudaKernel kernel, int sm90_switches = -1);
+// The variant of the Hopper forward, for this process (tests, benchmarks): bit 0: conditional
+// rescaling, bit 1: software exp2, bit 2: ping-pong between the consumer warpgroups, bit 3:
+// three consumer warpgroups (head dim 64), bit 4: wider key tiles (176 at head dim 128, 80 at
+// 256), bits 3-4 without bits 0-1 only; bit 5: persistent CTAs looping over tiles; bit 6, with
+// bit 5: each CTA takes the next untaken tile (dynamic tiles); bit 7: clusters of two CTAs
+// sharing K/V loads (head dims 128 and 256, bfloat16, without a mask; see flash_fwd_sm90.h);
+// bit 9: the output from registers where the kernel would store it by TMA (for comparison);
+// -1 (the initial value): the default, the fastest measured, which depends on the head dim,
+// the longest query sequence and the mask. bfloat16 has every combination of bits 0-1,
+// float16 the default's only.
+void set_sm90_switches(int sm90_switches);
+
+// The head dimensions whose kernels run on `device`, the ones tilegrid.flash_attn_func pads a
+// head dim up to: 64, 128 and 256 on a device where the Hopper kernels run
+// (hopper_kernels_run_on; 96 and 192 are padded there whatever path is requested), else 64,
+// 96, 128, 192 and 256 (the CPU included).
+std::vector<int> kernel_head_dims(Device device);
 
 // The kernel that ran the latest CUDA call of this thread: "sm90", "sm90 deterministic" (the
 // backward with deterministic=true), "portable" or "" (none yet).
@@ -86,17 +93,17 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
 // d lse / d s = P, it enters as dS = P * (dP - rowsum(dO * O) + dlse). Queries that see no
 // key, and keys that no query sees, get zero gradients. deterministic: the same bits on every
 // run with the same inputs. CPU tensors run the reference (float64 sums; always
-// deterministic). CUDA tensors, where CudaKernel picks the Hopper kernels (head dims 64 and
-// 128: sm90/flash_bwd_sm90_kernel.cuh; 256: sm90/flash_bwd_sm90_wide_kernel.cuh), sum dQ in
-// float32 by bulk additions whose order varies between runs, or in a fixed order with
-// deterministic; their scratch (lse in log2 units, row deltas, the dQ sums and, with
-// deterministic, the order counters) comes from the device's allocator.
-// TILEGRID_ATTENTION_BACKWARD=portable (or simt), read once, forces the portable kernels:
-// elsewhere they run anyway, a tensor-core kernel (mma.sync, sm_80 and newer; see
-// cuda/flash_bwd_dkdv_kernel.cuh and cuda/flash_bwd_dq_kernel.cuh; up to 165 KB of shared
-// memory a block), or the CUDA-core one on GPUs with less or with
-// TILEGRID_ATTENTION_BACKWARD=simt (cuda/flash_bwd_simt.cuh), both deterministic, with a
-// scratch buffer of one float per query row and head from the device's allocator.
+// deterministic). CUDA tensors, where the attention request picks the Hopper kernels (head
+// dims 64 and 128: sm90/flash_bwd_sm90_kernel.cuh; 256: sm90/flash_bwd_sm90_wide_kernel.cuh),
+// sum dQ in float32 by bulk additions whose order varies between runs, or in a fixed order
+// with deterministic; their scratch (lse in log2 units, row deltas, the dQ sums and, with
+// deterministic, the order counters) comes from the device's allocator. The
+// attention_backward request portable or simt (TILEGRID_ATTENTION_BACKWARD, or
+// set_kernel_choice) forces the portable kernels, which run anyway where the Hopper ones do
+// not: a tensor-core kernel (mma.sync, sm_80 and newer; see cuda/flash_bwd_dkdv_kernel.cuh and
+// cuda/flash_bwd_dq_kernel.cuh; up to 165 KB of shared memory a block), or the CUDA-core one
+// (cuda/flash_bwd_simt.cuh) on GPUs with less or with the request simt, both deterministic,
+// with a scratch buffer of one float per query row and head from the device's allocator.
 void backward(const TensorView& dout, const TensorView& q, const TensorView& k, const TensorView& v,
               const TensorView& out, const TensorView& lse, const std::optional<TensorView>& dlse,
               const Params& params, const TensorView& dq, const TensorView& dk,

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from .. import epilogue
 from ..flash_attn import flash_attn_func
 from ..gemm import linear, matmul
+from ..kernel_choice import hopper_kernels_run_on
 from ..rms_norm import rms_norm_keep_input
 from ..rope_rotate import rope_rotate
 from .rms_norm import RMSNorm
@@ -230,9 +231,9 @@ def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def _fused_programs_run_on(x: torch.Tensor) -> bool:
     """The fused epilogue programs take bfloat16 or float16, and run on the CPU (their
-    reference) and on Hopper."""
+    reference) and where the GEMM's Hopper kernels run."""
     return x.dtype in (torch.bfloat16, torch.float16) and (
-        not x.is_cuda or torch.cuda.get_device_capability(x.device) == (9, 0))
+        not x.is_cuda or hopper_kernels_run_on("gemm", x.device.index))
 
 
 class _QkvRope(torch.autograd.Function):

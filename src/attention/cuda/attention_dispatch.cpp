@@ -1,16 +1,14 @@
 // Turns a validated attention problem into the flash kernel's parameters and routes it to the
 // translation unit of its head dimension.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "attention/attention_cuda.h"
 #include "core/cuda_check.h"
 #include "tilegrid/attention/attention.h"
+#include "tilegrid/core/kernel_choice.h"
 #include "tilegrid/core/tensor.h"
 #if defined(TILEGRID_WITH_SM90_ATTENTION)
 #include "attention/sm90/flash_bwd_sm90.h"
@@ -80,44 +78,31 @@ FlashFwdParams kernel_params(const Problem& p) {
 // portable kernel everywhere while a change to the Hopper kernel is being proven.
 constexpr bool kSm90ValidatedOnHardware = true;
 
-bool is_sm90_device(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no
-  if (device >= 0 && device < kMaxDevices && cached[device] != 0) return cached[device] == 1;
-  int major = 0, minor = 0;
-  TG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  TG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  const bool yes = major == 9 && minor == 0;  // sm_90a code runs on exactly 9.0
-  if (device >= 0 && device < kMaxDevices) cached[device] = yes ? 1 : 2;
-  return yes;
+// Whether the attention request and the device let the Hopper kernels run (before asking
+// them whether they take the problem).
+bool sm90_chosen(int device) {
+  const KernelPath request = requested_kernel(KernelFamily::Attention);
+  if (request == KernelPath::Portable) return false;
+  if (request == KernelPath::Auto && !kSm90ValidatedOnHardware) return false;
+  return hopper_kernels_run_on(KernelFamily::Attention, device);
 }
 
 // The Hopper kernel's switches for this call, or -1 to run the portable kernel.
-int sm90_switches(const Problem& p, const FlashFwdParams& k, int device) {
-  const KernelChoice choice = kernel_choice();
-  if (choice.kernel == int(CudaKernel::Portable)) return -1;
-  if (choice.kernel == int(CudaKernel::Auto) && !kSm90ValidatedOnHardware) return -1;
-  if (!sm90::supported(k, p.dtype, int(p.head_dim)) || !is_sm90_device(device)) return -1;
-  if (choice.sm90_switches >= 0) return choice.sm90_switches;
+int hopper_switches(const Problem& p, const FlashFwdParams& k, int device) {
+  if (!sm90_chosen(device) || !sm90::supported(k, p.dtype, int(p.head_dim))) return -1;
+  if (const int forced = sm90_switches(); forced >= 0) return forced;
   // A mask that ends rows early: causal (window_right 0) or any window.
   const bool masked = p.window_left >= 0 || p.window_right >= 0;
   return sm90::default_switches(int(p.head_dim), p.max_seqlen_q, masked);
 }
 
-// Whether the Hopper backward runs this call: as the forward (the kernel choice, the device,
-// what the kernel supports), unless TILEGRID_ATTENTION_BACKWARD (read once) names one of the
-// portable kernels ("portable", "simt"). deterministic=True runs it too, with its dQ additions
+// Whether the Hopper backward runs this call: as the forward (the attention request, the
+// device, what the kernel supports), unless the attention_backward request is one of the
+// portable kernels (portable, simt). deterministic=True runs it too, with its dQ additions
 // taken in a fixed order (flash_bwd_sm90_kernel.cuh).
 bool sm90_backward(const Problem& p, const FlashBwdParams& b, int device) {
-  static const char* const backward = std::getenv("TILEGRID_ATTENTION_BACKWARD");
-  static const bool portable_forced =
-      backward != nullptr &&
-      (std::strcmp(backward, "portable") == 0 || std::strcmp(backward, "simt") == 0);
-  const KernelChoice choice = kernel_choice();
-  if (portable_forced || choice.kernel == int(CudaKernel::Portable))
-    return false;
-  if (choice.kernel == int(CudaKernel::Auto) && !kSm90ValidatedOnHardware) return false;
-  return sm90::backward_supported(b, p.dtype, int(p.head_dim)) && is_sm90_device(device);
+  return requested_kernel(KernelFamily::AttentionBackward) == KernelPath::Auto &&
+         sm90_chosen(device) && sm90::backward_supported(b, p.dtype, int(p.head_dim));
 }
 #endif
 
@@ -127,7 +112,7 @@ void forward_cuda(const Problem& p, int device, Stream stream) {
   CudaDeviceGuard guard(device);
   const FlashFwdParams k = kernel_params(p);
 #if defined(TILEGRID_WITH_SM90_ATTENTION)
-  if (const int switches = sm90_switches(p, k, device); switches >= 0) {
+  if (const int switches = hopper_switches(p, k, device); switches >= 0) {
     set_last_cuda_kernel("sm90");
     return sm90::forward(k, p.dtype, int(p.head_dim), switches, stream);
   }

@@ -2,13 +2,12 @@
 // Launches the portable backward for one element type (internal; included by
 // flash_bwd_hdim<d>.cu, one per head dimension): delta, then dK/dV, then dQ, on one stream -
 // the tensor-core kernels where the device's shared memory per block holds their tiles, else
-// the CUDA-core ones (flash_bwd_simt.cuh). TILEGRID_ATTENTION_BACKWARD=simt, read once,
-// forces the CUDA-core kernels (for tests of that path on any GPU).
+// the CUDA-core ones (flash_bwd_simt.cuh). The attention_backward request simt
+// (TILEGRID_ATTENTION_BACKWARD=simt) forces the CUDA-core kernels (for tests of that path on
+// any GPU).
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "attention/attention_cuda.h"
@@ -18,6 +17,7 @@
 #include "attention/cuda/flash_bwd_simt.cuh"
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
+#include "tilegrid/core/kernel_choice.h"
 
 namespace tilegrid::attention::flash_bwd {
 
@@ -25,21 +25,12 @@ inline unsigned tiles(int64_t n, int64_t tile) {
   return unsigned((n + tile - 1) / tile);
 }
 
-// The current device's opt-in shared memory per block, and whether the CUDA-core kernels are
-// forced.
+// The current device's opt-in shared memory per block.
 inline int smem_per_block_optin() {
   int device = 0, bytes = 0;
   TG_CUDA_CHECK(cudaGetDevice(&device));
   TG_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   return bytes;
-}
-
-inline bool simt_forced() {
-  static const bool forced = [] {
-    const char* v = std::getenv("TILEGRID_ATTENTION_BACKWARD");
-    return v != nullptr && std::strcmp(v, "simt") == 0;
-  }();
-  return forced;
 }
 
 template <class Element, int kHeadDim>
@@ -71,6 +62,7 @@ void launch(const FlashBwdParams& g, int max_seqlen_k, cudaStream_t stream) {
   const unsigned heads_q = unsigned(p.heads_q), heads_kv = unsigned(p.heads_kv);
   const unsigned batch = unsigned(p.batch);
   if (batch == 0 || heads_q == 0) return;
+  const bool simt_forced = requested_kernel(KernelFamily::AttentionBackward) == KernelPath::Simt;
   if (p.max_seqlen_q > 0) {
     delta_kernel<Element, kHeadDim>
         <<<dim3(tiles(p.max_seqlen_q, kDeltaRowsPerBlock), heads_q, batch), 32 * kDeltaRowsPerBlock,
@@ -78,7 +70,7 @@ void launch(const FlashBwdParams& g, int max_seqlen_k, cudaStream_t stream) {
     TG_CUDA_CHECK_LAUNCH();
   }
   const int limit = smem_per_block_optin();
-  if (simt_forced() || int(DkDv::kSmemBytes) > limit || int(Dq::kSmemBytes) > limit)
+  if (simt_forced || int(DkDv::kSmemBytes) > limit || int(Dq::kSmemBytes) > limit)
     return launch_simt<Element, kHeadDim>(g, max_seqlen_k, stream);
   if (max_seqlen_k > 0) {
     tilegrid::cuda::allow_dynamic_smem(reinterpret_cast<const void*>(&dkdv_kernel<DkDv>),

@@ -1,6 +1,7 @@
 // Routing of the Hopper backward: what it supports, its buffers' size, which unit runs a call.
 #include "attention/sm90/flash_bwd_sm90.h"
 
+#include "attention/attention_problem.h"  // is_hopper_head_dim
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 #include "attention/sm90/flash_fwd_sm90.h"  // tma_strides
 
@@ -9,7 +10,7 @@ namespace tilegrid::attention::sm90 {
 bool backward_supported(const FlashBwdParams& g, DType dtype, int head_dim) {
   const FlashFwdParams& p = g.fwd;
   if (dtype != DType::Float16 && dtype != DType::BFloat16) return false;
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
+  if (!is_hopper_head_dim(head_dim)) return false;
   if (!tma_strides({p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.k_row_stride,
                     p.k_head_stride, p.k_batch_stride, p.v_row_stride, p.v_head_stride,
                     p.v_batch_stride, g.dout_row_stride, g.dout_head_stride, g.dout_batch_stride}))

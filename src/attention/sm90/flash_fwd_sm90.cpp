@@ -1,11 +1,13 @@
 // Routing of the Hopper kernel: what it supports and which head-dimension unit runs a call.
 #include "attention/sm90/flash_fwd_sm90.h"
 
+#include "attention/attention_problem.h"  // is_hopper_head_dim
+
 namespace tilegrid::attention::sm90 {
 
 bool supported(const FlashFwdParams& p, DType dtype, int head_dim) {
   if (dtype != DType::Float16 && dtype != DType::BFloat16) return false;
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
+  if (!is_hopper_head_dim(head_dim)) return false;
   if (!tma_strides({p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.k_row_stride,
                     p.k_head_stride, p.k_batch_stride, p.v_row_stride, p.v_head_stride,
                     p.v_batch_stride, p.out_row_stride, p.out_head_stride, p.out_batch_stride}))

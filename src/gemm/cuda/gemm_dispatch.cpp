@@ -1,25 +1,20 @@
-// Picks the CUDA matmul kernel: the sm_90a kernels on compute capability 9.0 when the build
-// has them (CUTLASS headers found at configure time), the portable kernel otherwise.
+// Picks the CUDA matmul kernel: the sm_90a kernels where they run (hopper_kernels_run_on:
+// compute capability 9.0 and a build with the CUTLASS headers), the portable kernel otherwise.
+#include <cuda_runtime.h>
 #include <cstddef>
 #include <cstdint>
-#include <cuda_runtime.h>
 #include <string>
 
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
 #include "gemm/gemm_cuda.h"
+#include "tilegrid/core/kernel_choice.h"
 #ifdef TILEGRID_WITH_SM90_GEMM
 #include "gemm/sm90/gemm_sm90.h"
 #endif
 
 namespace tilegrid::gemm {
 namespace {
-
-#ifdef TILEGRID_WITH_SM90_GEMM
-constexpr bool kHaveSm90 = true;
-#else
-constexpr bool kHaveSm90 = false;
-#endif
 
 enum class Choice : uint8_t { Sm90Cooperative, Sm90Pingpong, Portable };
 
@@ -32,25 +27,42 @@ Choice choose_sm90(const Problem& p, int device) {
                                                      : Choice::Sm90Pingpong;
 }
 
-Choice choose(const Problem& p, MatmulKernel kernel, int device) {
+// A forced sm90 kernel on a build or a device without it is an error, not a fallback.
+void check_sm90_runs(int device) {
+  if (hopper_kernels_run_on(KernelFamily::Gemm, device)) return;
+  TG_CHECK(hopper_kernels_built(KernelFamily::Gemm),
+           "matmul: this build of tilegrid has no sm90 kernels (the CUTLASS headers were not "
+           "found when it was configured)");
   const int cc = cuda::compute_capability(device);
+  throw ValueError(
+      detail::concat("matmul: the sm90 kernels need a compute capability 9.0 GPU, cuda:", device,
+                     " has ", cc / 10, ".", cc % 10));
+}
+
+// The per-call kernel, else (kernel=Auto) the gemm request: auto takes the Hopper kernels
+// where they run.
+Choice choose(const Problem& p, MatmulKernel kernel, int device) {
   switch (kernel) {
     case MatmulKernel::Portable:
       return Choice::Portable;
     case MatmulKernel::Sm90Cooperative:
     case MatmulKernel::Sm90Pingpong:
-      TG_CHECK(kHaveSm90,
-               "matmul: this build of tilegrid has no sm90 kernels (the CUTLASS headers were not "
-               "found when it was configured)");
-      TG_CHECK_VALUE(cc == 90,
-                     "matmul: the sm90 kernels need a compute capability 9.0 GPU, cuda:", device,
-                     " has ", cc / 10, ".", cc % 10);
+      check_sm90_runs(device);
       return kernel == MatmulKernel::Sm90Cooperative ? Choice::Sm90Cooperative
                                                      : Choice::Sm90Pingpong;
     case MatmulKernel::Auto:
       break;
   }
-  return kHaveSm90 && cc == 90 ? choose_sm90(p, device) : Choice::Portable;
+  switch (requested_kernel(KernelFamily::Gemm)) {
+    case KernelPath::Portable:
+      return Choice::Portable;
+    case KernelPath::Hopper:
+      check_sm90_runs(device);
+      return choose_sm90(p, device);
+    default:
+      return hopper_kernels_run_on(KernelFamily::Gemm, device) ? choose_sm90(p, device)
+                                                               : Choice::Portable;
+  }
 }
 
 #ifdef TILEGRID_WITH_SM90_GEMM
@@ -105,8 +117,11 @@ std::string describe_cuda(const Problem& p, MatmulKernel kernel, int device) {
       break;
   }
   if (kernel == MatmulKernel::Portable) return "portable CUDA (untuned)";
-  return kHaveSm90 ? "portable CUDA (untuned; the GPU is not compute capability 9.0)"
-                   : "portable CUDA (untuned; this build has no sm90 kernels)";
+  if (requested_kernel(KernelFamily::Gemm) == KernelPath::Portable)
+    return "portable CUDA (untuned; the gemm kernel choice is portable)";
+  return hopper_kernels_built(KernelFamily::Gemm)
+             ? "portable CUDA (untuned; the GPU is not compute capability 9.0)"
+             : "portable CUDA (untuned; this build has no sm90 kernels)";
 }
 
 }  // namespace tilegrid::gemm

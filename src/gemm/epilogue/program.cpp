@@ -16,6 +16,7 @@
 #ifdef TILEGRID_WITH_SM90_GEMM
 #include "core/cuda_launch.h"
 #include "gemm/sm90/epilogue_programs.h"
+#include "tilegrid/core/kernel_choice.h"
 #endif
 
 namespace tilegrid::epilogue {
@@ -264,11 +265,13 @@ void matmul_epilogue(const TensorView& a, const TensorView& b, const epilogue::P
   // Fused programs exist only as sm_90a kernels; on other GPUs the program would have to run
   // unfused, which is what the fusion is for avoiding, so that is an error, not a fallback.
   const int device = a.device.index;
-  const int cc = cuda::compute_capability(device);
-  TG_CHECK_VALUE(cc == 90, epilogue::kOp,
-                 ": fused epilogue programs run on compute capability 9.0 GPUs (H100/H200) only, "
-                 "cuda:",
-                 device, " has ", cc / 10, ".", cc % 10, "; run the program on CPU tensors");
+  if (!hopper_kernels_run_on(KernelFamily::Gemm, device)) {
+    const int cc = cuda::compute_capability(device);
+    throw ValueError(detail::concat(
+        epilogue::kOp,
+        ": fused epilogue programs run on compute capability 9.0 GPUs (H100/H200) only, cuda:",
+        device, " has ", cc / 10, ".", cc % 10, "; run the program on CPU tensors"));
+  }
   gemm::sm90::run_fused_program(p, program, device, stream);
 #else
   (void)stream;

@@ -24,20 +24,12 @@ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
-bool is_sm90(int device) {
-  int major = 0, minor = 0;
-  TG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  TG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
-}
-
 }  // namespace
 
-bool sparse_conv_forward_sm90(const GatherGemm& g, int device, Stream stream) {
+bool sparse_conv_forward_sm90(const GatherGemm& g, Stream stream) {
   const bool half = g.dtype == DType::Float16, bf16 = g.dtype == DType::BFloat16;
   if (!(half || bf16) || g.in_channels % 8 || g.out_channels % 8 || g.volume > sm90::kMaxTaps ||
-      g.rows == 0 || !aligned16(g.features) || !aligned16(g.weight) || !aligned16(g.out) ||
-      !is_sm90(device))
+      g.rows == 0 || !aligned16(g.features) || !aligned16(g.weight) || !aligned16(g.out))
     return false;
   const auto s = static_cast<cudaStream_t>(stream.handle);
   if (half)
@@ -51,7 +43,7 @@ bool sparse_conv_weight_partials_sm90(const WeightGrad& g, int device, Stream st
                                       Tensor& partials, int64_t& chunks) {
   const bool half = g.dtype == DType::Float16, bf16 = g.dtype == DType::BFloat16;
   if (!(half || bf16) || g.in_channels % 8 || g.out_channels % 8 || g.rows == 0 ||
-      !aligned16(g.features) || !aligned16(g.grad_out) || !is_sm90(device))
+      !aligned16(g.features) || !aligned16(g.grad_out))
     return false;
   // 128 x 128 tiles where both channel counts are multiples of 128, else 64 x 64.
   const int tile = g.in_channels % 128 == 0 && g.out_channels % 128 == 0 ? 128 : 64;

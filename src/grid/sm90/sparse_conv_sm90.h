@@ -13,10 +13,11 @@ constexpr int kMaxTaps = 27;
 
 namespace tilegrid::grid::cuda {
 
-// Runs `problem` on the Hopper kernel and returns true when it takes it: compute capability
-// 9.0, float16 / bfloat16, channel counts multiples of 8, at most 27 taps, 16-byte aligned
-// operands. Returns false, launching nothing, otherwise.
-bool sparse_conv_forward_sm90(const GatherGemm& problem, int device, Stream stream);
+// Runs `problem` on the Hopper kernel and returns true when it takes it: float16 / bfloat16,
+// channel counts multiples of 8, at most 27 taps, 16-byte aligned operands. Returns false,
+// launching nothing, otherwise. The caller has made sure that the device runs it
+// (hopper_kernels_run_on, tilegrid/core/kernel_choice.h).
+bool sparse_conv_forward_sm90(const GatherGemm& problem, Stream stream);
 
 // The weight gradient's float32 partial sums on the Hopper kernel: `partials` [chunks][volume]
 // [C_in][C_out] (allocated here), to be added in chunk order. Takes the same cases as the

@@ -1,4 +1,4 @@
-// The Hopper attention kernel, forced through set_cuda_kernel, against the CPU reference.
+// The Hopper attention kernel, forced through the kernel choice, against the CPU reference.
 // Skipped without a GPU of compute capability 9.0 (the only one sm_90a code runs on).
 #include <gtest/gtest.h>
 
@@ -8,6 +8,7 @@
 #include "attention/attention_gpu_check.h"
 #include "test_util.h"
 #include "tilegrid/attention/attention.h"
+#include "tilegrid/core/kernel_choice.h"
 #ifdef TILEGRID_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -28,10 +29,17 @@ bool hopper_available() {
 #endif
 }
 
-// Restores the automatic choice however the test ends.
+// Restores the previous request and the default switches however the test ends.
 struct ForceSm90 {
-  explicit ForceSm90(int switches) { set_cuda_kernel(CudaKernel::Sm90, switches); }
-  ~ForceSm90() { set_cuda_kernel(CudaKernel::Auto); }
+  explicit ForceSm90(int switches) : previous(requested_kernel(KernelFamily::Attention)) {
+    set_kernel_choice(KernelFamily::Attention, KernelPath::Hopper);
+    set_sm90_switches(switches);
+  }
+  ~ForceSm90() {
+    set_kernel_choice(KernelFamily::Attention, previous);
+    set_sm90_switches(-1);
+  }
+  KernelPath previous;
 };
 
 using Case = test::GpuCase;

@@ -139,19 +139,21 @@ def test_head_dims_between_kernel_sizes_are_padded(d):
 
 
 def test_hopper_pads_head_dims_to_its_kernels(monkeypatch):
-    """Which head dim the kernels get: the next of 64, 96, 128, 192, 256, except on a GPU of
-    compute capability 9.0, where the Hopper kernels exist at 64, 128 and 256 only (96 and 192
-    are padded to 128 and 256 there). Checked with the capability query replaced, so that it
-    runs on any machine; test_flash_attn_backward_sm90.py runs the padded kernels on Hopper."""
+    """Which head dim the kernels get: the next of those the C++ side says run on the device
+    (attention::kernel_head_dims): 64, 96, 128, 192, 256, except where the Hopper kernels run,
+    which exist at 64, 128 and 256 only (96 and 192 are padded to 128 and 256 there). Checked
+    with the C++ answer replaced, so that it runs on any machine;
+    test_flash_attn_backward_sm90.py runs the padded kernels on Hopper."""
     from tilegrid import flash_attn as fa
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
     assert [fa._padded_head_dim(d, cpu) for d in (8, 64, 72, 96, 100, 160, 192, 200)] == \
         [64, 64, 96, 96, 128, 192, 192, 256]
-    for capability, expected in (((9, 0), [64, 128, 128, 128, 256, 256, 256]),
-                                 ((8, 0), [64, 96, 96, 128, 192, 192, 256])):
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
-        monkeypatch.setattr(fa, "_HOPPER_BY_DEVICE", {})
+    for dims, expected in (([64, 128, 256], [64, 128, 128, 128, 256, 256, 256]),
+                           ([64, 96, 128, 192, 256], [64, 96, 96, 128, 192, 192, 256])):
+        monkeypatch.setattr(fa._C, "_attention_kernel_head_dims",
+                            lambda kind, index, dims=dims: dims)
+        monkeypatch.setattr(fa, "_HEAD_DIMS_BY_DEVICE", {})
         assert [fa._padded_head_dim(d, cuda) for d in (64, 72, 96, 100, 160, 192, 200)] == expected
     with pytest.raises(ValueError, match="head dimension must be at most 256, got 257"):
         fa._padded_head_dim(257, cpu)

@@ -1,14 +1,15 @@
-"""The Hopper attention kernel, forced through the private selector hook, against the float64
+"""The Hopper attention kernel, forced through the kernel choice, against the float64
 reference: every supported head dimension, both dtypes, each FlashAttention-4 switch
 combination (bfloat16), GQA, windows, softcap and variable-length batches. Runs only on a GPU
 of compute capability 9.0; TILEGRID_ATTENTION_KERNEL=sm90 additionally sends the rest of the
 attention tests through the kernel."""
-import os
+import contextlib
 
 import pytest
 import torch
 
 from tilegrid import _C
+from tilegrid.kernel_choice import override
 
 from test_flash_attn import (GPU_DTYPES, check_gpu, gpu_inputs, gpu_test, run_poisoned,
                              run_varlen_poisoned)
@@ -30,14 +31,25 @@ def hopper():
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
+@contextlib.contextmanager
+def forced_sm90(switches):
+    """The Hopper kernel with `switches` for the with-block; the previous request and the
+    default switches after it."""
+    with override("attention", "sm90"):
+        _C._attention_set_sm90_switches(switches)
+        try:
+            yield
+        finally:
+            _C._attention_set_sm90_switches(-1)
+
+
 @pytest.fixture(params=list(SWITCHES))
 def sm90(request):
-    """Forces the Hopper kernel with one switch combination; restores the environment's choice."""
+    """Forces the Hopper kernel with one switch combination; restores the previous choice."""
     if not hopper():
         pytest.skip("needs a GPU of compute capability 9.0")
-    _C._attention_set_kernel("sm90", SWITCHES[request.param])
-    yield request.param
-    _C._attention_set_kernel(os.environ.get("TILEGRID_ATTENTION_KERNEL", "auto"), -1)
+    with forced_sm90(SWITCHES[request.param]):
+        yield request.param
 
 
 def dtypes_for(switches):
@@ -70,8 +82,7 @@ def test_sm90_key_value_multicast_pairs_of_query_tiles(head_dim, switches):
     # leaves the second tile short) and no mask: each CTA loads half of every K/V tile for both.
     # Key lengths: one tile, a partial last tile, many tiles, a single key; with GQA and softcap.
     dtype = torch.bfloat16
-    try:
-        _C._attention_set_kernel("sm90", switches)
+    with forced_sm90(switches):
         for sq, sk, hq, hk in ((255, 256, 2, 2), (512, 700, 4, 2), (2048, 1, 2, 1),
                                (256, 2049, 6, 1)):
             q, k, v = gpu_inputs((2, sq, hq, head_dim), (2, sk, hk, head_dim), dtype, scale=2.0)
@@ -80,8 +91,6 @@ def test_sm90_key_value_multicast_pairs_of_query_tiles(head_dim, switches):
             check_gpu(out, lse, q, k, v, dtype)
             out, lse = run_poisoned(q, k, v, scale=0.3, softcap=5.0)
             check_gpu(out, lse, q, k, v, dtype, scale=0.3, softcap=5.0)
-    finally:
-        _C._attention_set_kernel(os.environ.get("TILEGRID_ATTENTION_KERNEL", "auto"), -1)
 
 
 @pytest.mark.parametrize("head_dim", SM90_HEAD_DIMS)
@@ -153,8 +162,7 @@ def test_sm90_persistent_ctas_loop_over_many_tiles(head_dim, switches):
     in step), and a causal case with more queries than keys."""
     if not hopper():
         pytest.skip("needs a GPU of compute capability 9.0")
-    _C._attention_set_kernel("sm90", switches)
-    try:
+    with forced_sm90(switches):
         q, k, v = gpu_inputs((2, 1025, 16, head_dim), (2, 1025, 4, head_dim), torch.bfloat16)
         for causal in (False, True):
             out, lse = run_poisoned(q, k, v, causal=causal)
@@ -178,5 +186,3 @@ def test_sm90_persistent_ctas_loop_over_many_tiles(head_dim, switches):
                 ks = slice(int(cu_k[b]), int(cu_k[b + 1]))
                 check_gpu(out[qs][None], lse[:, qs][None], q[qs][None], k[ks][None],
                           v[ks][None], torch.bfloat16, causal=causal)
-    finally:
-        _C._attention_set_kernel(os.environ.get("TILEGRID_ATTENTION_KERNEL", "auto"), -1)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import tilegrid as tg
+from tilegrid import kernel_choice
 from conftest import DEVICES, requires_cuda
 
 
@@ -459,15 +460,24 @@ def test_a_unet_in_eval_mode_folds_its_batchnorms_into_the_convolutions():
     assert torch.allclose(after_training, net(feats, grid).jdata.detach(), rtol=1e-10, atol=1e-10)
 
 
+@pytest.fixture
+def conv_kernel():
+    """Sets the sparse_conv kernel choice (auto, mma or simt) for the test; the previous
+    request after it."""
+    previous = kernel_choice.requested_kernel("sparse_conv")
+    yield lambda value: kernel_choice.set_kernel_choice("sparse_conv", value)
+    kernel_choice.set_kernel_choice("sparse_conv", previous)
+
+
 @pytest.mark.gpu
 @requires_cuda
 @pytest.mark.parametrize("kernel", ["auto", "mma", "simt"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("cout,k", [(64, 3), (128, 3), (48, 2)])
-def test_every_gpu_kernel_applies_the_epilogue(monkeypatch, kernel, dtype, cout, k):
+def test_every_gpu_kernel_applies_the_epilogue(conv_kernel, kernel, dtype, cout, k):
     """The Hopper kernels (auto on an H200, in-kernel on the float32 sums) and the WMMA and CUDA
     core ones (a pass after) against the float64 convolution with the epilogue by hand."""
-    monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", kernel)
+    conv_kernel(kernel)
     grid = random_grid("cuda", sizes=(900, 0, 400), spread=9, far=True)
     s = 2 if k == 2 else 1
     target = grid.conv_grid(k, s) if s > 1 else grid
@@ -493,14 +503,14 @@ def test_every_gpu_kernel_applies_the_epilogue(monkeypatch, kernel, dtype, cout,
     [(64, 64, 3), (64, 128, 3), (72, 256, 3), (128, 64, 2), (32, 48, 1), (24, 32, 3), (16, 8, 3),
      (8, 16, 2)],
 )
-def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout, k):
+def test_every_gpu_kernel_against_float64(conv_kernel, kernel, dtype, cin, cout, k):
     """Each GPU kernel family on the same convolution, forward, input and weight gradients:
     `auto` is the Hopper (wgmma) kernels on an H200 (tiles of 64 and 128 channels, channels
     with a remainder, k 1/2/3; 8 to 32 channels gathered, which pack 8 to 2 taps into a K
     step, in the forward and in the input gradient), mma the WMMA tiles, simt the CUDA cores; float32 is asked for
     as TF32 (the WMMA tiles under auto and mma). Outputs and gradients are poisoned first (NaN
     where an element was not written)."""
-    monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", kernel)
+    conv_kernel(kernel)
     grid = random_grid("cuda", sizes=(900, 0, 1, 400), spread=9, far=True)
     s = 2 if k == 2 else 1
     target = grid.conv_grid(k, s) if s > 1 else grid
@@ -540,7 +550,7 @@ def test_every_gpu_kernel_against_float64(monkeypatch, kernel, dtype, cin, cout,
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("cin,cout", [(64, 64), (16, 8), (64, 128), (72, 256), (136, 72)])
-def test_the_hopper_kernel_on_thousands_of_tiles_equals_the_wmma_tiles(monkeypatch, dtype, cin, cout):
+def test_the_hopper_kernel_on_thousands_of_tiles_equals_the_wmma_tiles(conv_kernel, dtype, cin, cout):
     """~120k voxels (about a thousand tiles of 128 rows, several a CTA slot), rows sorted by
     their taps so that neighbouring tiles have different tap sets: the Hopper kernel's forward
     and input gradient equal the WMMA tiles' (an independent kernel) on the same inputs; a
@@ -556,7 +566,7 @@ def test_the_hopper_kernel_on_thousands_of_tiles_equals_the_wmma_tiles(monkeypat
     g = torch.randn(grid.total_voxels, cout, generator=gen).to("cuda", dtype)
     results = {}
     for kernel in ("auto", "mma"):
-        monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", kernel)
+        conv_kernel(kernel)
         xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
         out = plan.execute(xr, wr)
         out.backward(g)
@@ -565,7 +575,7 @@ def test_the_hopper_kernel_on_thousands_of_tiles_equals_the_wmma_tiles(monkeypat
     for a, b in zip(results["auto"], results["mma"]):
         assert not a.isnan().any()
         assert (a - b).abs().max().item() <= tol * b.abs().max().item()
-    monkeypatch.setenv("TILEGRID_SPARSE_CONV_KERNEL", "auto")
+    conv_kernel("auto")
     elsewhere = tg.GridBatch.from_ijk(tg.JaggedTensor([box + 10**4])).to("cuda")
     apart = tg.ConvolutionPlan.from_grid_batch(3, 1, grid, elsewhere)
     assert not (apart.kernel_map >= 0).any()
