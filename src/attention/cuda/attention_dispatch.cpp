@@ -1,6 +1,7 @@
 // Turns a validated attention problem into the flash kernel's parameters and routes it to the
 // translation unit of its head dimension.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
