@@ -40,6 +40,14 @@ fi
 source .venv/bin/activate
 stamp=.venv/.requirements-installed
 if [ ! -f "$stamp" ] || ! cmp -s requirements-dev.txt "$stamp"; then
+  # torch 2.11 with the CUDA libraries it depends on takes 5.3 GB in .venv: say so before pip
+  # stops half-way with "No space left on device".
+  free_kib=$(df -Pk .venv | awk 'NR == 2 { print $4 }')
+  if [ -z "$(ls -A .venv/lib/python3*/site-packages/torch 2>/dev/null)" ] && [ "${free_kib:-0}" -lt $((6 * 1024 * 1024)) ]; then
+    echo "setup: the Python packages need about 6 GB in .venv (torch with its CUDA libraries is 5.3 GB);" \
+         "$(df -Ph .venv | awk 'NR == 2 { print $4 }') is free on $(df -P .venv | awk 'NR == 2 { print $6 }')" >&2
+    exit 1
+  fi
   echo "setup: installing Python packages (first time: torch is large, a few minutes)"
   python -m pip install -q --upgrade pip
   python -m pip install -q -r requirements-dev.txt
