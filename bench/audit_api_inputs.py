@@ -1,11 +1,16 @@
-"""Feeds the public API hand-made bad and edge inputs on the CPU and classifies what each does:
+"""Feeds the public API hand-made bad and edge inputs and classifies what each does:
 
     python bench/audit_api_inputs.py --out bench/results/DATE_cpu_api_audit.json
+    python bench/audit_api_inputs.py --device cuda --out bench/results/DATE_GPU_cuda_api_audit.json
     python bench/audit_api_inputs.py --area attention --show unclear_error,silently_wrong
+
+With --device cuda the same cases make their tensors on the GPU (torch's default device in
+each case's process), the attention ones in float16, checked at 16-bit tolerances.
 
 Each input runs in a process of its own (forked from this one after `import tilegrid`, so a
 case costs milliseconds, not an interpreter), with a time limit (--timeout seconds) and a
-memory limit (--memory-gb above what the process holds after the import). Outcomes:
+memory limit (--memory-gb above what the process holds after the import; on CUDA, whose
+context reserves far more address space than it uses, the time limit alone). Outcomes:
 
 - clear_error: an exception of the documented type whose message names the argument (or file);
 - unclear_error: any other exception, one that names nothing, or a valid input refused;
@@ -77,31 +82,54 @@ def good(area: str, name: str, call, check) -> None:
 
 
 def close(a, b, atol=1e-5, rtol=1e-5, nan=True) -> bool:
-    a, b = torch.as_tensor(a).double(), torch.as_tensor(b).double()
+    a, b = torch.as_tensor(a).detach().double().cpu(), torch.as_tensor(b).detach().double().cpu()
     return a.shape == b.shape and bool(torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=nan))
+
+
+# The device the cases run on (--device). On CUDA the attention cases take float16, as
+# FlashAttention's kernels take 16-bit inputs only, and are checked at 16-bit tolerances; the
+# other areas keep their dtypes.
+DEVICE = "cpu"
+
+
+def attention_float() -> torch.dtype:
+    return torch.float32 if DEVICE == "cpu" else torch.float16
+
+
+def tolerance(cpu: float) -> float:
+    """An attention check's tolerance: `cpu` for float32 on the CPU, 2e-2 for float16 on CUDA."""
+    return cpu if DEVICE == "cpu" else 2e-2
+
+
+def randn(*shape: int, generator=None, dtype=None) -> torch.Tensor:
+    """Random attention inputs on DEVICE, drawn on the CPU (so that a seeded generator gives
+    the same values on every device)."""
+    x = torch.randn(*shape, generator=generator, device="cpu")
+    return x.to(device=DEVICE, dtype=dtype or attention_float())
 
 
 # ---- attention ------------------------------------------------------------------------------------
 
 
-def qkv(b=1, sq=8, sk=None, h=2, hk=None, d=16, dv=None, dtype=torch.float32, seed=0):
+def qkv(b=1, sq=8, sk=None, h=2, hk=None, d=16, dv=None, dtype=None, seed=0):
     g = torch.Generator().manual_seed(seed)
     sk, hk, dv = sq if sk is None else sk, h if hk is None else hk, d if dv is None else dv
-    return (torch.randn(b, sq, h, d, generator=g).to(dtype), torch.randn(b, sk, hk, d, generator=g).to(dtype),
-            torch.randn(b, sk, hk, dv, generator=g).to(dtype))
+    return (randn(b, sq, h, d, generator=g, dtype=dtype), randn(b, sk, hk, d, generator=g, dtype=dtype),
+            randn(b, sk, hk, dv, generator=g, dtype=dtype))
 
 
-def attention_matches(q, k, v, tol=2e-5, **kw):
+def attention_matches(q, k, v, tol=None, **kw):
     """A check: flash_attn_func's (out, lse) equals the float64 reference on every batch."""
     scale, causal, window, softcap = (kw.get("softmax_scale"), kw.get("causal", False),
                                       kw.get("window_size", (-1, -1)), kw.get("softcap", 0.0))
     w = tuple(min(x, 2**63 - 1) for x in window)
+    tol = tolerance(2e-5) if tol is None else tol
 
     def check(result):
         out, lse = result
         for b in range(q.shape[0]):
             ref_out, ref_lse = reference(q[b], k[b], v[b], scale, causal, w, softcap)
-            if not (close(out[b], ref_out, atol=tol, rtol=tol) and close(lse[b], ref_lse, atol=1e-4)):
+            if not (close(out[b], ref_out, atol=tol, rtol=tol) and close(lse[b], ref_lse, atol=tolerance(1e-4))):
                 return False
         return True
     return check
@@ -187,12 +215,12 @@ def add_attention_cases():
             tensors = qkv(**shape)
             return dense(*tensors, **kw), tensors
 
-        tol = 2e-2 if shape.get("dtype") in (torch.bfloat16, torch.float16) else 2e-5
+        tol = 2e-2 if shape.get("dtype") in (torch.bfloat16, torch.float16) else tolerance(2e-5)
         good(A, label, make, lambda r, kw=kw, tol=tol: attention_matches(*r[1], tol=tol, **kw)(r[0]))
 
     def noncontiguous():
         q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in qkv())
-        qs = torch.randn(1, 8, 2, 32)[..., ::2]  # last-dim stride 2
+        qs = randn(1, 8, 2, 32)[..., ::2]  # last-dim stride 2
         return dense(qs, k, v), (qs, k, v)
     good(A, "strided q (last-dim stride 2) and transposed k, v", noncontiguous,
          lambda r: attention_matches(*r[1])(r[0]))
@@ -211,7 +239,7 @@ def add_attention_cases():
         k[0, 2, 0, 0] = math.inf
         return tg.flash_attn_func(q, k, v, causal=True), (q, k, v)
     good(A, "+-inf in a key: NaN exactly where a query's score is +inf or NaN (causal; float64 reference)",
-         inf_key, lambda r: close(r[0], reference(*(x[0] for x in r[1]), causal=True)[0][None], atol=2e-5))
+         inf_key, lambda r: close(r[0], reference(*(x[0] for x in r[1]), causal=True)[0][None], atol=tolerance(2e-5)))
 
     def backward():
         q, k, v = (x.requires_grad_() for x in qkv(sq=5, sk=7, h=4, hk=2))
@@ -222,12 +250,12 @@ def add_attention_cases():
         want = torch.autograd.grad(refs[0][None], (q, k, v), dout.double())
         return got, want
     good(A, "backward (GQA, causal, window, softcap) against float64", backward,
-         lambda r: all(close(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(*r)))
+         lambda r: all(close(a, b, atol=tolerance(1e-5), rtol=tolerance(1e-4)) for a, b in zip(*r)))
 
     # ---- varlen
     fv = tg.flash_attn_varlen_func
     i32 = lambda xs: torch.tensor(xs, dtype=torch.int32)  # noqa: E731
-    p = lambda n=8, d=16: torch.randn(n, 2, d)  # noqa: E731
+    p = lambda n=8, d=16: randn(n, 2, d)  # noqa: E731
     bad(A, "varlen: cu_seqlens_q a list", lambda: fv(p(), p(), p(), [0, 8], i32([0, 8]), 8, 8), TypeError,
         "cu_seqlens_q", "list")
     bad(A, "varlen: cu_seqlens_k a numpy array",
@@ -259,9 +287,9 @@ def add_attention_cases():
     bad(A, "varlen: max_seqlen_q a float", lambda: fv(p(), p(), p(), i32([0, 8]), i32([0, 8]), 8.0, 8), TypeError,
         "max_seqlen_q", "float")
     bad(A, "varlen: q 4-D", lambda: fv(p()[None], p(), p(), i32([0, 8]), i32([0, 8]), 8, 8), ValueError, "q")
-    bad(A, "varlen: block_table given", lambda: fv(p(), p(), p(), i32([0, 8]), i32([0, 8]), 8, 8,
-                                                   block_table=torch.zeros(1, 1, dtype=torch.int32)),
-        NotImplementedError, "block_table")
+    bad(A, "varlen: block_table with k not a page pool",
+        lambda: fv(p(), p(), p(), i32([0, 8]), i32([0, 8]), 8, 8, block_table=torch.zeros(1, 1, dtype=torch.int32)),
+        ValueError, "block_table", "page pool", "[8, 2, 16]")
 
     def varlen(lengths_q, lengths_k, max_q=None, max_k=None, **kw):
         def call():
@@ -278,7 +306,8 @@ def add_attention_cases():
                 rq, rk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
                 ref_out, ref_lse = reference(q[rq], k[rk], v[rk], None, kw.get("causal", False),
                                              kw.get("window_size", (-1, -1)))
-                if not (close(out[rq], ref_out, atol=2e-5) and close(lse[:, rq], ref_lse, atol=1e-4)):
+                if not (close(out[rq], ref_out, atol=tolerance(2e-5))
+                        and close(lse[:, rq], ref_lse, atol=tolerance(1e-4))):
                     return False
             return out.shape == q.shape
         return call, check
@@ -293,33 +322,33 @@ def add_attention_cases():
         good(A, label, *varlen(*args, **kw))
 
     # ---- packed and KV cache
-    bad(A, "qkvpacked: 2 at dim 2 instead of 3", lambda: tg.flash_attn_qkvpacked_func(torch.randn(1, 8, 2, 2, 16)),
+    bad(A, "qkvpacked: 2 at dim 2 instead of 3", lambda: tg.flash_attn_qkvpacked_func(randn(1, 8, 2, 2, 16)),
         ValueError, "qkv", "3")
-    bad(A, "kvpacked: kv a list", lambda: tg.flash_attn_kvpacked_func(torch.randn(1, 8, 2, 16), [1]), TypeError, "kv")
+    bad(A, "kvpacked: kv a list", lambda: tg.flash_attn_kvpacked_func(randn(1, 8, 2, 16), [1]), TypeError, "kv")
     bad(A, "varlen qkvpacked: cu_seqlens a list",
-        lambda: tg.flash_attn_varlen_qkvpacked_func(torch.randn(8, 3, 2, 16), [0, 8], 8), TypeError, "cu_seqlens")
+        lambda: tg.flash_attn_varlen_qkvpacked_func(randn(8, 3, 2, 16), [0, 8], 8), TypeError, "cu_seqlens")
 
     def packed():
-        qkv_ = torch.randn(1, 6, 3, 2, 16)
+        qkv_ = randn(1, 6, 3, 2, 16)
         return tg.flash_attn_qkvpacked_func(qkv_, causal=True), tg.flash_attn_func(*qkv_.unbind(2), causal=True)
     good(A, "qkvpacked equals the unpacked call", packed, lambda r: torch.equal(r[0], r[1]))
 
     kc = tg.flash_attn_with_kvcache
-    cache = lambda: (torch.randn(2, 8, 2, 16), torch.randn(2, 8, 2, 16))  # noqa: E731
-    qd = lambda: torch.randn(2, 1, 2, 16)  # noqa: E731
+    cache = lambda: (randn(2, 8, 2, 16), randn(2, 8, 2, 16))  # noqa: E731
+    qd = lambda: randn(2, 1, 2, 16)  # noqa: E731
     bad(A, "kvcache: q a list", lambda: kc([[1.0]], *cache()), TypeError, "q", "list")
     bad(A, "kvcache: cache_seqlens past the capacity", lambda: kc(qd(), *cache(), cache_seqlens=9), ValueError,
         "cache_seqlens")
     bad(A, "kvcache: append past the capacity",
-        lambda: kc(qd(), *cache(), k=torch.randn(2, 2, 2, 16), v=torch.randn(2, 2, 2, 16), cache_seqlens=7),
+        lambda: kc(qd(), *cache(), k=randn(2, 2, 2, 16), v=randn(2, 2, 2, 16), cache_seqlens=7),
         ValueError, "cache_seqlens", "seqlen_new")
     bad(A, "kvcache: cache_seqlens negative", lambda: kc(qd(), *cache(), cache_seqlens=torch.tensor([-1, 2]).int()),
         ValueError, "cache_seqlens", "-1")
     bad(A, "kvcache: cache_seqlens a list", lambda: kc(qd(), *cache(), cache_seqlens=[1, 2]), TypeError,
         "cache_seqlens", "list")
-    bad(A, "kvcache: k without v", lambda: kc(qd(), *cache(), k=torch.randn(2, 1, 2, 16)), ValueError, "k", "v")
+    bad(A, "kvcache: k without v", lambda: kc(qd(), *cache(), k=randn(2, 1, 2, 16)), ValueError, "k", "v")
     bad(A, "kvcache: block_table pages outside the pool",
-        lambda: kc(qd(), torch.randn(4, 4, 2, 16), torch.randn(4, 4, 2, 16), cache_seqlens=3,
+        lambda: kc(qd(), randn(4, 4, 2, 16), randn(4, 4, 2, 16), cache_seqlens=3,
                    block_table=torch.tensor([[0], [9]]).int()), ValueError, "block_table", "9")
     bad(A, "kvcache: cache_batch_idx out of range",
         lambda: kc(qd(), *cache(), cache_seqlens=2, cache_batch_idx=torch.tensor([0, 5]).int()), ValueError,
@@ -335,7 +364,7 @@ def add_attention_cases():
         refs = [reference(q[b], kcache[b, :n], vcache[b, :n])[0] for b, n in enumerate([3, 8])]
         return out, refs
     good(A, "kvcache: attention over each sequence's cache", kvcache,
-         lambda r: all(close(r[0][b], r[1][b], atol=2e-5) for b in range(2)))
+         lambda r: all(close(r[0][b], r[1][b], atol=tolerance(2e-5)) for b in range(2)))
 
 
 # ---- cross_entropy and linear_cross_entropy ------------------------------------------------------
@@ -983,8 +1012,11 @@ def run(case: Case, timeout: float, memory_gb: float) -> dict:
         os.close(read_end)
         faulthandler.disable()  # a crash is reported here, not dumped into the parent's stderr
         os.dup2(err.fileno(), 2)
-        limit = address_space() + int(memory_gb * 2**30)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        if DEVICE == "cpu":
+            limit = address_space() + int(memory_gb * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        else:  # CUDA reserves far more address space than it uses: the time limit alone
+            torch.set_default_device(DEVICE)
         outcome = classify(case)
         os.write(write_end, json.dumps(outcome).encode())
         os._exit(0)
@@ -1040,13 +1072,17 @@ def environment(revision: Optional[str]) -> dict:
         "tilegrid": tg.__version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs; CPU only (the CUDA paths are not exercised)",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "device": ("CPU only (the CUDA paths are not exercised)" if DEVICE == "cpu"
+                   else f"{torch.cuda.get_device_name(DEVICE)} (cases on {DEVICE}; the attention ones in float16)"),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="write the JSON report here (default: print it)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="where the cases' tensors are made (torch's default device in each case's process)")
     parser.add_argument("--area", action="append", choices=AREAS, help="only these areas (repeatable)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds a case (default 30)")
     parser.add_argument("--memory-gb", type=float, default=4.0,
@@ -1056,6 +1092,18 @@ def main() -> None:
     parser.add_argument("--show", default="unclear_error,crash,hang,silently_wrong",
                         help="outcomes to print case by case (comma-separated)")
     args = parser.parse_args()
+
+    global DEVICE
+    DEVICE = args.device
+    if DEVICE != "cpu":
+        # Each case forks from this process: CUDA must first be used in the children, as a
+        # context made here would be unusable in them.
+        if torch.cuda.is_initialized():
+            sys.exit("audit: CUDA was initialized before the cases were forked; run without it")
+        probe = run(Case("probe", "a tensor on the device", lambda: torch.ones(1) + 1,
+                         check=lambda r: r.device.type == DEVICE and r.item() == 2.0), args.timeout, args.memory_gb)
+        if probe["outcome"] != "correct":
+            sys.exit(f"audit: no usable {DEVICE} device in a forked process: {probe['detail']}")
 
     with tempfile.TemporaryDirectory(prefix="tilegrid-audit-") as tmp:
         build_cases(pathlib.Path(tmp))
@@ -1075,9 +1123,11 @@ def main() -> None:
 
     totals = {"inputs": len(results), **{o: sum(a[o] for a in counts.values()) for o in OUTCOMES}}
     report = {
-        "benchmark": "public API under bad and edge inputs on the CPU (issue 43): bench/audit_api_inputs.py",
+        "benchmark": (f"public API under bad and edge inputs on the {DEVICE.upper()} (issue 43): "
+                      "bench/audit_api_inputs.py"),
         "environment": environment(args.revision),
-        "limits": {"timeout_s": args.timeout, "memory_gb_above_import": args.memory_gb,
+        "limits": {"timeout_s": args.timeout,
+                   "memory_gb_above_import": args.memory_gb if DEVICE == "cpu" else "none (CUDA's address space)",
                    "isolation": "each case in a process forked after `import tilegrid`"},
         "outcome_meaning": {
             "clear_error": "an exception of the documented type whose message names the argument (or file)",

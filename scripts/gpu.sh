@@ -89,6 +89,12 @@ fi
 # TILEGRID_PYTEST="tests/python/attention -k sm90" narrows pytest (default: every test).
 step $PY -m pytest -q -rs ${TILEGRID_PYTEST:-tests/python} >>"$OUT/tests.log" 2>&1
 note "pytest: rc=$? $(tail -1 "$OUT/tests.log")"
+# TILEGRID_AUDIT=1: the public API's bad and edge inputs on the GPU (bench/audit_api_inputs.py
+# --device cuda; one process per case, each making its own CUDA context: minutes, so asked for).
+if [ "${TILEGRID_AUDIT:-0}" = 1 ]; then
+  step $PY bench/audit_api_inputs.py --device cuda --out "$OUT/cuda_api_audit.json" >"$OUT/audit.log" 2>&1
+  note "API audit (cuda): rc=$? $(tail -1 "$OUT/audit.log")"
+fi
 
 # Memory errors and shared-memory races in every CUDA test (the *cuda* gtest cases).
 # TILEGRID_SANITIZER=0 skips this part (quicker runs while iterating on one kernel).
