@@ -62,6 +62,7 @@ import torch.nn.functional as F
 
 from . import _C
 from ._torch import current_stream, dlpack
+from .attention_fp8 import check_fp8, dequantise_dense, dequantise_varlen
 from .attention_sinks import apply_learnable_sink, check_learnable_sink
 from .paged_kv import gather_paged_kv
 from .varlen_used import offsets_of, place_back, used_rows
@@ -418,7 +419,8 @@ def flash_attn_func(
     softmax_scale: Optional[float] = None, causal: bool = False, window_size=(-1, -1),
     softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
     deterministic: bool = False, return_attn_probs: bool = False, *, return_lse: bool = False,
-    learnable_sink: Optional[torch.Tensor] = None,
+    learnable_sink: Optional[torch.Tensor] = None, q_descale: Optional[torch.Tensor] = None,
+    k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None,
 ):
     """Exact attention over (batch, seqlen, heads, headdim) tensors, differentiable in q, k, v.
 
@@ -464,15 +466,23 @@ def flash_attn_func(
             denominator as a key with no value (gpt-oss's sinks); differentiable. Applied to
             the kernel's output and log-sum-exp in one elementwise pass
             (tilegrid.attention_sinks); the lse returned then includes the sink.
+        q_descale: FlashAttention 3's keyword (keyword only), for q, k and v in
+            float8_e4m3fn: None (1), or float32 (batch, nheads_k) factors that dequantise q;
+            query head h takes factor [b, h // (nheads / nheads_k)]. The output is bfloat16.
+            FP8 is forward-only and, for now, CPU-only (tilegrid.attention_fp8).
+        k_descale: The same for k.
+        v_descale: The same for v.
 
     Returns:
-        out, (batch, seqlen_q, nheads, v's headdim) in q's dtype; or, with return_attn_probs or
+        out, (batch, seqlen_q, nheads, v's headdim) in q's dtype (bfloat16 for float8_e4m3fn
+        inputs); or, with return_attn_probs or
         return_lse, out together with softmax_lse, float32 (batch, nheads, seqlen_q): the
         log-sum-exp of each query's scaled scores, whose gradient is taken into account by
         the backward.
 
     Raises:
-        NotImplementedError: dropout_p != 0 or alibi_slopes given.
+        NotImplementedError: dropout_p != 0 or alibi_slopes given; float8_e4m3fn inputs on CUDA
+            or asking for a gradient.
         ValueError: shapes, head dims or window sizes that do not fit (the message names the
             argument).
     """
@@ -480,11 +490,17 @@ def flash_attn_func(
     _check_unsupported(dropout_p, alibi_slopes)
     left, right = _window(op, window_size)
     cap = _softcap(op, softcap)
+    descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
+    fp8 = check_fp8(op, q, k, v, descales)
+    if fp8:
+        q, k, v = dequantise_dense(op, q, k, v, **descales)
     q, k, v, scale, head_dim = _prepare(q, k, v, softmax_scale, cap, op)
     sink = check_learnable_sink(op, learnable_sink, q.shape[2], q.device)
     out, lse = flash_attn_forward(
         q, k, v, scale, bool(causal), left, right, cap, bool(deterministic)
     )
+    if fp8:
+        out = out.to(torch.bfloat16)
     return _results(out, lse, head_dim, return_attn_probs, return_lse, sink)
 
 
@@ -496,6 +512,8 @@ def flash_attn_varlen_func(
     deterministic: bool = False, return_attn_probs: bool = False, block_table=None, *,
     return_lse: bool = False, learnable_sink: Optional[torch.Tensor] = None,
     seqused_q: Optional[torch.Tensor] = None, seqused_k: Optional[torch.Tensor] = None,
+    q_descale: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
+    v_descale: Optional[torch.Tensor] = None,
 ):
     """Exact attention over variable-length sequences packed one after another, differentiable
     in q, k, v.
@@ -546,9 +564,16 @@ def flash_attn_varlen_func(
         seqused_k: The same for the keys: only the first seqused_k[b] keys of sequence b are
             attended to. With block_table, it may give the key counts instead of
             cu_seqlens_k (pass cu_seqlens_k=None), as FlashAttention 3's paged call does.
+        q_descale: FlashAttention 3's keyword (keyword only), for q, k and v in
+            float8_e4m3fn: None (1), or float32 (batch, nheads_k) factors, sequence b's rows of
+            query head h dequantised by [b, h // (nheads / nheads_k)]. The output is bfloat16.
+            Forward-only and, for now, CPU-only; not with block_table (tilegrid.attention_fp8).
+        k_descale: The same for k.
+        v_descale: The same for v.
 
     Returns:
-        out, (total_q, nheads, v's headdim) in q's dtype; or, with return_attn_probs or
+        out, (total_q, nheads, v's headdim) in q's dtype (bfloat16 for float8_e4m3fn inputs);
+        or, with return_attn_probs or
         return_lse, out together with softmax_lse, float32 (nheads, total_q), whose gradient
         is taken into account by the backward.
 
@@ -556,7 +581,8 @@ def flash_attn_varlen_func(
         TypeError: cu_seqlens_q or cu_seqlens_k not a tensor (a list, an array) or not int32;
             lengths, windows or scales of the wrong kind. The message names the argument.
         ValueError: shapes, offsets, lengths or window sizes that do not fit.
-        NotImplementedError: dropout_p != 0 or alibi_slopes given.
+        NotImplementedError: dropout_p != 0 or alibi_slopes given; float8_e4m3fn inputs on CUDA
+            or asking for a gradient.
 
     On CUDA the offsets are copied to the host to be validated, which waits for the current
     stream.
@@ -570,6 +596,13 @@ def flash_attn_varlen_func(
         cu_seqlens_k = _offsets(op, "cu_seqlens_k", cu_seqlens_k)  # else counted from seqused_k
     max_q = _seqlen(op, "max_seqlen_q", max_seqlen_q)
     max_k = _seqlen(op, "max_seqlen_k", max_seqlen_k)
+    descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
+    fp8 = check_fp8(op, q, k, v, descales)
+    if fp8:
+        if block_table is not None:
+            raise NotImplementedError(f"{op}: FP8 inputs with block_table are not implemented; "
+                                      "FlashAttention 3 takes them")
+        q, k, v = dequantise_varlen(op, q, k, v, cu_seqlens_q, cu_seqlens_k, **descales)
     if block_table is not None:
         if seqused_k is not None:
             # FlashAttention 3's paged call: the key counts by seqused_k, cu_seqlens_k None.
@@ -594,6 +627,8 @@ def flash_attn_varlen_func(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, bool(causal), left, right, cap,
         bool(deterministic),
     )
+    if fp8:
+        out = out.to(torch.bfloat16)
     if used_q is not None:
         out, lse = place_back(out, lse, rows_q, total_q)
     return _results(out, lse, head_dim, return_attn_probs, return_lse, sink, varlen=True)
