@@ -404,6 +404,14 @@ def _softcap(op: str, softcap) -> float:
     return cap
 
 
+def check_pack_gqa(op: str, pack_gqa) -> None:
+    """FlashAttention 3's pack_gqa: None, True or False. A scheduling choice of FA3's kernels
+    (a group's query heads over one K/V tile load); tilegrid's kernels load K/V for each query
+    head, so it is checked and changes nothing."""
+    if pack_gqa is not None and not isinstance(pack_gqa, bool):
+        raise TypeError(f"{op}: pack_gqa must be None, True or False, got {pack_gqa!r}")
+
+
 def _results(out, lse, head_dim, return_attn_probs, return_lse, sink=None, varlen=False):
     if out.shape[-1] != head_dim:
         out = out[..., :head_dim]
@@ -421,6 +429,7 @@ def flash_attn_func(
     deterministic: bool = False, return_attn_probs: bool = False, *, return_lse: bool = False,
     learnable_sink: Optional[torch.Tensor] = None, q_descale: Optional[torch.Tensor] = None,
     k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None,
+    pack_gqa: Optional[bool] = None,
 ):
     """Exact attention over (batch, seqlen, heads, headdim) tensors, differentiable in q, k, v.
 
@@ -472,6 +481,9 @@ def flash_attn_func(
             FP8 is forward-only and, for now, CPU-only (tilegrid.attention_fp8).
         k_descale: The same for k.
         v_descale: The same for v.
+        pack_gqa: FlashAttention 3's keyword (keyword only): None, True or False, whether a
+            group's query heads share one K/V tile load. Checked; it changes nothing here,
+            where the kernels load K/V for each query head.
 
     Returns:
         out, (batch, seqlen_q, nheads, v's headdim) in q's dtype (bfloat16 for float8_e4m3fn
@@ -488,6 +500,7 @@ def flash_attn_func(
     """
     op = "flash_attn_func"
     _check_unsupported(dropout_p, alibi_slopes)
+    check_pack_gqa(op, pack_gqa)
     left, right = _window(op, window_size)
     cap = _softcap(op, softcap)
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
@@ -513,7 +526,7 @@ def flash_attn_varlen_func(
     return_lse: bool = False, learnable_sink: Optional[torch.Tensor] = None,
     seqused_q: Optional[torch.Tensor] = None, seqused_k: Optional[torch.Tensor] = None,
     q_descale: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
-    v_descale: Optional[torch.Tensor] = None,
+    v_descale: Optional[torch.Tensor] = None, pack_gqa: Optional[bool] = None,
 ):
     """Exact attention over variable-length sequences packed one after another, differentiable
     in q, k, v.
@@ -570,6 +583,9 @@ def flash_attn_varlen_func(
             Forward-only and, for now, CPU-only; not with block_table (tilegrid.attention_fp8).
         k_descale: The same for k.
         v_descale: The same for v.
+        pack_gqa: FlashAttention 3's keyword (keyword only): None, True or False, whether a
+            group's query heads share one K/V tile load. Checked; it changes nothing here,
+            where the kernels load K/V for each query head.
 
     Returns:
         out, (total_q, nheads, v's headdim) in q's dtype (bfloat16 for float8_e4m3fn inputs);
@@ -589,6 +605,7 @@ def flash_attn_varlen_func(
     """
     op = "flash_attn_varlen_func"
     _check_unsupported(dropout_p, alibi_slopes)
+    check_pack_gqa(op, pack_gqa)
     left, right = _window(op, window_size)
     cap = _softcap(op, softcap)
     cu_seqlens_q = _offsets(op, "cu_seqlens_q", cu_seqlens_q)

@@ -18,7 +18,7 @@ from typing import Optional, Union
 import torch
 
 from .attention_sinks import apply_learnable_sink, check_learnable_sink
-from .flash_attn import _real, _window, flash_attn_varlen_func
+from .flash_attn import _real, _window, check_pack_gqa, flash_attn_varlen_func
 from .split_kv import attention_in_parts
 from .varlen_used import ragged_rows
 
@@ -75,6 +75,7 @@ def flash_attn_with_kvcache(
     return_softmax_lse: bool = False,
     *,
     learnable_sink: Optional[torch.Tensor] = None,
+    pack_gqa: Optional[bool] = None,
 ):
     """Attention of q over a KV cache, after appending k and v to it in place.
 
@@ -119,6 +120,8 @@ def flash_attn_with_kvcache(
         return_softmax_lse: Return (out, softmax_lse) instead of out.
         learnable_sink: Keyword only: None, or a floating (nheads,) tensor, one softmax-
             denominator logit a query head (FlashAttention 4's keyword; see flash_attn_func).
+        pack_gqa: FlashAttention 3's keyword (keyword only): None, True or False; checked,
+            and changes nothing here (see flash_attn_func).
 
     Returns:
         out (batch, seqlen_q, nheads, headdim) in q's dtype; with return_softmax_lse also
@@ -133,6 +136,7 @@ def flash_attn_with_kvcache(
     """
     if alibi_slopes is not None:
         raise NotImplementedError(f"{_OP}: ALiBi is not implemented: alibi_slopes must be None")
+    check_pack_gqa(_OP, pack_gqa)
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{_OP}: {name} must be a 4-D torch.Tensor, got {type(t).__name__}")

@@ -418,3 +418,28 @@ def test_kvcache_tensors_of_the_wrong_kind_raise_type_error():
     cache = torch.randn(2, 8, 2, 64)
     with pytest.raises(TypeError, match="flash_attn_with_kvcache: q must be a 4-D torch.Tensor, got list"):
         tg.flash_attn_with_kvcache([[1.0]], cache, cache.clone())
+
+
+@pytest.mark.parametrize("pack_gqa", [None, True, False])
+def test_pack_gqa_is_accepted_and_changes_nothing(pack_gqa):
+    """FlashAttention 3's pack_gqa: a scheduling choice of its kernels, the same results."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 5, h, 16, generator=g) for h in (4, 2, 2))
+    plain = tg.flash_attn_func(q, k, v, causal=True)
+    assert torch.equal(tg.flash_attn_func(q, k, v, causal=True, pack_gqa=pack_gqa), plain)
+    cu = torch.tensor([0, 5], dtype=torch.int32)
+    varlen = tg.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 5, 5, causal=True, pack_gqa=pack_gqa)
+    assert torch.equal(varlen, plain[0])
+    cached = tg.flash_attn_with_kvcache(q, k.clone(), v.clone(), causal=True, pack_gqa=pack_gqa)
+    assert torch.equal(cached, plain)
+
+
+@pytest.mark.parametrize("call", ["dense", "varlen", "kvcache"])
+def test_pack_gqa_of_another_type_is_refused_by_name(call):
+    q = torch.randn(1, 4, 2, 16)
+    cu = torch.tensor([0, 4], dtype=torch.int32)
+    run = {"dense": lambda: tg.flash_attn_func(q, q, q, pack_gqa=1),
+           "varlen": lambda: tg.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 4, 4, pack_gqa="yes"),
+           "kvcache": lambda: tg.flash_attn_with_kvcache(q, q.clone(), q.clone(), pack_gqa=0.5)}[call]
+    with pytest.raises(TypeError, match="pack_gqa must be None, True or False"):
+        run()
