@@ -54,6 +54,13 @@ def check_fp8(op: str, q, k, v, descales: dict[str, Optional[torch.Tensor]]) -> 
     return True
 
 
+def check_descales(op: str, descales: dict[str, Optional[torch.Tensor]], batch: int, nheads_k: int,
+                   device) -> None:
+    """Each given descale is float32 (batch, nheads_k) on the inputs' device (raises if not)."""
+    for name, d in descales.items():
+        _factors(op, name, d, batch, nheads_k, device)
+
+
 def _factors(op: str, name: str, descale, batch: int, nheads_k: int, device) -> torch.Tensor:
     """The (batch, nheads_k) float32 factors of `name` (ones when None)."""
     if descale is None:

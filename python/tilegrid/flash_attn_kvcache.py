@@ -17,6 +17,7 @@ from typing import Optional, Union
 
 import torch
 
+from .attention_fp8 import check_descales, check_fp8, dequantise_varlen
 from .attention_sinks import apply_learnable_sink, check_learnable_sink
 from .flash_attn import _real, _window, check_pack_gqa, flash_attn_varlen_func
 from .split_kv import attention_in_parts
@@ -76,6 +77,9 @@ def flash_attn_with_kvcache(
     *,
     learnable_sink: Optional[torch.Tensor] = None,
     pack_gqa: Optional[bool] = None,
+    q_descale: Optional[torch.Tensor] = None,
+    k_descale: Optional[torch.Tensor] = None,
+    v_descale: Optional[torch.Tensor] = None,
 ):
     """Attention of q over a KV cache, after appending k and v to it in place.
 
@@ -122,9 +126,16 @@ def flash_attn_with_kvcache(
             denominator logit a query head (FlashAttention 4's keyword; see flash_attn_func).
         pack_gqa: FlashAttention 3's keyword (keyword only): None, True or False; checked,
             and changes nothing here (see flash_attn_func).
+        q_descale: FlashAttention 3's keyword (keyword only), for q, the caches and the new k
+            and v in float8_e4m3fn: None (1), or float32 (batch, nheads_k) factors that
+            dequantise q, as in flash_attn_func; the output is bfloat16. Forward-only and, for
+            now, CPU-only (tilegrid.attention_fp8).
+        k_descale: The same for the keys (the cache's and the new ones).
+        v_descale: The same for the values.
 
     Returns:
-        out (batch, seqlen_q, nheads, headdim) in q's dtype; with return_softmax_lse also
+        out (batch, seqlen_q, nheads, headdim) in q's dtype (bfloat16 for float8_e4m3fn
+        inputs); with return_softmax_lse also
         softmax_lse, float32 (batch, nheads, seqlen_q).
 
     Raises:
@@ -132,7 +143,7 @@ def flash_attn_with_kvcache(
             outside the pool, arguments that do not go together. Raised before the cache is
             written.
         TypeError: dtypes or argument types that do not fit.
-        NotImplementedError: alibi_slopes given.
+        NotImplementedError: alibi_slopes given; float8_e4m3fn inputs on CUDA.
     """
     if alibi_slopes is not None:
         raise NotImplementedError(f"{_OP}: ALiBi is not implemented: alibi_slopes must be None")
@@ -154,6 +165,10 @@ def flash_attn_with_kvcache(
         raise ValueError(f"{_OP}: the caches' head dim must be q's ({d}), got {d_k}")
     if nheads_k == 0 or nheads % nheads_k:
         raise ValueError(f"{_OP}: q's heads ({nheads}) must be a multiple of the caches' ({nheads_k})")
+    descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
+    fp8 = check_fp8(_OP, q, k_cache, v_cache, descales)
+    if fp8:
+        check_descales(_OP, descales, batch, nheads_k, q.device)
     left, right = _window(_OP, window_size)
     if not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError(f"{_OP}: num_splits must be an int >= 0, got {num_splits!r}")
@@ -263,17 +278,21 @@ def flash_attn_with_kvcache(
         keys, values = k_cache[block, slot], v_cache[block, slot]
     cu_q_t = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
     max_k = int(counts_h.max()) if batch else 0
+    q_rows = q.reshape(batch * seqlen_q, nheads, d)
+    if fp8:  # dequantised once, for split and unsplit runs alike
+        q_rows, keys, values = dequantise_varlen(_OP, q_rows, keys, values, cu_q_t, cu_k_t, **descales)
     if num_splits > 1 and left < 0 and right < 0 and batch and seqlen_q:
-        out, lse = attention_in_parts(q.reshape(batch * seqlen_q, nheads, d), keys, values, counts_h,
-                                      seqlen_q, num_splits, causal=causal, softmax_scale=scale,
-                                      softcap=softcap)
+        out, lse = attention_in_parts(q_rows, keys, values, counts_h, seqlen_q, num_splits, causal=causal,
+                                      softmax_scale=scale, softcap=softcap)
         if learnable_sink is not None:
             out, lse = apply_learnable_sink(out, lse, learnable_sink, varlen=True)
     else:
         out, lse = flash_attn_varlen_func(
-            q.reshape(batch * seqlen_q, nheads, d), keys, values, cu_q_t, cu_k_t,
+            q_rows, keys, values, cu_q_t, cu_k_t,
             max(seqlen_q, 1), max(max_k, 1), softmax_scale=scale, causal=causal,
             window_size=(left, right), softcap=softcap, return_lse=True, learnable_sink=learnable_sink)
+    if fp8:
+        out = out.to(torch.bfloat16)
     out = out.view(batch, seqlen_q, nheads, d)
     if not return_softmax_lse:
         return out

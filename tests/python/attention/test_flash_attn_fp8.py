@@ -108,3 +108,52 @@ def test_fp8_on_cuda_says_there_is_no_kernel_yet():
     q, k, v = (x.cuda() for x in fp8_inputs((1, 4, 2, 64), (1, 4, 2, 64)))
     with pytest.raises(NotImplementedError, match="no FP8 CUDA kernel"):
         tg.flash_attn_func(q, k, v)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("paged", [False, True])
+def test_fp8_kvcache_appends_and_attends_with_each_sequences_factors(num_splits, paged):
+    batch, h, hk, d, capacity = 2, 4, 2, 16, 12
+    g = torch.Generator().manual_seed(4)
+    q = (torch.randn(batch, 1, h, d, generator=g) * 2).to(FP8)
+    k_new = (torch.randn(batch, 1, hk, d, generator=g) * 2).to(FP8)
+    v_new = (torch.randn(batch, 1, hk, d, generator=g) * 2).to(FP8)
+    cache_k = (torch.randn(batch, capacity, hk, d, generator=g) * 2).to(FP8)
+    cache_v = (torch.randn(batch, capacity, hk, d, generator=g) * 2).to(FP8)
+    lengths = torch.tensor([5, 9], dtype=torch.int32)
+    qd, kd, vd = descales(batch, hk, seed=5)
+    want_k, want_v = cache_k.clone(), cache_v.clone()
+    for b in range(batch):
+        want_k[b, lengths[b]], want_v[b, lengths[b]] = k_new[b, 0], v_new[b, 0]
+    kw = dict(k=k_new, v=v_new, cache_seqlens=lengths, causal=True, num_splits=num_splits,
+              q_descale=qd, k_descale=kd, v_descale=vd, return_softmax_lse=True)
+    if paged:  # pages of 4 slots, each sequence's in reverse order in the pool
+        pages = capacity // 4
+        table = torch.tensor([[2, 1, 0], [5, 4, 3]], dtype=torch.int32)
+        pool_k = cache_k.view(batch, pages, 4, hk, d)[:, [2, 1, 0]].reshape(batch * pages, 4, hk, d).clone()
+        pool_v = cache_v.view(batch, pages, 4, hk, d)[:, [2, 1, 0]].reshape(batch * pages, 4, hk, d).clone()
+        out, lse = tg.flash_attn_with_kvcache(q, pool_k, pool_v, block_table=table, **kw)
+    else:
+        out, lse = tg.flash_attn_with_kvcache(q, cache_k, cache_v, **kw)
+        assert torch.equal(cache_k.view(torch.uint8), want_k.view(torch.uint8))
+        assert torch.equal(cache_v.view(torch.uint8), want_v.view(torch.uint8))
+    assert out.dtype == torch.bfloat16 and out.shape == (batch, 1, h, d)
+    for b in range(batch):
+        n = int(lengths[b]) + 1
+        qf = q[b].double() * qd[b].double().repeat_interleave(h // hk)[None, :, None]
+        kf = want_k[b, :n].double() * kd[b].double()[None, :, None]
+        vf = want_v[b, :n].double() * vd[b].double()[None, :, None]
+        ref_out, ref_lse = reference(qf, kf, vf, causal=True)
+        torch.testing.assert_close(out[b].double(), ref_out, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(lse[b].double(), ref_lse, atol=1e-4, rtol=1e-5)
+
+
+def test_fp8_kvcache_with_a_misshaped_descale_writes_nothing():
+    q = torch.randn(2, 1, 4, 16).to(FP8)
+    cache = torch.randn(2, 8, 2, 16).to(FP8)
+    before = cache.clone()
+    new = torch.randn(2, 1, 2, 16).to(FP8)
+    with pytest.raises(ValueError, match=r"k_descale must be \(batch, nheads_k\) = \(2, 2\), got \[2\]"):
+        tg.flash_attn_with_kvcache(q, cache, cache.clone(), k=new, v=new, cache_seqlens=3,
+                                   k_descale=torch.ones(2))
+    assert torch.equal(cache.view(torch.uint8), before.view(torch.uint8))
