@@ -366,6 +366,25 @@ def add_attention_cases():
     good(A, "kvcache: attention over each sequence's cache", kvcache,
          lambda r: all(close(r[0][b], r[1][b], atol=tolerance(2e-5)) for b in range(2)))
 
+    # ---- FP8 (FlashAttention 3's float8_e4m3fn inputs with descale factors)
+    e4m3 = lambda **kw: tuple(x.to(torch.float8_e4m3fn) for x in qkv(h=4, hk=2, **kw))  # noqa: E731
+    bad(A, "fp8: q_descale of the query heads' shape", lambda: f(*e4m3(), q_descale=torch.ones(1, 4)),
+        ValueError, "q_descale", "(1, 2)", "[1, 4]")
+    bad(A, "fp8: k_descale float16", lambda: f(*e4m3(), k_descale=torch.ones(1, 2, dtype=torch.float16)),
+        TypeError, "k_descale", "float16")
+    bad(A, "fp8: v in bfloat16 beside e4m3 q and k",
+        lambda: (lambda a, b, c: f(a, b, c.to(torch.bfloat16)))(*e4m3()), TypeError, "v", "bfloat16")
+    bad(A, "fp8: descales with bfloat16 inputs", lambda: f(*qkv(dtype=torch.bfloat16), v_descale=torch.ones(1, 2)),
+        ValueError, "v_descale", "float8_e4m3fn")
+
+    def fp8():
+        q, k, v = e4m3()
+        qd, kd, vd = (torch.full((1, 2), s) for s in (0.5, 0.25, 2.0))
+        out = f(q, k, v, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+        return out, reference(q[0].float() * 0.5, k[0].float() * 0.25, v[0].float() * 2.0, causal=True)[0]
+    good(A, "fp8: e4m3 inputs with descales (bfloat16 out) against float64 on the dequantised inputs", fp8,
+         lambda r: r[0].dtype == torch.bfloat16 and close(r[0][0], r[1], atol=2e-2, rtol=1e-2))
+
 
 # ---- cross_entropy and linear_cross_entropy ------------------------------------------------------
 
