@@ -15,7 +15,7 @@ import audit_api_inputs as audit  # noqa: E402
 
 
 def test_every_case_ends_as_a_clear_error_or_a_correct_result(tmp_path):
-    """The whole audit (338 cases, ~10 s): an API change that makes a case stale (a refusal
+    """The whole audit (343 cases, ~10 s): an API change that makes a case stale (a refusal
     that became a feature) or a bad input answered unclearly fails here, not in the next
     report."""
     out = tmp_path / "audit.json"
