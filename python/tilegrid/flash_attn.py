@@ -404,6 +404,19 @@ def _softcap(op: str, softcap) -> float:
     return cap
 
 
+def _check_num_splits(op: str, num_splits) -> None:
+    """FlashAttention 3's num_splits for flash_attn_func and its varlen form: 1 (no split) or 0
+    (the implementation's choice, which here is no split). Split-KV runs in
+    flash_attn_with_kvcache, where decoding needs it."""
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int):
+        raise TypeError(f"{op}: num_splits must be an int, got {type(num_splits).__name__}")
+    if num_splits < 0:
+        raise ValueError(f"{op}: num_splits must be >= 0, got {num_splits}")
+    if num_splits > 1:
+        raise NotImplementedError(f"{op}: num_splits > 1 (got {num_splits}) is not implemented here; "
+                                  "flash_attn_with_kvcache splits the keys (split-KV decoding)")
+
+
 def check_pack_gqa(op: str, pack_gqa) -> None:
     """FlashAttention 3's pack_gqa: None, True or False. A scheduling choice of FA3's kernels
     (a group's query heads over one K/V tile load); tilegrid's kernels load K/V for each query
@@ -429,7 +442,7 @@ def flash_attn_func(
     deterministic: bool = False, return_attn_probs: bool = False, *, return_lse: bool = False,
     learnable_sink: Optional[torch.Tensor] = None, q_descale: Optional[torch.Tensor] = None,
     k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None,
-    pack_gqa: Optional[bool] = None,
+    pack_gqa: Optional[bool] = None, num_splits: int = 1,
 ):
     """Exact attention over (batch, seqlen, heads, headdim) tensors, differentiable in q, k, v.
 
@@ -484,6 +497,8 @@ def flash_attn_func(
         pack_gqa: FlashAttention 3's keyword (keyword only): None, True or False, whether a
             group's query heads share one K/V tile load. Checked; it changes nothing here,
             where the kernels load K/V for each query head.
+        num_splits: FlashAttention 3's keyword (keyword only): 1 (default) or 0 run the keys
+            unsplit; more raises NotImplementedError (flash_attn_with_kvcache splits them).
 
     Returns:
         out, (batch, seqlen_q, nheads, v's headdim) in q's dtype (bfloat16 for float8_e4m3fn
@@ -501,6 +516,7 @@ def flash_attn_func(
     op = "flash_attn_func"
     _check_unsupported(dropout_p, alibi_slopes)
     check_pack_gqa(op, pack_gqa)
+    _check_num_splits(op, num_splits)
     left, right = _window(op, window_size)
     cap = _softcap(op, softcap)
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
@@ -526,7 +542,7 @@ def flash_attn_varlen_func(
     return_lse: bool = False, learnable_sink: Optional[torch.Tensor] = None,
     seqused_q: Optional[torch.Tensor] = None, seqused_k: Optional[torch.Tensor] = None,
     q_descale: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
-    v_descale: Optional[torch.Tensor] = None, pack_gqa: Optional[bool] = None,
+    v_descale: Optional[torch.Tensor] = None, pack_gqa: Optional[bool] = None, num_splits: int = 1,
 ):
     """Exact attention over variable-length sequences packed one after another, differentiable
     in q, k, v.
@@ -586,6 +602,8 @@ def flash_attn_varlen_func(
         pack_gqa: FlashAttention 3's keyword (keyword only): None, True or False, whether a
             group's query heads share one K/V tile load. Checked; it changes nothing here,
             where the kernels load K/V for each query head.
+        num_splits: FlashAttention 3's keyword (keyword only): 1 (default) or 0 run the keys
+            unsplit; more raises NotImplementedError (flash_attn_with_kvcache splits them).
 
     Returns:
         out, (total_q, nheads, v's headdim) in q's dtype (bfloat16 for float8_e4m3fn inputs);
@@ -606,6 +624,7 @@ def flash_attn_varlen_func(
     op = "flash_attn_varlen_func"
     _check_unsupported(dropout_p, alibi_slopes)
     check_pack_gqa(op, pack_gqa)
+    _check_num_splits(op, num_splits)
     left, right = _window(op, window_size)
     cap = _softcap(op, softcap)
     cu_seqlens_q = _offsets(op, "cu_seqlens_q", cu_seqlens_q)

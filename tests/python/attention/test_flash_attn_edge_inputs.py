@@ -443,3 +443,25 @@ def test_pack_gqa_of_another_type_is_refused_by_name(call):
            "kvcache": lambda: tg.flash_attn_with_kvcache(q, q.clone(), q.clone(), pack_gqa=0.5)}[call]
     with pytest.raises(TypeError, match="pack_gqa must be None, True or False"):
         run()
+
+
+@pytest.mark.parametrize("num_splits", [0, 1])
+def test_num_splits_0_and_1_run_unsplit(num_splits):
+    """FlashAttention 3's num_splits in flash_attn_func: 1 and 0 (the implementation's choice)."""
+    q, k, v = (torch.randn(1, 6, 2, 16) for _ in range(3))
+    assert torch.equal(tg.flash_attn_func(q, k, v, num_splits=num_splits), tg.flash_attn_func(q, k, v))
+    cu = torch.tensor([0, 6], dtype=torch.int32)
+    assert torch.equal(tg.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 6, 6, num_splits=num_splits),
+                       tg.flash_attn_func(q, k, v)[0])
+
+
+@pytest.mark.parametrize("num_splits,error,message", [
+    (2, NotImplementedError, "flash_attn_with_kvcache splits the keys"),
+    (-1, ValueError, "num_splits must be >= 0, got -1"),
+    (1.0, TypeError, "num_splits must be an int, got float"),
+    (True, TypeError, "num_splits must be an int, got bool"),
+])
+def test_num_splits_other_values_are_refused_by_name(num_splits, error, message):
+    q = torch.randn(1, 4, 2, 16)
+    with pytest.raises(error, match=message):
+        tg.flash_attn_func(q, q, q, num_splits=num_splits)
