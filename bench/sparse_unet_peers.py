@@ -7,7 +7,7 @@ their times compare like for like.
     coords, shape, batch = voxels(grid, net.levels)
     out = peer(spconv_input(spconv, features, coords, shape, batch))
 
-Tap orders. tilegrid (include/tilegrid/grid/convolution.h, src/grid/conv_taps.h): weight
+Tap orders. tilegrid (include/tilegrid/grid/convolution.h, src/grid/conv/conv_taps.h): weight
 [C_out, C_in, a, b, c] is the tap (a, b, c) over the voxel axes (i, j, k), which the peers get as
 (x, y, z). Output o reads input o + (a, b, c) - 1 in a 3x3x3 convolution and o * 2 + (a, b, c) in
 a kernel-2 stride-2 one (the 2x2x2 block whose parent is o); the transposed convolution sends

@@ -29,7 +29,7 @@
 #include <typeinfo>
 #include <vector>
 
-#include "grid/nvdb_layout.h"
+#include "grid/io/nvdb_layout.h"
 #include "tilegrid/core/error.h"
 #include "tilegrid/grid/nvdb_io.h"
 

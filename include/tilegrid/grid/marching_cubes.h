@@ -5,7 +5,7 @@
 // cubes around an edge, so the mesh is watertight where the cubes are whole), by linear
 // interpolation; normals are the field's trilinear gradient there (pointing to where the field
 // is above the level), triangles wind counter-clockwise seen from that side. The cube table is
-// derived from the faces' cuts (src/grid/marching_cubes_table.h), each ambiguous face cut off
+// derived from the faces' cuts (src/grid/mesh/marching_cubes_table.h), each ambiguous face cut off
 // around its corners below the level. float32 or float64 field; CPU or GPU (the same code).
 #include <cstdint>
 

@@ -9,7 +9,7 @@
 //
 // Origins and directions: [N, 3] float32 or float64 (one dtype), jagged over the batch's
 // grids, on the grid's device. On CUDA the call waits for `stream` once, to size the outputs.
-// Sums and steps in float64 on both back ends (the same arithmetic: src/grid/ray_march.h).
+// Sums and steps in float64 on both back ends (the same arithmetic: src/grid/render/ray_march.h).
 #include <cstdint>
 
 #include "tilegrid/core/jagged_tensor.h"

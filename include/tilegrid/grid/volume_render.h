@@ -5,10 +5,10 @@
 // (1 - alpha) before the sample, weight w = T alpha; the ray's features are sum w c, its depth
 // sum w t, its opacity sum w. Samples reached once T < transmittance_threshold are skipped
 // (w = 0, no gradient); count[r] says how many were marched. Any channel count; float32 or
-// float64 (one dtype), sums in float64; CPU (one thread a ray: src/grid/volume_render_ray.h)
-// or one CUDA device (one warp a ray, in windows of 128 samples: src/grid/volume_render_cuda.cu; the
-// same sums in another order, equal to the CPU's to rounding). Outputs and gradients are
-// overwritten.
+// float64 (one dtype), sums in float64; CPU (one thread a ray:
+// src/grid/render/volume_render_ray.h) or one CUDA device (one warp a ray, in windows of 128
+// samples: src/grid/render/volume_render_cuda.cu; the same sums in another order, equal to the
+// CPU's to rounding). Outputs and gradients are overwritten.
 #include <cstdint>
 #include <optional>
 

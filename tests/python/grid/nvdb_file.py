@@ -1,5 +1,5 @@
 """Byte-level access to a one-grid .nvdb file that tg.save wrote, for tests that corrupt a
-field on purpose (layout: src/grid/nvdb_layout.h). Offsets are into the file's bytes."""
+field on purpose (layout: src/grid/io/nvdb_layout.h). Offsets are into the file's bytes."""
 
 from __future__ import annotations
 
