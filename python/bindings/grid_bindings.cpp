@@ -9,6 +9,7 @@
 #include "convert.h"
 #include "tilegrid/grid/convolution.h"
 #include "tilegrid/grid/grid_batch.h"
+#include "tilegrid/grid/index_tree.h"
 #include "tilegrid/grid/marching_cubes.h"
 #include "tilegrid/grid/nvdb_io.h"
 #include "tilegrid/grid/pooling.h"
@@ -35,6 +36,9 @@ nb::object jagged_to_capsules(const JaggedTensor& j) {
 }  // namespace
 
 void bind_grid(nb::module_& m) {
+  // Bytes of an upper node, a lower node and a leaf of the index tree (GridBatch.num_bytes).
+  m.attr("grid_node_bytes") =
+      nb::make_tuple(sizeof(grid::UpperNode), sizeof(grid::LowerNode), sizeof(grid::LeafNode));
   nb::class_<GridBatch>(m, "GridBatch")
       .def_static(
           "from_ijk",

@@ -19,7 +19,8 @@ from typing import Optional, Sequence
 import torch
 
 from . import _C, _deprecation
-from . import grid_derived, grid_pooling, grid_rays, grid_sampling, grid_serialize, grid_transfer, grid_tsdf
+from . import grid_derived, grid_indexing, grid_pooling, grid_rays, grid_sampling, grid_serialize
+from . import grid_transfer, grid_tsdf
 from ._torch import current_stream, dlpack_pair
 from .jagged_tensor import JaggedTensor, _batch_index, jcat_jagged
 from .sparse_conv import vec3
@@ -303,6 +304,53 @@ class GridBatch:
         )
         return cls.from_ijk(ijk, voxel_sizes=voxel_sizes, origins=origins)
 
+    @classmethod
+    def from_zero_grids(cls, device="cpu") -> "GridBatch":
+        """A batch that holds no grid (fVDB's).
+
+        Args:
+            device: Where the (empty) tree lives; default the CPU.
+        """
+        return grid_indexing.zero_grids(device)
+
+    @classmethod
+    def from_zero_voxels(cls, device="cpu", voxel_sizes=1, origins=0) -> "GridBatch":
+        """Grids with no active voxel (fVDB's): one for each row of voxel_sizes / origins.
+
+        Args:
+            device: Where the tree lives; default the CPU.
+            voxel_sizes: A number or [3] (one grid), or [B, 3] (B grids); default 1.
+            origins: As voxel_sizes; default 0.
+        """
+        return grid_indexing.zero_voxel_grids(device, voxel_sizes, origins)
+
+    @classmethod
+    def from_cat(cls, grids: Sequence["GridBatch"]) -> "GridBatch":
+        """One batch holding the grids of every batch in `grids`, in order (fVDB's; as jcat).
+
+        Args:
+            grids: The GridBatches (at least one).
+        """
+        return grid_indexing.concatenated(grids)
+
+    @classmethod
+    def from_dense_axis_aligned_bounds(cls, num_grids: int, dense_dims, bounds_min=0, bounds_max=1,
+                                       voxel_center: bool = False, device="cpu") -> "GridBatch":
+        """num_grids dense grids of dense_dims voxels spanning world-space bounds (fVDB's).
+
+        Args:
+            num_grids: How many (identical) grids.
+            dense_dims: Voxels along each axis: an int or three, each >= 1.
+            bounds_min: The box's lowest world corner: a number or three; default 0.
+            bounds_max: Its highest corner, above bounds_min on every axis; default 1.
+            voxel_center: False (default): the bounds are the outer faces of the end voxels
+                (voxel size (max - min) / dense_dims); True: they are the end voxels' centres
+                (voxel size (max - min) / (dense_dims - 1), dense_dims >= 2).
+            device: Where the tree lives; default the CPU.
+        """
+        return grid_indexing.dense_over_bounds(num_grids, dense_dims, bounds_min, bounds_max, voxel_center,
+                                               device)
+
     @property
     def device(self) -> torch.device:
         """The device the tree lives on."""
@@ -407,6 +455,127 @@ class GridBatch:
         """Whether some grid of the batch has no active voxel."""
         return self.has_zero_grids or bool((self.num_voxels == 0).any())
 
+    def has_zero_voxels_at(self, bi: int) -> bool:
+        """Whether grid `bi` (negative from the end) has no active voxel (fVDB's)."""
+        return self.num_voxels_at(self._grid_index("has_zero_voxels_at", bi)) == 0
+
+    def __len__(self) -> int:
+        return self.num_grids
+
+    def __getitem__(self, index) -> "GridBatch":
+        """The grids `index` names, as a new batch (fVDB's indexing): an int (negative from
+        the end), a slice, a list of ints or a boolean mask, or such a tensor. The voxels
+        keep their order: grid[i]'s features are rows joffsets[i]:joffsets[i + 1] of the
+        batch's (grid_indexing.py)."""
+        return grid_indexing.select_grids(self, index)
+
+    def __iter__(self):
+        for b in range(self.num_grids):
+            yield self[b]
+
+    def index_int(self, bi: int) -> "GridBatch":
+        """Grid `bi` as a batch of one (fVDB's; grid[bi])."""
+        return self[int(bi)]
+
+    def index_list(self, indices: list) -> "GridBatch":
+        """The grids of a list of ints or a boolean mask (fVDB's; grid[indices])."""
+        return self[list(indices)]
+
+    def index_slice(self, s: slice) -> "GridBatch":
+        """The grids of slice `s` (fVDB's; grid[s])."""
+        return self[s]
+
+    def index_tensor(self, indices: torch.Tensor) -> "GridBatch":
+        """The grids of an integer or boolean tensor (fVDB's; grid[indices])."""
+        return self[indices]
+
+    @property
+    def address(self) -> int:
+        """An identifier of the tree this batch wraps: equal for copies of one batch (which
+        share the immutable tree), as fVDB's address."""
+        return id(self._impl)
+
+    def is_same(self, other: "GridBatch") -> bool:
+        """Whether `other` wraps the same tree (fVDB's).
+
+        Args:
+            other: Another GridBatch.
+        """
+        return isinstance(other, GridBatch) and other._impl is self._impl
+
+    def has_same_address_and_grid_count(self, other) -> bool:
+        """Whether `other` is a GridBatch of the same tree and grid count (fVDB's).
+
+        Args:
+            other: Anything.
+        """
+        return self.is_same(other) and other.num_grids == self.num_grids
+
+    def is_contiguous(self) -> bool:
+        """Always True: a batch owns its whole tree (indexing copies, where fVDB may view)."""
+        return True
+
+    def contiguous(self) -> "GridBatch":
+        """This batch (it is contiguous already; fVDB's contiguous copies a view)."""
+        return self
+
+    @property
+    def voxel_to_world_matrices(self) -> torch.Tensor:
+        """float32 [B, 4, 4] on the grid's device (fVDB's): world = M @ (i, j, k, 1), the
+        voxel size on the diagonal and the origin in the last column."""
+        sizes, origins = self.voxel_sizes, self.origins
+        m = torch.zeros(self.num_grids, 4, 4, dtype=torch.float64)
+        m[:, [0, 1, 2], [0, 1, 2]] = sizes
+        m[:, :3, 3] = origins
+        m[:, 3, 3] = 1
+        return m.to(device=self.device, dtype=torch.float32)
+
+    @property
+    def world_to_voxel_matrices(self) -> torch.Tensor:
+        """float32 [B, 4, 4] on the grid's device (fVDB's): the inverses of
+        voxel_to_world_matrices ((i, j, k, 1) = M @ world)."""
+        sizes, origins = self.voxel_sizes, self.origins
+        m = torch.zeros(self.num_grids, 4, 4, dtype=torch.float64)
+        m[:, [0, 1, 2], [0, 1, 2]] = 1 / sizes
+        m[:, :3, 3] = -origins / sizes
+        m[:, 3, 3] = 1
+        return m.to(device=self.device, dtype=torch.float32)
+
+    def _node_counts(self, shift: int) -> torch.Tensor:
+        """int64 [B]: each grid's distinct blocks of 2^shift voxels an axis (its nodes of that
+        level: shift 3 leaves, 7 lower nodes, 12 upper nodes)."""
+        ijk = self.ijk
+        if ijk.jdata.shape[0] == 0:
+            return torch.zeros(self.num_grids, dtype=torch.int64, device=self.device)
+        keys = torch.cat([ijk.jidx.long()[:, None], ijk.jdata.long() >> shift], dim=1)
+        grids = torch.unique(keys, dim=0)[:, 0]
+        return torch.bincount(grids, minlength=self.num_grids)
+
+    @property
+    def num_leaf_nodes(self) -> torch.Tensor:
+        """int64 [B] on the grid's device: each grid's leaves (8^3 blocks holding an active
+        voxel; fVDB's)."""
+        return self._node_counts(3)
+
+    @property
+    def total_leaf_nodes(self) -> int:
+        """The leaves of all grids (fVDB's)."""
+        return self._impl.num_leaves
+
+    @property
+    def num_bytes(self) -> torch.Tensor:
+        """int64 [B] on the grid's device: the bytes of each grid's nodes and of its entries in
+        the tree's two offset tables (fVDB's name; total_bytes adds the tables' last
+        entries)."""
+        upper, lower, leaf = _C.grid_node_bytes
+        return (self._node_counts(12) * upper + self._node_counts(7) * lower + self._node_counts(3) * leaf
+                + 2 * 8)
+
+    @property
+    def total_bytes(self) -> int:
+        """The bytes of the whole tree (tree_bytes; fVDB's name)."""
+        return self.tree_bytes
+
     def jagged_like(self, data: torch.Tensor) -> JaggedTensor:
         """`data` ([total_voxels, ...], a row a voxel) as a JaggedTensor jagged as this batch's
         voxels."""
@@ -464,6 +633,19 @@ class GridBatch:
             first = self.voxel_offsets.to(index.device)[ijk.jidx.long()]
             index = torch.where(index >= 0, index - first, index)
         return ijk.jagged_like(index)
+
+    def ijk_to_inv_index(self, ijk: JaggedTensor, cumulative: bool = False) -> JaggedTensor:
+        """The inverse of ijk_to_index (fVDB's): for each voxel of the batch, jagged as its
+        voxels, the row of `ijk` that names it, -1 where none does (of several, the last).
+
+        Args:
+            ijk: int32 or int64 coordinates, a tensor [N_b, 3] a grid.
+            cumulative: False: the row within ijk's tensor of that grid; True: within all of
+                ijk's rows.
+        """
+        if not isinstance(ijk, JaggedTensor):
+            raise TypeError(f"GridBatch.ijk_to_inv_index: ijk must be a JaggedTensor, got {type(ijk).__name__}")
+        return grid_indexing.inverse_index(self, ijk, cumulative)
 
     def world_to_voxel(self, points: JaggedTensor) -> JaggedTensor:
         """Continuous voxel coordinates of world points (voxel centres at integers)."""
@@ -608,13 +790,39 @@ class GridBatch:
         return grid_tsdf.integrate_tsdf(self, truncation_distance, projection_matrices, cam_to_world_matrices,
                                         tsdf, weights, depth_images, weight_images)
 
-    def morton(self) -> JaggedTensor:
-        """Z-order codes (int64) of the voxels' ijk, relative to each grid's lowest corner."""
-        return grid_serialize.morton(self)
+    def morton(self, offset=None) -> JaggedTensor:
+        """Z-order codes (int64) of the voxels' ijk, i in the highest bit of each triple.
 
-    def hilbert(self) -> JaggedTensor:
-        """Hilbert-curve codes (int64) of the voxels' ijk, relative to each grid's lowest corner."""
-        return grid_serialize.hilbert(self)
+        Args:
+            offset: None: coordinates relative to each grid's lowest corner; else three ints
+                added to every ijk first (fVDB's argument), which must leave them in
+                [0, 2^21).
+        """
+        return grid_serialize.morton(self, offset)
+
+    def morton_zyx(self, offset=None) -> JaggedTensor:
+        """Z-order codes with the axes swapped, k in the highest bit (fVDB's transposed order).
+
+        Args:
+            offset: As morton's.
+        """
+        return grid_serialize.morton(self, offset, zyx=True)
+
+    def hilbert(self, offset=None) -> JaggedTensor:
+        """Hilbert-curve codes (int64) of the voxels' ijk.
+
+        Args:
+            offset: As morton's.
+        """
+        return grid_serialize.hilbert(self, offset)
+
+    def hilbert_zyx(self, offset=None) -> JaggedTensor:
+        """Hilbert-curve codes with the axes swapped (fVDB's transposed order).
+
+        Args:
+            offset: As morton's.
+        """
+        return grid_serialize.hilbert(self, offset, zyx=True)
 
     @_deprecation.renamed_arguments("GridBatch.coarsened_grid", factor="coarsening_factor")
     def coarsened_grid(self, coarsening_factor) -> "GridBatch":

@@ -3,10 +3,13 @@ for attention over voxels in patches of nearby voxels (tg.nn.SerializedAttention
 
     codes = grid.morton()     # JaggedTensor of int64, one code a voxel, per grid
     codes = grid.hilbert()
+    codes = grid.morton_zyx(offset=(64, 64, 64))   # fVDB's forms
 
-Coordinates are taken relative to each grid's lowest active corner (so they are >= 0) and
-must span fewer than 2^21 voxels an axis; a code holds 21 bits an axis (63 bits). Both are
-computed with torch's integer ops on the grid's device (no tilegrid kernel).
+Coordinates are taken relative to each grid's lowest active corner (so they are >= 0), or
+shifted by a given offset (fVDB's argument), and must then lie in [0, 2^21) on every axis; a
+code holds 21 bits an axis (63 bits), i's in the highest bit of each triple, or k's for the
+transposed (zyx) codes. Computed with torch's integer ops on the grid's device (no tilegrid
+kernel).
 """
 
 from __future__ import annotations
@@ -18,24 +21,39 @@ from .jagged_tensor import JaggedTensor
 _BITS = 21
 
 
-def _local_ijk(grid) -> JaggedTensor:
+def _local_ijk(grid, offset=None, zyx: bool = False) -> JaggedTensor:
+    """The voxels' coordinates to encode: relative to each grid's lowest corner, or shifted by
+    `offset` (three ints); axes reversed (k, j, i) for the transposed codes."""
     ijk = grid.ijk
     data = ijk.jdata.long()
-    if data.shape[0] == 0:
-        return ijk.jagged_like(data)
-    b = ijk.jidx.long()
-    low = torch.full((grid.num_grids, 3), torch.iinfo(torch.int64).max, dtype=torch.int64, device=data.device)
-    low = low.scatter_reduce(0, b[:, None].expand(-1, 3), data, reduce="amin")
-    local = data - low[b]
-    if int(local.max()) >= 1 << _BITS:
-        raise ValueError(f"serialization: a grid spans {int(local.max()) + 1} voxels along an axis; "
-                         f"at most {1 << _BITS} fit a 63-bit code")
+    if offset is not None:
+        shift = torch.as_tensor(offset)
+        if shift.is_floating_point() or shift.numel() not in (1, 3) or shift.dim() > 1:
+            raise ValueError(f"serialization: offset must be an int or three ints, got {offset!r}")
+        local = data + shift.to(torch.int64).to(data.device).expand(3)
+        if local.shape[0] and (int(local.min()) < 0 or int(local.max()) >= 1 << _BITS):
+            raise ValueError(f"serialization: ijk + offset must lie in [0, {1 << _BITS}) on every axis, got "
+                             f"[{int(local.min())}, {int(local.max())}]")
+    elif data.shape[0] == 0:
+        local = data
+    else:
+        b = ijk.jidx.long()
+        low = torch.full((grid.num_grids, 3), torch.iinfo(torch.int64).max, dtype=torch.int64,
+                         device=data.device)
+        low = low.scatter_reduce(0, b[:, None].expand(-1, 3), data, reduce="amin")
+        local = data - low[b]
+        if int(local.max()) >= 1 << _BITS:
+            raise ValueError(f"serialization: a grid spans {int(local.max()) + 1} voxels along an axis; "
+                             f"at most {1 << _BITS} fit a 63-bit code")
+    if zyx:
+        local = local.flip(1)
     return ijk.jagged_like(local)
 
 
-def morton(grid) -> JaggedTensor:
-    """Z-order codes: bit b of i, j, k at bits 3b + 2, 3b + 1, 3b of the code."""
-    ijk = _local_ijk(grid)
+def morton(grid, offset=None, zyx: bool = False) -> JaggedTensor:
+    """Z-order codes: bit b of i, j, k at bits 3b + 2, 3b + 1, 3b of the code (k, j, i with
+    zyx)."""
+    ijk = _local_ijk(grid, offset, zyx)
     x = ijk.jdata
     code = torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
     for bit in range(_BITS):
@@ -44,11 +62,11 @@ def morton(grid) -> JaggedTensor:
     return ijk.jagged_like(code)
 
 
-def hilbert(grid) -> JaggedTensor:
+def hilbert(grid, offset=None, zyx: bool = False) -> JaggedTensor:
     """Hilbert-curve codes (Skilling's transform of the coordinates to the curve's transpose,
     then its bits interleaved as the Morton code's): consecutive codes of a full 2^n cube are
-    neighbouring voxels."""
-    ijk = _local_ijk(grid)
+    neighbouring voxels. With zyx the axes enter as k, j, i."""
+    ijk = _local_ijk(grid, offset, zyx)
     x = [ijk.jdata[:, a].clone() for a in range(3)]
     # Inverse undo of excess work (Skilling 2004, "Programming the Hilbert curve").
     m = 1 << (_BITS - 1)
