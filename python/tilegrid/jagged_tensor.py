@@ -16,6 +16,7 @@ import torch
 
 from . import _C
 from ._torch import current_stream
+from .jagged_tensor_methods import JaggedTensorMethods
 
 
 @torch.library.custom_op("tilegrid::jagged_batch_index", mutates_args=())
@@ -88,7 +89,7 @@ def _check_layout(jdata: torch.Tensor, joffsets: torch.Tensor) -> None:
         raise ValueError("JaggedTensor: joffsets must have B+1 >= 1 entries, got an empty tensor")
 
 
-class JaggedTensor:
+class JaggedTensor(JaggedTensorMethods):
     """A batch of tensors of different leading sizes stored as one: jdata [N, ...] holds the
     rows of every tensor one after another, joffsets (int64 [B + 1]) where each starts.
 
