@@ -20,7 +20,8 @@ from .flash_attn_packed import (
     flash_attn_varlen_qkvpacked_func,
 )
 from .gemm import describe_matmul, linear, matmul
-from .grid_batch import GridBatch, jcat
+from .grid_batch import GridBatch, gcat, jcat
+from .grid_serialize import hilbert_codes as hilbert, morton_codes as morton
 from .grid_metrics import voxel_chamfer_distance, voxel_iou
 from .grid_io import load, save
 from .jagged_losses import jagged_binary_cross_entropy_with_logits
@@ -31,6 +32,10 @@ from .rms_norm import rms_norm, rms_norm_keep_input
 from .rope_rotate import rope_rotate
 from .sparse_conv import ConvolutionPlan
 from .volume_render import volume_render
+# fVDB's torch-compatible functions (tg.relu, tg.add, tg.sum, ...: torch's, for tensors and
+# JaggedTensors alike). Kept out of __all__: a star import would shadow sum, all, any, round
+# and pow.
+from .torch_jagged import *  # noqa: E402,F401,F403
 
 from ._version import __version__
 
@@ -55,6 +60,8 @@ __all__ = [
     "flash_attn_qkvpacked_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "gcat",
+    "hilbert",
     "install_torch_allocator",
     "jagged_binary_cross_entropy_with_logits",
     "jcat",
@@ -62,6 +69,7 @@ __all__ = [
     "linear",
     "linear_cross_entropy",
     "matmul",
+    "morton",
     "nn",
     "read_mesh",
     "read_off",

@@ -120,6 +120,16 @@ def jcat(things: Sequence, dim: Optional[int] = None):
     return GridBatch.from_ijk(JaggedTensor(parts), voxel_sizes=sizes, origins=origins)
 
 
+def gcat(grids: Sequence["GridBatch"]) -> "GridBatch":
+    """fVDB's gcat: one batch holding the grids of every batch in `grids`, in order (as jcat
+    and GridBatch.from_cat).
+
+    Args:
+        grids: The GridBatches (at least one).
+    """
+    return grid_indexing.concatenated(grids)
+
+
 def _pool_stride(stride):
     """A pooling stride, None where it is fVDB's 0 (or None): the pool factor."""
     if stride is None or (isinstance(stride, int) and not isinstance(stride, bool) and stride == 0):

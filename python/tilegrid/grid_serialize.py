@@ -50,24 +50,57 @@ def _local_ijk(grid, offset=None, zyx: bool = False) -> JaggedTensor:
     return ijk.jagged_like(local)
 
 
-def morton(grid, offset=None, zyx: bool = False) -> JaggedTensor:
-    """Z-order codes: bit b of i, j, k at bits 3b + 2, 3b + 1, 3b of the code (k, j, i with
-    zyx)."""
-    ijk = _local_ijk(grid, offset, zyx)
-    x = ijk.jdata
+def _coordinates(op: str, ijk) -> torch.Tensor:
+    """ijk as int64 [N, 3], each coordinate in [0, 2^21) (raises otherwise)."""
+    if not isinstance(ijk, torch.Tensor) or ijk.is_floating_point() or ijk.dtype == torch.bool \
+            or ijk.dim() != 2 or ijk.shape[1] != 3:
+        got = f"{ijk.dtype} of shape {list(ijk.shape)}" if isinstance(ijk, torch.Tensor) else type(ijk).__name__
+        raise ValueError(f"{op}: ijk must be an integer tensor [N, 3], got {got}")
+    x = ijk.long()
+    if x.shape[0] and (int(x.min()) < 0 or int(x.max()) >= 1 << _BITS):
+        raise ValueError(f"{op}: coordinates must lie in [0, {1 << _BITS}) (21 bits an axis), got "
+                         f"[{int(x.min())}, {int(x.max())}]")
+    return x
+
+
+def morton_codes(ijk: torch.Tensor) -> torch.Tensor:
+    """Z-order codes (int64 [N]) of non-negative coordinates ijk [N, 3]: bit b of i, j, k at
+    bits 3b + 2, 3b + 1, 3b of the code (fVDB's morton).
+
+    Args:
+        ijk: Integer [N, 3], each coordinate in [0, 2^21).
+    """
+    x = _coordinates("morton", ijk)
     code = torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
     for bit in range(_BITS):
         for axis in range(3):
             code |= ((x[:, axis] >> bit) & 1) << (3 * bit + 2 - axis)
-    return ijk.jagged_like(code)
+    return code
+
+
+def morton(grid, offset=None, zyx: bool = False) -> JaggedTensor:
+    """The Z-order codes of a grid's voxels (k, j, i order with zyx)."""
+    ijk = _local_ijk(grid, offset, zyx)
+    return ijk.jagged_like(morton_codes(ijk.jdata))
 
 
 def hilbert(grid, offset=None, zyx: bool = False) -> JaggedTensor:
-    """Hilbert-curve codes (Skilling's transform of the coordinates to the curve's transpose,
-    then its bits interleaved as the Morton code's): consecutive codes of a full 2^n cube are
-    neighbouring voxels. With zyx the axes enter as k, j, i."""
+    """The Hilbert-curve codes of a grid's voxels (k, j, i order with zyx)."""
     ijk = _local_ijk(grid, offset, zyx)
-    x = [ijk.jdata[:, a].clone() for a in range(3)]
+    return ijk.jagged_like(hilbert_codes(ijk.jdata))
+
+
+def hilbert_codes(ijk: torch.Tensor) -> torch.Tensor:
+    """Hilbert-curve codes (int64 [N]) of non-negative coordinates ijk [N, 3] (fVDB's hilbert):
+    Skilling's transform of the coordinates to the curve's transpose, then its bits
+    interleaved as the Morton code's; consecutive codes of a full 2^n cube are neighbouring
+    voxels.
+
+    Args:
+        ijk: Integer [N, 3], each coordinate in [0, 2^21).
+    """
+    data = _coordinates("hilbert", ijk)
+    x = [data[:, a].clone() for a in range(3)]
     # Inverse undo of excess work (Skilling 2004, "Programming the Hilbert curve").
     m = 1 << (_BITS - 1)
     q = m
@@ -93,4 +126,4 @@ def hilbert(grid, offset=None, zyx: bool = False) -> JaggedTensor:
     for bit in range(_BITS):
         for axis in range(3):
             code |= ((x[axis] >> bit) & 1) << (3 * bit + 2 - axis)
-    return ijk.jagged_like(code)
+    return code
