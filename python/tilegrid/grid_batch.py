@@ -800,6 +800,28 @@ class GridBatch:
         return grid_tsdf.integrate_tsdf(self, truncation_distance, projection_matrices, cam_to_world_matrices,
                                         tsdf, weights, depth_images, weight_images)
 
+    def save_nanovdb(self, path, data=None, names=None, name: Optional[str] = None, compressed: bool = False,
+                     verbose: bool = False) -> None:
+        """Writes this batch and its features to a .nvdb file (fVDB's method; tg.save).
+
+        Args:
+            path: The file to write (a str or os.PathLike).
+            data: None, or per-voxel features (a tensor or JaggedTensor, or a list of them),
+                as tg.save's features.
+            names: One name per grid, or one for all; default "grid_<b>".
+            name: One name for every grid; takes precedence over names.
+            compressed: Must be False: tilegrid writes uncompressed files (no Blosc).
+            verbose: Print what was written.
+        """
+        from .grid_io import save
+
+        if compressed:
+            raise NotImplementedError("GridBatch.save_nanovdb: compressed (Blosc) .nvdb files are not written; "
+                                      "pass compressed=False")
+        save(path, self, data, name if name is not None else names)
+        if verbose:
+            print(f"save_nanovdb: {self.num_grids} grids, {self.total_voxels} voxels -> {path}")
+
     def morton(self, offset=None) -> JaggedTensor:
         """Z-order codes (int64) of the voxels' ijk, i in the highest bit of each triple.
 

@@ -140,3 +140,16 @@ def test_bad_arguments_and_files_get_clear_errors(tmp_path):
     (tmp_path / "short.nvdb").write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match="truncated"):
         tg.load(tmp_path / "short.nvdb")
+
+
+def test_save_nanovdb_is_fvdbs_name_for_save(tmp_path, capsys):
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([torch.randint(0, 9, (20, 3)), torch.randint(0, 9, (5, 3))]))
+    features = torch.randn(grid.total_voxels, 2)
+    path = tmp_path / "g.nvdb"
+    grid.save_nanovdb(str(path), data=grid.jagged_like(features), names=["a", "b"], name="both", verbose=True)
+    assert "2 grids" in capsys.readouterr().out
+    loaded, data, names = tg.load(path)
+    assert names == ["both", "both"] and torch.equal(data[0].jdata, features)
+    assert torch.equal(loaded.ijk.jdata, grid.ijk.jdata)
+    with pytest.raises(NotImplementedError, match="compressed"):
+        grid.save_nanovdb(str(path), compressed=True)
