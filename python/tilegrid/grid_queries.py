@@ -34,7 +34,8 @@ _CHUNK = 1 << 22
 
 
 def _on(device: torch.device, t: torch.Tensor) -> bool:
-    return t.device.type == device.type and (device.type != "cuda" or t.device.index == device.index)
+    same_index = device.type != "cuda" or t.device.index == device.index
+    return t.device.type == device.type and same_index
 
 
 def _check_vectors(op: str, name: str, grid, value) -> JaggedTensor:
@@ -65,7 +66,8 @@ def _offset3(op: str, name: str, value) -> list[float]:
     """A number or three numbers (a list, tuple or tensor) as three finite floats."""
     if isinstance(value, torch.Tensor):
         if value.dtype == torch.bool or value.is_complex():
-            raise TypeError(f"{op}: {name} must be a number or three numbers, got a {value.dtype} tensor")
+            raise TypeError(f"{op}: {name} must be a number or three numbers, got a "
+                            f"{value.dtype} tensor")
         value = value.detach().cpu().tolist()
     if isinstance(value, (str, bytes)) or isinstance(value, bool):
         raise TypeError(f"{op}: {name} must be a number or three numbers, got {value!r}")
@@ -132,12 +134,14 @@ def _count_by_lookup(grid, b, s, e) -> torch.Tensor:
     for first, end in _chunks(volume):
         d, v = dims[first:end], volume[first:end]
         total = int(v.sum())
-        owner = torch.repeat_interleave(torch.arange(end - first, device=b.device), v, output_size=total)
+        owner = torch.repeat_interleave(torch.arange(end - first, device=b.device), v,
+                                        output_size=total)
         local = torch.arange(total, device=b.device) - (torch.cumsum(v, 0) - v)[owner]
         nj, nk = d[owner, 1], d[owner, 2]
         step = torch.stack([local // (nj * nk), (local // nk) % nj, local % nk], 1)
         ijk = s[first:end][owner] + step
-        rows = grid.ijk_to_index(_jagged_by_grid(grid, ijk, b[first:end][owner]), cumulative=True).jdata
+        queries = _jagged_by_grid(grid, ijk, b[first:end][owner])
+        rows = grid.ijk_to_index(queries, cumulative=True).jdata
         counts[first:end] = torch.zeros(end - first, dtype=torch.int64, device=b.device).index_add_(
             0, owner, (rows >= 0).to(torch.int64))
     return counts
@@ -153,7 +157,8 @@ def _count_by_comparison(grid, b, s, e) -> torch.Tensor:
     for first, end in _chunks(per_grid):
         n = per_grid[first:end]
         total = int(n.sum())
-        owner = torch.repeat_interleave(torch.arange(end - first, device=b.device), n, output_size=total)
+        owner = torch.repeat_interleave(torch.arange(end - first, device=b.device), n,
+                                        output_size=total)
         local = torch.arange(total, device=b.device) - (torch.cumsum(n, 0) - n)[owner]
         v = voxels[first_row[b[first:end][owner]] + local]
         inside = ((v >= s[first:end][owner]) & (v <= e[first:end][owner])).all(1)
@@ -224,7 +229,8 @@ def cubes_intersect_grid(grid, cube_centers: JaggedTensor, cube_min=0, cube_max=
     volume = (e - s + 1).clamp(min=0).double().prod(1)
     by_lookup = overlap & (volume <= count.double())
     out = torch.zeros(b.shape[0], dtype=torch.bool, device=b.device)
-    for pick, count_in in ((by_lookup, _count_by_lookup), (overlap & ~by_lookup, _count_by_comparison)):
+    ways = ((by_lookup, _count_by_lookup), (overlap & ~by_lookup, _count_by_comparison))
+    for pick, count_in in ways:
         pick = pick.nonzero()[:, 0]
         if pick.numel():
             out[pick] = count_in(grid, b[pick], s[pick], e[pick]) > 0
@@ -249,17 +255,19 @@ def rays_intersect_voxels(grid, ray_origins, ray_directions, eps: float = 0.0) -
         is in an active voxel.
     """
     op = "GridBatch.rays_intersect_voxels"
-    origins = _check_vectors(op, "ray_origins", grid, grid_rays._rays(grid, op, "ray_origins", ray_origins))
-    directions = _check_vectors(op, "ray_directions", grid,
-                                grid_rays._rays(grid, op, "ray_directions", ray_directions))
+    origins, directions = (
+        _check_vectors(op, name, grid, grid_rays._rays(grid, op, name, value))
+        for name, value in (("ray_origins", ray_origins), ("ray_directions", ray_directions)))
     if directions.jdata.dtype != origins.jdata.dtype:
         raise TypeError(f"{op}: ray_origins and ray_directions must have one dtype, got "
                         f"{origins.jdata.dtype} and {directions.jdata.dtype}")
     if not torch.equal(origins.joffsets, directions.joffsets.to(origins.joffsets.device)):
-        raise ValueError(f"{op}: ray_origins and ray_directions must be jagged alike (one direction a "
-                         f"ray), got rays per grid {origins.joffsets.diff().tolist()} and "
-                         f"{directions.joffsets.diff().tolist()}")
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"{op}: ray_origins and ray_directions must be jagged alike (one "
+                         f"direction a ray), got rays per grid {origins.joffsets.diff().tolist()} "
+                         f"and {directions.joffsets.diff().tolist()}")
+    if not isinstance(eps, numbers.Real) or isinstance(eps, bool):
+        raise TypeError(f"{op}: eps must be a number, got {eps!r}")
+    if not math.isfinite(eps) or eps < 0:
         raise ValueError(f"{op}: eps must be a finite number >= 0, got {eps!r}")
     _, times = grid_rays.voxels_along_rays(grid, origins, directions, 1, float(eps), False, True)
     hit = times.joffsets.diff() > 0

@@ -33,7 +33,8 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def _on(device: torch.device, t: torch.Tensor) -> bool:
-    return t.device.type == device.type and (device.type != "cuda" or t.device.index == device.index)
+    same_index = device.type != "cuda" or t.device.index == device.index
+    return t.device.type == device.type and same_index
 
 
 def _check_points(op: str, grid, points) -> torch.Tensor:
@@ -66,11 +67,13 @@ def _check_values(op: str, name: str, values, rows: int, what: str, grid, p: tor
     if isinstance(values, JaggedTensor):
         values = values.jdata
     if not isinstance(values, torch.Tensor):
-        raise TypeError(f"{op}: {name} must be a tensor or a JaggedTensor, got {type(values).__name__}")
+        raise TypeError(f"{op}: {name} must be a tensor or a JaggedTensor, got "
+                        f"{type(values).__name__}")
     if not values.is_floating_point():
         raise TypeError(f"{op}: {name} must be floating point, got {values.dtype}")
     if values.dim() < 1 or values.shape[0] != rows:
-        raise ValueError(f"{op}: {name} must have {rows} rows ({what}), got shape {list(values.shape)}")
+        raise ValueError(f"{op}: {name} must have {rows} rows ({what}), got shape "
+                         f"{list(values.shape)}")
     if not _on(grid.device, values):
         raise ValueError(f"{op}: {name} is on {values.device} but the grid is on {grid.device}")
     if values.dtype not in _LOW_PRECISION and values.dtype != p.dtype:

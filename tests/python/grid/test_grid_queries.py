@@ -321,5 +321,5 @@ def test_bad_rays_are_refused():
         fn(rays, rays.to("meta"))
     with pytest.raises(ValueError, match="eps must be a finite number >= 0, got -1.0"):
         fn(rays, rays, eps=-1.0)
-    with pytest.raises(ValueError, match="eps must be a finite number >= 0, got 'x'"):
+    with pytest.raises(TypeError, match="eps must be a number, got 'x'"):
         fn(rays, rays, eps="x")
