@@ -719,6 +719,55 @@ class GridBatch:
             out = out.to(data.dtype)
         return JaggedTensor._from_trusted(out.reshape(-1, *data.shape[1:]), self.voxel_offsets)
 
+    # fVDB's spline sampling and region queries (grid_spline.py, grid_queries.py).
+
+    def sample_trilinear_with_grad(self, points: JaggedTensor, voxel_data):
+        """(values, gradients): voxel_data ([total_voxels, *C]) trilinearly interpolated at the
+        world points (one [N_b, 3] tensor a grid), and the field's gradient with respect to the
+        world position, [N, *C, 3] (grid_spline.py). Differentiable in voxel_data and points."""
+        from . import grid_spline
+        return grid_spline.sample_trilinear_with_grad(self, points, voxel_data)
+
+    def sample_bezier(self, points: JaggedTensor, voxel_data) -> JaggedTensor:
+        """voxel_data ([total_voxels, *C]) interpolated at the world points with fVDB's quadratic
+        B-spline ("Bezier") weights over the 3x3x3 voxels around each (grid_spline.py);
+        inactive voxels count as zero. Differentiable in voxel_data and points."""
+        from . import grid_spline
+        return grid_spline.sample_bezier(self, points, voxel_data)
+
+    def sample_bezier_with_grad(self, points: JaggedTensor, voxel_data):
+        """(values, gradients): sample_bezier(points, voxel_data) and the field's gradient with
+        respect to the world position, [N, *C, 3] (grid_spline.py)."""
+        from . import grid_spline
+        return grid_spline.sample_bezier_with_grad(self, points, voxel_data)
+
+    def splat_bezier(self, points: JaggedTensor, points_data) -> JaggedTensor:
+        """points_data ([N, *C], a row a point of points) spread over the voxels with
+        sample_bezier's weights, the adjoint of sample_bezier: [total_voxels, *C]
+        (grid_spline.py). Differentiable in points_data and points."""
+        from . import grid_spline
+        return grid_spline.splat_bezier(self, points, points_data)
+
+    def cubes_in_grid(self, cube_centers: JaggedTensor, cube_min=0, cube_max=0) -> JaggedTensor:
+        """bool [N]: whether each cube (world centres cube_centers, corners at cube_min and
+        cube_max from it: a number or three, default 0) lies wholly in active voxels
+        (grid_queries.py)."""
+        from . import grid_queries
+        return grid_queries.cubes_in_grid(self, cube_centers, cube_min, cube_max)
+
+    def cubes_intersect_grid(self, cube_centers: JaggedTensor, cube_min=0, cube_max=0) -> JaggedTensor:
+        """bool [N]: whether each cube (world centres cube_centers, corners at cube_min and
+        cube_max from it: a number or three, default 0) touches an active voxel
+        (grid_queries.py)."""
+        from . import grid_queries
+        return grid_queries.cubes_intersect_grid(self, cube_centers, cube_min, cube_max)
+
+    def rays_intersect_voxels(self, ray_origins, ray_directions, eps: float = 0.0) -> JaggedTensor:
+        """bool [N]: whether each ray (ray_origins + t * ray_directions, t >= 0) crosses an
+        active voxel over more than eps of t (grid_queries.py)."""
+        from . import grid_queries
+        return grid_queries.rays_intersect_voxels(self, ray_origins, ray_directions, eps)
+
     def conv_grid(self, kernel_size, stride=1) -> "GridBatch":
         """The voxels a convolution of this grid writes (every output that some active voxel
         reaches through some tap, with fVDB 0.6's padding (K - 1) // 2 before o * stride;

@@ -4,6 +4,8 @@ by default, the argument names of from_mesh and other methods, and the builders'
 origins defaults; each checked against a brute-force reference on random grids, and the old
 spellings against the new ones (with their DeprecationWarning)."""
 
+import inspect
+
 import pytest
 import torch
 
@@ -153,3 +155,22 @@ def test_fvdb_argument_names_of_sampling_pooling_and_derived_grids(device):
         assert grid.coarsened_grid(factor=2).total_voxels == grid.coarsened_grid(coarsening_factor=2).total_voxels
     with pytest.warns(DeprecationWarning, match="n= is now dilation="):
         assert grid.dilated_grid(n=1).total_voxels == grid.dilated_grid(dilation=1).total_voxels
+
+
+# fVDB's signatures (fvdb-core 0.6's GridBatch) of the spline sampling and region queries.
+FVDB_SIGNATURES = {
+    "sample_trilinear_with_grad": [("points", None), ("voxel_data", None)],
+    "sample_bezier": [("points", None), ("voxel_data", None)],
+    "sample_bezier_with_grad": [("points", None), ("voxel_data", None)],
+    "splat_bezier": [("points", None), ("points_data", None)],
+    "cubes_in_grid": [("cube_centers", None), ("cube_min", 0), ("cube_max", 0)],
+    "cubes_intersect_grid": [("cube_centers", None), ("cube_min", 0), ("cube_max", 0)],
+    "rays_intersect_voxels": [("ray_origins", None), ("ray_directions", None), ("eps", 0.0)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(FVDB_SIGNATURES))
+def test_spline_and_query_methods_have_fvdbs_signatures(name):
+    params = list(inspect.signature(getattr(tg.GridBatch, name)).parameters.values())[1:]
+    empty = inspect.Parameter.empty
+    assert [(p.name, None if p.default is empty else p.default) for p in params] == FVDB_SIGNATURES[name]
