@@ -23,43 +23,13 @@ import numbers
 import torch
 
 from . import grid_rays
+from .grid_checks import FAR, check_vectors
 from .jagged_tensor import JaggedTensor
 
-# As grid_spline's: continuous voxel coordinates are clamped to this before they are floored
-# into int64 (further out is in no grid).
-_FAR = 2.0**40
 
 # Lookups (or comparisons) done at once.
 _CHUNK = 1 << 22
 
-
-def _on(device: torch.device, t: torch.Tensor) -> bool:
-    same_index = device.type != "cuda" or t.device.index == device.index
-    return t.device.type == device.type and same_index
-
-
-def _check_vectors(op: str, name: str, grid, value) -> JaggedTensor:
-    """value, checked: a JaggedTensor of one [N_b, 3] floating tensor a grid, on the grid's
-    device, finite (checked in eager mode: one flag read back)."""
-    if not isinstance(value, JaggedTensor):
-        raise TypeError(f"{op}: {name} must be a JaggedTensor, got {type(value).__name__}")
-    if value.num_tensors != grid.num_grids:
-        raise ValueError(f"{op}: {name} holds {value.num_tensors} tensors but the grid batch has "
-                         f"{grid.num_grids} grids")
-    p = value.jdata
-    if not p.is_floating_point():
-        raise TypeError(f"{op}: {name} must be floating point, got {p.dtype}")
-    if p.dim() != 2 or p.shape[1] != 3:
-        raise ValueError(f"{op}: {name} must be [N, 3], got {list(p.shape)}")
-    if not _on(grid.device, p):
-        raise ValueError(f"{op}: {name} is on {p.device} but the grid is on {grid.device}")
-    capturing = p.is_cuda and torch.cuda.is_current_stream_capturing()
-    if not torch.compiler.is_compiling() and not capturing and p.numel():
-        finite = torch.isfinite(p).all(1)
-        if not bool(finite.all()):
-            bad = int((~finite).nonzero()[0, 0])
-            raise ValueError(f"{op}: {name} must be finite, got {p[bad].tolist()} at row {bad}")
-    return value
 
 
 def _offset3(op: str, name: str, value) -> list[float]:
@@ -87,7 +57,7 @@ def _offset3(op: str, name: str, value) -> list[float]:
 def _boxes(op: str, grid, cube_centers, cube_min, cube_max):
     """(centres, b, s, e): each cube's grid (int64 [N]) and its box of voxels [s, e] (int64
     [N, 3], both corners included, s <= e)."""
-    centres = _check_vectors(op, "cube_centers", grid, cube_centers)
+    centres = check_vectors(op, "cube_centers", grid, cube_centers)
     lo, hi = _offset3(op, "cube_min", cube_min), _offset3(op, "cube_max", cube_max)
     if any(a > z for a, z in zip(lo, hi)):
         raise ValueError(f"{op}: cube_min must be <= cube_max along every axis, got cube_min "
@@ -98,7 +68,7 @@ def _boxes(op: str, grid, cube_centers, cube_min, cube_max):
     corners = []
     for offset in (lo, hi):
         shift = torch.tensor(offset, dtype=torch.float64, device=c.device)
-        u = ((c + shift - origins[b]) / sizes[b]).clamp(-_FAR, _FAR)
+        u = ((c + shift - origins[b]) / sizes[b]).clamp(-FAR, FAR)
         corners.append(torch.floor(u + 0.5).to(torch.int64))
     return centres, b, corners[0], corners[1]
 
@@ -256,7 +226,7 @@ def rays_intersect_voxels(grid, ray_origins, ray_directions, eps: float = 0.0) -
     """
     op = "GridBatch.rays_intersect_voxels"
     origins, directions = (
-        _check_vectors(op, name, grid, grid_rays._rays(grid, op, name, value))
+        check_vectors(op, name, grid, grid_rays._rays(grid, op, name, value))
         for name, value in (("ray_origins", ray_origins), ("ray_directions", ray_directions)))
     if directions.jdata.dtype != origins.jdata.dtype:
         raise TypeError(f"{op}: ray_origins and ray_directions must have one dtype, got "

@@ -23,42 +23,12 @@ import math
 
 import torch
 
+from .grid_checks import FAR, check_vectors, on_device
 from .jagged_tensor import JaggedTensor
 
-# Continuous voxel coordinates are clamped to this before they are floored into int64: further
-# out is in no grid (int32 coordinates), and the clamp keeps the weights finite there.
-_FAR = 2.0**40
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
-
-def _on(device: torch.device, t: torch.Tensor) -> bool:
-    same_index = device.type != "cuda" or t.device.index == device.index
-    return t.device.type == device.type and same_index
-
-
-def _check_points(op: str, grid, points) -> torch.Tensor:
-    """points' jdata, checked: a JaggedTensor of one [N_b, 3] float tensor a grid, on the grid's
-    device, finite."""
-    if not isinstance(points, JaggedTensor):
-        raise TypeError(f"{op}: points must be a JaggedTensor, got {type(points).__name__}")
-    if points.num_tensors != grid.num_grids:
-        raise ValueError(f"{op}: points holds {points.num_tensors} tensors but the grid batch has "
-                         f"{grid.num_grids} grids")
-    p = points.jdata
-    if not p.is_floating_point():
-        raise TypeError(f"{op}: points must be floating point, got {p.dtype}")
-    if p.dim() != 2 or p.shape[1] != 3:
-        raise ValueError(f"{op}: points must be [N, 3], got {list(p.shape)}")
-    if not _on(grid.device, p):
-        raise ValueError(f"{op}: points is on {p.device} but the grid is on {grid.device}")
-    capturing = p.is_cuda and torch.cuda.is_current_stream_capturing()
-    if not torch.compiler.is_compiling() and not capturing and p.numel():
-        finite = torch.isfinite(p).all(1)
-        if not bool(finite.all()):
-            bad = int((~finite).nonzero()[0, 0])
-            raise ValueError(f"{op}: points must be finite, got {p[bad].tolist()} at point {bad}")
-    return p
 
 
 def _check_values(op: str, name: str, values, rows: int, what: str, grid, p: torch.Tensor):
@@ -74,7 +44,7 @@ def _check_values(op: str, name: str, values, rows: int, what: str, grid, p: tor
     if values.dim() < 1 or values.shape[0] != rows:
         raise ValueError(f"{op}: {name} must have {rows} rows ({what}), got shape "
                          f"{list(values.shape)}")
-    if not _on(grid.device, values):
+    if not on_device(grid.device, values):
         raise ValueError(f"{op}: {name} is on {values.device} but the grid is on {grid.device}")
     if values.dtype not in _LOW_PRECISION and values.dtype != p.dtype:
         raise TypeError(f"{op}: points and {name} must have one dtype (float32 or float64; "
@@ -89,7 +59,7 @@ def _stencil(grid, points: JaggedTensor, p: torch.Tensor, bezier: bool, dtype: t
     (bezier) or 8 (trilinear). Differentiable in p."""
     b = points.jidx.long()
     sizes, origins = (t.to(p.device) for t in (grid.voxel_sizes, grid.origins))
-    u = ((p.double() - origins[b]) / sizes[b]).clamp(-_FAR, _FAR)
+    u = ((p.double() - origins[b]) / sizes[b]).clamp(-FAR, FAR)
     if bezier:
         base = torch.floor(u.detach() + 0.5)  # NanoVDB's round: halves up
         t = u - base  # in [-0.5, 0.5)
@@ -130,7 +100,7 @@ def _gather(data: torch.Tensor, rows: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def _sample(op: str, grid, points, voxel_data, bezier: bool, with_grad: bool):
-    p = _check_points(op, grid, points)
+    p = check_vectors(op, "points", grid, points).jdata
     data = _check_values(op, "voxel_data", voxel_data, grid.total_voxels, "one a voxel", grid, p)
     dtype = torch.float32 if data.dtype in _LOW_PRECISION else data.dtype
     rows, weights, grads = _stencil(grid, points, p, bezier, dtype)
@@ -224,7 +194,7 @@ def splat_bezier(grid, points: JaggedTensor, points_data) -> JaggedTensor:
         points_data and in points.
     """
     op = "GridBatch.splat_bezier"
-    p = _check_points(op, grid, points)
+    p = check_vectors(op, "points", grid, points).jdata
     values = _check_values(op, "points_data", points_data, p.shape[0], "one a point", grid, p)
     dtype = torch.float32 if values.dtype in _LOW_PRECISION else values.dtype
     rows, weights, _ = _stencil(grid, points, p, True, dtype)

@@ -279,7 +279,7 @@ def test_bad_inputs_are_refused_before_any_work():
             fn(tg.JaggedTensor([torch.zeros(2, 3, dtype=torch.int64)] * 3), data)
         with pytest.raises(ValueError, match=r"points must be \[N, 3\], got \[6, 2\]"):
             fn(tg.JaggedTensor([torch.zeros(2, 2)] * 3), data)
-        with pytest.raises(ValueError, match=r"points must be finite, got \[0.0, nan, 0.0\] at point 1"):
+        with pytest.raises(ValueError, match=r"points must be finite, got \[0.0, nan, 0.0\] at row 1"):
             fn(tg.JaggedTensor([torch.tensor([[0, 0, 0], [0, float("nan"), 0]]), torch.zeros(0, 3),
                                 torch.zeros(0, 3)]), data)
         with pytest.raises(ValueError, match=rf"voxel_data must have {grid.total_voxels} rows \(one a voxel\), "
