@@ -722,28 +722,28 @@ class GridBatch:
     # fVDB's spline sampling and region queries (grid_spline.py, grid_queries.py).
 
     def sample_trilinear_with_grad(self, points: JaggedTensor, voxel_data):
-        """(values, gradients): voxel_data ([total_voxels, *C]) trilinearly interpolated at the
+        """(values, gradients): voxel_data (``[total_voxels, *C]``) trilinearly interpolated at the
         world points (one [N_b, 3] tensor a grid), and the field's gradient with respect to the
-        world position, [N, *C, 3] (grid_spline.py). Differentiable in voxel_data and points."""
+        world position, ``[N, *C, 3]`` (grid_spline.py). Differentiable in voxel_data and points."""
         from . import grid_spline
         return grid_spline.sample_trilinear_with_grad(self, points, voxel_data)
 
     def sample_bezier(self, points: JaggedTensor, voxel_data) -> JaggedTensor:
-        """voxel_data ([total_voxels, *C]) interpolated at the world points with fVDB's quadratic
-        B-spline ("Bezier") weights over the 3x3x3 voxels around each (grid_spline.py);
+        """voxel_data (``[total_voxels, *C]``) interpolated at the world points with fVDB's
+        quadratic B-spline ("Bezier") weights over the 3x3x3 voxels around each (grid_spline.py);
         inactive voxels count as zero. Differentiable in voxel_data and points."""
         from . import grid_spline
         return grid_spline.sample_bezier(self, points, voxel_data)
 
     def sample_bezier_with_grad(self, points: JaggedTensor, voxel_data):
         """(values, gradients): sample_bezier(points, voxel_data) and the field's gradient with
-        respect to the world position, [N, *C, 3] (grid_spline.py)."""
+        respect to the world position, ``[N, *C, 3]`` (grid_spline.py)."""
         from . import grid_spline
         return grid_spline.sample_bezier_with_grad(self, points, voxel_data)
 
     def splat_bezier(self, points: JaggedTensor, points_data) -> JaggedTensor:
-        """points_data ([N, *C], a row a point of points) spread over the voxels with
-        sample_bezier's weights, the adjoint of sample_bezier: [total_voxels, *C]
+        """points_data (``[N, *C]``, a row a point of points) spread over the voxels with
+        sample_bezier's weights, the adjoint of sample_bezier: ``[total_voxels, *C]``
         (grid_spline.py). Differentiable in points_data and points."""
         from . import grid_spline
         return grid_spline.splat_bezier(self, points, points_data)

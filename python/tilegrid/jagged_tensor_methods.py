@@ -40,6 +40,20 @@ def _in_place_binary(name: str, op):
     return method
 
 
+def _factory(name: str, fill, what: str):
+    def make(cls, lsizes: Sequence[int], rsizes: Optional[Sequence[int]] = None, *, device=None, dtype=None,
+             requires_grad: bool = False, pin_memory: bool = False):
+        return cls._filled(fill, lsizes, rsizes, device, dtype, requires_grad, pin_memory)
+    make.__name__ = make.__qualname__ = name
+    make.__doc__ = (f"A batch of {what}: tensor i has lsizes[i] rows, each of shape rsizes.\n\n"
+                    f"Args:\n    lsizes: The rows of each tensor.\n"
+                    f"    rsizes: The shape of a row; default () (a row is one number).\n"
+                    f"    device: As torch.{fill.__name__}'s.\n    dtype: As torch.{fill.__name__}'s.\n"
+                    f"    requires_grad: As torch.{fill.__name__}'s.\n"
+                    f"    pin_memory: As torch.{fill.__name__}'s.\n")
+    return classmethod(make)
+
+
 class JaggedTensorMethods:
     """The methods above, for JaggedTensor (which holds _jdata and _joffsets)."""
 
@@ -282,77 +296,8 @@ class JaggedTensorMethods:
         offsets = torch.tensor([0] + sizes, dtype=torch.int64).cumsum(0).to(data.device)
         return cls.from_data_and_offsets(data.requires_grad_(requires_grad), offsets)
 
-    @classmethod
-    def from_zeros(cls, lsizes: Sequence[int], rsizes: Optional[Sequence[int]] = None, *, device=None,
-                   dtype=None, requires_grad: bool = False, pin_memory: bool = False):
-        """A batch of zeros: tensor i has lsizes[i] rows of shape rsizes.
-
-        Args:
-            lsizes: The rows of each tensor.
-            rsizes: The shape of a row; default () (a row is one number).
-            device: As torch.zeros'.
-            dtype: As torch.zeros'.
-            requires_grad: As torch.zeros'.
-            pin_memory: As torch.zeros'.
-        """
-        return cls._filled(torch.zeros, lsizes, rsizes, device, dtype, requires_grad, pin_memory)
-
-    @classmethod
-    def from_ones(cls, lsizes: Sequence[int], rsizes: Optional[Sequence[int]] = None, *, device=None,
-                  dtype=None, requires_grad: bool = False, pin_memory: bool = False):
-        """A batch of ones, shaped as from_zeros'.
-
-        Args:
-            lsizes: The rows of each tensor.
-            rsizes: The shape of a row.
-            device: As torch.ones'.
-            dtype: As torch.ones'.
-            requires_grad: As torch.ones'.
-            pin_memory: As torch.ones'.
-        """
-        return cls._filled(torch.ones, lsizes, rsizes, device, dtype, requires_grad, pin_memory)
-
-    @classmethod
-    def from_empty(cls, lsizes: Sequence[int], rsizes: Optional[Sequence[int]] = None, *, device=None,
-                   dtype=None, requires_grad: bool = False, pin_memory: bool = False):
-        """A batch of uninitialised elements, shaped as from_zeros'.
-
-        Args:
-            lsizes: The rows of each tensor.
-            rsizes: The shape of a row.
-            device: As torch.empty's.
-            dtype: As torch.empty's.
-            requires_grad: As torch.empty's.
-            pin_memory: As torch.empty's.
-        """
-        return cls._filled(torch.empty, lsizes, rsizes, device, dtype, requires_grad, pin_memory)
-
-    @classmethod
-    def from_rand(cls, lsizes: Sequence[int], rsizes: Optional[Sequence[int]] = None, *, device=None,
-                  dtype=None, requires_grad: bool = False, pin_memory: bool = False):
-        """A batch of uniform [0, 1) samples, shaped as from_zeros'.
-
-        Args:
-            lsizes: The rows of each tensor.
-            rsizes: The shape of a row.
-            device: As torch.rand's.
-            dtype: As torch.rand's.
-            requires_grad: As torch.rand's.
-            pin_memory: As torch.rand's.
-        """
-        return cls._filled(torch.rand, lsizes, rsizes, device, dtype, requires_grad, pin_memory)
-
-    @classmethod
-    def from_randn(cls, lsizes: Sequence[int], rsizes: Optional[Sequence[int]] = None, *, device=None,
-                   dtype=None, requires_grad: bool = False, pin_memory: bool = False):
-        """A batch of standard normal samples, shaped as from_zeros'.
-
-        Args:
-            lsizes: The rows of each tensor.
-            rsizes: The shape of a row.
-            device: As torch.randn's.
-            dtype: As torch.randn's.
-            requires_grad: As torch.randn's.
-            pin_memory: As torch.randn's.
-        """
-        return cls._filled(torch.randn, lsizes, rsizes, device, dtype, requires_grad, pin_memory)
+    from_zeros = _factory("from_zeros", torch.zeros, "zeros")
+    from_ones = _factory("from_ones", torch.ones, "ones")
+    from_empty = _factory("from_empty", torch.empty, "uninitialised elements")
+    from_rand = _factory("from_rand", torch.rand, "uniform samples in [0, 1)")
+    from_randn = _factory("from_randn", torch.randn, "standard normal samples")
