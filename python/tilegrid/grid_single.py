@@ -653,12 +653,12 @@ class Grid:
 
     def sample_trilinear_with_grad(self, points: torch.Tensor, voxel_data: torch.Tensor
                                    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(values [N, *C], gradients [N, *C, 3]): sample_trilinear and the gradient of the
-        interpolated field with respect to the world position.
+        """(values ``[N, *C]``, gradients ``[N, *C, 3]``): sample_trilinear and the gradient
+        of the interpolated field with respect to the world position.
 
         Args:
             points: Float [N, 3] world positions.
-            voxel_data: [num_voxels, *C] per-voxel features.
+            voxel_data: ``[num_voxels, *C]`` per-voxel features.
         """
         return self._sampled("sample_trilinear_with_grad", points, voxel_data)
 
@@ -674,12 +674,12 @@ class Grid:
 
     def sample_bezier_with_grad(self, points: torch.Tensor, voxel_data: torch.Tensor
                                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(values [N, *C], gradients [N, *C, 3]): sample_bezier and the gradient of the
-        interpolated field with respect to the world position.
+        """(values ``[N, *C]``, gradients ``[N, *C, 3]``): sample_bezier and the gradient of
+        the interpolated field with respect to the world position.
 
         Args:
             points: Float [N, 3] world positions.
-            voxel_data: [num_voxels, *C] per-voxel features.
+            voxel_data: ``[num_voxels, *C]`` per-voxel features.
         """
         return self._sampled("sample_bezier_with_grad", points, voxel_data)
 
@@ -856,11 +856,11 @@ class Grid:
     # ---------------------------------------------------------------- dense volumes
 
     def inject_from_dense_cminor(self, dense_data: torch.Tensor, dense_origin=0) -> torch.Tensor:
-        """[num_voxels, *C]: the voxels' features read from a dense volume [1, X, Y, Z, *C]
-        (fVDB's leading 1); zeros for voxels outside it. Differentiable.
+        """``[num_voxels, *C]``: the voxels' features read from a dense volume
+        ``[1, X, Y, Z, *C]`` (fVDB's leading 1); zeros for voxels outside it. Differentiable.
 
         Args:
-            dense_data: The volume, [1, X, Y, Z, *C], on the grid's device.
+            dense_data: The volume, ``[1, X, Y, Z, *C]``, on the grid's device.
             dense_origin: The voxel at the volume's index (0, 0, 0): an int or three;
                 default 0.
         """
@@ -869,10 +869,10 @@ class Grid:
             _tensor(op, "dense_data", dense_data), _vec3(op, "dense_origin", dense_origin)).jdata
 
     def inject_from_dense_cmajor(self, dense_data: torch.Tensor, dense_origin=0) -> torch.Tensor:
-        """As inject_from_dense_cminor, from a channels-first volume [1, *C, X, Y, Z].
+        """As inject_from_dense_cminor, from a channels-first volume ``[1, *C, X, Y, Z]``.
 
         Args:
-            dense_data: The volume, [1, *C, X, Y, Z], on the grid's device.
+            dense_data: The volume, ``[1, *C, X, Y, Z]``, on the grid's device.
             dense_origin: The voxel at the volume's index (0, 0, 0): an int or three;
                 default 0.
         """
@@ -882,11 +882,11 @@ class Grid:
 
     def inject_to_dense_cminor(self, sparse_data: torch.Tensor, min_coord=None,
                                grid_size=None) -> torch.Tensor:
-        """[1, X, Y, Z, *C] (fVDB's leading 1): the features written into a dense volume,
+        """``[1, X, Y, Z, *C]`` (fVDB's leading 1): the features written into a dense volume,
         zeros where no voxel is. Differentiable.
 
         Args:
-            sparse_data: [num_voxels, *C] per-voxel features.
+            sparse_data: ``[num_voxels, *C]`` per-voxel features.
             min_coord: The voxel at the volume's index (0, 0, 0): an int or three; default the
                 lowest corner of bbox.
             grid_size: The volume's size: an int or three; default bbox's extent.
@@ -899,10 +899,10 @@ class Grid:
 
     def inject_to_dense_cmajor(self, sparse_data: torch.Tensor, min_coord=None,
                                grid_size=None) -> torch.Tensor:
-        """As inject_to_dense_cminor, channels first: [1, *C, X, Y, Z].
+        """As inject_to_dense_cminor, channels first: ``[1, *C, X, Y, Z]``.
 
         Args:
-            sparse_data: [num_voxels, *C] per-voxel features.
+            sparse_data: ``[num_voxels, *C]`` per-voxel features.
             min_coord: The voxel at the volume's index (0, 0, 0): an int or three; default the
                 lowest corner of bbox.
             grid_size: The volume's size: an int or three; default bbox's extent.
