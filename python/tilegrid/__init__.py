@@ -21,6 +21,7 @@ from .flash_attn_packed import (
 )
 from .gemm import describe_matmul, linear, matmul
 from .grid_batch import GridBatch, gcat, jcat
+from .grid_single import Grid
 from .grid_serialize import hilbert_codes as hilbert, morton_codes as morton
 from .grid_metrics import voxel_chamfer_distance, voxel_iou
 from .grid_io import load, save
@@ -47,6 +48,7 @@ if with_cuda:
 
 __all__ = [
     "ConvolutionPlan",
+    "Grid",
     "GridBatch",
     "JaggedTensor",
     "MeshFormatError",
