@@ -67,10 +67,15 @@ class Variant:
         fn.argtypes = [ctypes.c_void_p] * 13 + [ctypes.c_int] * 4 + [ctypes.c_float,
                                                                       ctypes.c_void_p]
 
+    # The config's kDqAtomic (src/attention/sm90/flash_bwd_sm90_config.h): 1 float2 atomics in
+    # row order, 2 float4 atomics in fragment order.
+    DQ_PATHS = {0: "smem+bulk", 1: "atomics", 2: "atomics v4 fragment order"}
+
     def describe(self) -> str:
         return (f"{self.block_m}x{self.block_n} {self.stages} stage(s), exp2 "
                 f"{'ftz' if self.fast_exp2 else 'exp2f'}, dQ "
-                f"{'atomics' if self.dq_atomic else 'smem+bulk'}, smem {self.smem // 1024} KB")
+                f"{self.DQ_PATHS.get(self.dq_atomic, f'kDqAtomic {self.dq_atomic}')}, "
+                f"smem {self.smem // 1024} KB")
 
     def prepare(self, q, k, v, out, dout, lse, causal, deterministic=False):
         """A callable that runs the backward into buffers allocated here; returns it and the
