@@ -14,7 +14,7 @@
 # came from in one run), JOBS (parallel compiles,
 # default: cores, at most 16), TILEGRID_CUTLASS_INCLUDE_DIR (else .deps/cutlass/include, else
 # the nvidia-cutlass package of python3). ptxas's registers / spills of every variant go to
-# OUTDIR/ptxas.txt; BUILD_ONLY=1 stops there (a machine without a GPU). 12 units of ~40-70 s each: about 2 minutes on 16 cores, the run ~2 more.
+# OUTDIR/ptxas.txt; BUILD_ONLY=1 stops there (a machine without a GPU). 14 units of ~40-70 s each: about 2 minutes on 16 cores, the run ~2 more.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${1:-/tmp/tilegrid-attention-variants}
@@ -37,12 +37,13 @@ if [ ! -f "$cutlass/cute/tensor.hpp" ]; then
 fi
 
 # name:fast_exp2:dq_atomic:stages[:stats_early:split_exp] (stages 0, the switches -1 or left
-# out: the head dim's default). "default" is BwdConfig<> (fast
-# exp2); "exp2f" is the same kernel with exp2f.
+# out: the head dim's default; dq_atomic 0, 1 or 2 as the config's kDqAtomic). "default" is
+# BwdConfig<> (fast exp2); "exp2f" is the same kernel with exp2f; "atomic-frag" adds dQ with
+# float4 reductions in fragment order (kDqAtomic 2).
 variants_for() {
   if [ -n "${VARIANTS:-}" ]; then echo "$VARIANTS"; return; fi
   case $1 in
-    256) echo "default:1:0:0 exp2f:0:0:0 atomic:1:1:0 atomic-2st:1:1:2" ;;
+    256) echo "default:1:0:0 exp2f:0:0:0 atomic:1:1:0 atomic-2st:1:1:2 atomic-frag:1:2:0 atomic-frag-2st:1:2:2" ;;
     *) echo "default:1:0:0 exp2f:0:0:0 atomic:1:1:0 atomic-3st:1:1:3" ;;
   esac
 }

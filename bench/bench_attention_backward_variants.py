@@ -14,6 +14,9 @@ Correctness, per variant, before any timing counts:
     poisoned (NaN) first; deterministic=True must repeat bit for bit and meet it too.
   - at every timed problem, the same criterion on two heads of the first sequence against
     float32 autograd (the bf16 plain reference beside it).
+  - a kDqAtomic 2 variant's deterministic gradients of the small problem against those of
+    "default" and "atomic", bit for bit (printed, not a criterion: bitwise equality with
+    "atomic" is expected, bits_against).
 FlashAttention-3 (`flash_attn_interface`, when it imports) is timed beside them on every problem
 (its backward through autograd on a retained graph: its preprocess, main and postprocess
 kernels) and checked with the same criterion.
@@ -67,10 +70,15 @@ class Variant:
         fn.argtypes = [ctypes.c_void_p] * 13 + [ctypes.c_int] * 4 + [ctypes.c_float,
                                                                       ctypes.c_void_p]
 
+    # The config's kDqAtomic (src/attention/sm90/flash_bwd_sm90_config.h): 1 float2 atomics in
+    # row order, 2 float4 atomics in fragment order.
+    DQ_PATHS = {0: "smem+bulk", 1: "atomics", 2: "atomics v4 fragment order"}
+
     def describe(self) -> str:
         return (f"{self.block_m}x{self.block_n} {self.stages} stage(s), exp2 "
                 f"{'ftz' if self.fast_exp2 else 'exp2f'}, dQ "
-                f"{'atomics' if self.dq_atomic else 'smem+bulk'}, smem {self.smem // 1024} KB")
+                f"{self.DQ_PATHS.get(self.dq_atomic, f'kDqAtomic {self.dq_atomic}')}, "
+                f"smem {self.smem // 1024} KB")
 
     def prepare(self, q, k, v, out, dout, lse, causal, deterministic=False):
         """A callable that runs the backward into buffers allocated here; returns it and the
@@ -160,7 +168,8 @@ def criterion(got, plain, exact):
 
 def check_small(variant, causal):
     """The criterion against float64 on 2 x 1037 tokens, 2 heads, with and without
-    deterministic=True (which must also repeat bit for bit): (ok, error, plain error, note)."""
+    deterministic=True (which must also repeat bit for bit): (ok, error, plain error, note,
+    the deterministic (dq, dk, dv))."""
     torch.manual_seed(1037 + variant.head_dim)
     shape = (2, 1037, 2, variant.head_dim)
     q, k, v, dout = (torch.randn(shape, device="cuda").to(torch.bfloat16) for _ in range(4))
@@ -180,7 +189,18 @@ def check_small(variant, causal):
         ok = ok and good
         if e >= err:
             err, plain_err = e, p
-    return ok, err, plain_err, note
+    return ok, err, plain_err, note, grads
+
+
+def bits_against(grads, other):
+    """Which of dq, dk, dv are bit for bit those of `other` (the same inputs), else the largest
+    difference. Informational, not a criterion: under deterministic=True every dQ path adds the
+    same float32 values into each sum in the same order (the key tiles take turns), so
+    kDqAtomic 2 should match kDqAtomic 1 (the same red.global.add arithmetic) bit for bit, and
+    the default's bulk additions unless they round subnormal sums differently."""
+    return ", ".join(f"{n} " + ("same bits" if torch.equal(a, b) else
+                                f"differs by {(a.double() - b.double()).abs().max().item():.1e}")
+                     for n, a, b in zip(("dq", "dk", "dv"), grads, other))
 
 
 def time_interleaved(runs, batches=12, per_batch=5, warmup=2):
@@ -228,12 +248,21 @@ def main() -> None:
             print(f"hd{d} {v.name}: {v.describe()}", flush=True)
         ok = {}
         for causal in (False, True):
+            deterministic = {}  # the deterministic gradients of the variants so far, by name
             for v in variants:
-                good, err, plain_err, why = check_small(v, causal)
+                good, err, plain_err, why, grads = check_small(v, causal)
                 ok[v.name] = ok.get(v.name, True) and good
                 print(f"hd{d} {v.name} causal={causal}: small-problem criterion "
                       f"{'ok' if good else 'FAILED'} (error {err:.2e}, plain bf16 "
                       f"{plain_err:.2e}) {why}", flush=True)
+                # kDqAtomic 2 against 1 and the default (same inputs, deterministic=True).
+                if v.dq_atomic == 2 and v.fast_exp2:
+                    for other in ("default", "atomic"):
+                        if other in deterministic:
+                            print(f"hd{d} {v.name} causal={causal}: deterministic gradients "
+                                  f"against {other}'s: {bits_against(grads, deterministic[other])}",
+                                  flush=True)
+                deterministic[v.name] = grads
         for seqlen in args.seqlens:
             batch, heads = TOKENS // seqlen, HIDDEN // d
             for causal in (False, True):

@@ -3,7 +3,7 @@
 // with ctypes next to the other configurations and the shipped one: each is compiled on its own
 // (bench/attention_variants.sh), so the variants build in parallel and none needs the library.
 // Not part of the library.
-//   -DTG_HEAD_DIM=64|128|256 -DTG_FAST_EXP2=0|1 -DTG_DQ_ATOMIC=0|1 -DTG_STAGES=0|n
+//   -DTG_HEAD_DIM=64|128|256 -DTG_FAST_EXP2=0|1 -DTG_DQ_ATOMIC=0|1|2 -DTG_STAGES=0|n
 //   [-DTG_STATS_EARLY=-1|0|1 -DTG_SPLIT_EXP=-1|0|1]   (-1: the head dim's default)
 // Tensors are dense and contiguous: q, k, v, out, dout and the gradients [batch, seqlen, heads,
 // head_dim] in bf16, lse [batch, heads, seqlen] in float32 (natural log), as the forward wrote.
@@ -22,8 +22,8 @@ using namespace tilegrid::attention;
 #ifndef TG_SPLIT_EXP
 #define TG_SPLIT_EXP -1
 #endif
-using Config = sm90_bwd::BwdConfig<bool(TG_FAST_EXP2), bool(TG_DQ_ATOMIC), TG_STAGES,
-                                   TG_STATS_EARLY, TG_SPLIT_EXP>;
+using Config = sm90_bwd::BwdConfig<bool(TG_FAST_EXP2), int(TG_DQ_ATOMIC), TG_STAGES, TG_STATS_EARLY,
+                                   TG_SPLIT_EXP>;
 constexpr int kHeadDim = TG_HEAD_DIM;
 using Traits = sm90_bwd::TraitsOf<cutlass::bfloat16_t, kHeadDim, Config>;
 
@@ -68,8 +68,8 @@ FlashBwdParams params(const void* q, const void* k, const void* v, const void* o
 
 extern "C" {
 
-// What the configuration is: head dim, kBlockM, kBlockN, stages, fast exp2, dQ atomics, and
-// the shared memory a CTA takes.
+// What the configuration is: head dim, kBlockM, kBlockN, stages, fast exp2, dQ atomics (the
+// config's kDqAtomic: 0, 1 or 2), and the shared memory a CTA takes.
 void tg_variant_describe(int* out) {
   out[0] = kHeadDim;
   out[1] = Traits::kBlockM;

@@ -10,10 +10,23 @@ namespace tilegrid::attention::sm90_bwd {
 //   1; the score loop is about 6 instructions a score otherwise). Flushes P < 2^-126 to 0.
 //   On by default: +3-5% at head dim 64, 0-3% at 128 and +6-11% at 256 on an H100, 16k
 //   tokens a batch, bf16 (bench/attention_variants.sh times both).
-// kDqAtomic: the consumer warpgroups add their dQ part into the float32 sums straight from
-//   registers (red.global.add.v2.f32) instead of through the float32 tile in shared memory and
-//   the producer's bulk-add warp. Frees the tile (36 KB at head dim 128, 68 KB at 256) for
-//   more Q/dO stages, costs the consumers kBlockM x head_dim / 512 reductions a thread a step.
+// kDqAtomic: how a step's dQ reaches the float32 sums (flash_bwd_sm90_rows.h, DqTileLayout).
+//   0 (the default): through the float32 tile in shared memory, which the producer's writer
+//   warp adds with bulk additions.
+//   1: the consumer warpgroups add their dQ part straight from registers
+//   (red.global.add.v2.f32, the sums in row order) instead, once the dQ product is in. Frees
+//   the tile (36 KB at head dim 128, 68 KB at 256) for more Q/dO stages, costs the consumers
+//   kBlockM x head_dim / 512 reductions a thread a step.
+//   2: as 1, but red.global.add.v4.f32 and the sums of a part in the order of the warpgroup's
+//   accumulator registers (DqTileLayout::fragment_offset): float4 k of every thread of the
+//   warpgroup lies in one run of 128 float4 (thread order), so a warp's reduction covers 512
+//   consecutive bytes, and a thread issues kBlockM x head_dim / 1024 reductions a step. The
+//   postprocess reads that order back (postprocess_fragment_kernel); FlashAttention-3 adds its
+//   dQ this way. The buffer keeps its size (the parts' padding floats go unused).
+//   deterministic=True is served as under 1 (the key tiles take turns at a query tile, and
+//   each adds an element once), so it needs no fallback to the shared-memory path. Written
+//   for head dim 256; 64 and 128 take the same code. Compiled only: not yet run, checked or
+//   timed on a GPU.
 // kStages: Q/dO pipeline stages; 0 takes the head dim's default (2 at 64 and 128, 1 at 256,
 //   as many as fit 227 KB with the shared-memory dQ tile).
 // kStatsEarly (head dims 64 and 128): each thread reads the lse of its queries from shared
@@ -30,11 +43,12 @@ namespace tilegrid::attention::sm90_bwd {
 //   kStatsEarly alone (+5% at 16k, +1-2% at 2k; kSplitExp +3.5-4.4%, both +2.5-4.2%); at 64
 //   kSplitExp alone (+7-11% at 16k, +1.5% at 2k; kStatsEarly's 32 registers spill there,
 //   -3 to +2%, both -7 to -9%).
-template <bool kFastExp2_ = true, bool kDqAtomic_ = false, int kStages_ = 0, int kStatsEarly_ = -1,
+template <bool kFastExp2_ = true, int kDqAtomic_ = 0, int kStages_ = 0, int kStatsEarly_ = -1,
           int kSplitExp_ = -1>
 struct BwdConfig {
+  static_assert(kDqAtomic_ >= 0 && kDqAtomic_ <= 2, "kDqAtomic: 0, 1 or 2");
   static constexpr bool kFastExp2 = kFastExp2_;
-  static constexpr bool kDqAtomic = kDqAtomic_;
+  static constexpr int kDqAtomic = kDqAtomic_;
   static constexpr int kStages = kStages_;
   static constexpr int kStatsEarly = kStatsEarly_;
   static constexpr int kSplitExp = kSplitExp_;

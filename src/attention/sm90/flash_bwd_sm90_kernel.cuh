@@ -319,9 +319,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     // The step's dQ (before the softmax scale), under dK's product, into the float32 sums
     // (rows past the sequence land in its padding rows, which nothing reads): from registers
-    // (kDqAtomic), or into this warpgroup's part of the shared-memory tile once the writer warp
-    // has read the last step's out, for the writer to add.
-    if constexpr (Traits::kDqAtomic) {
+    // (kDqAtomic 1: float2 in row order; 2: float4 in fragment order), or into this
+    // warpgroup's part of the shared-memory tile once the writer warp has read the last step's
+    // out, for the writer to add.
+    if constexpr (Traits::kDqAtomic != 0) {
       add_dq_part_atomic(kp, thr_dq, acc_dq, dq_tile_row(kp, step_head(s), seq_row0, m), m,
                          consumer);
     } else {

@@ -89,9 +89,17 @@ void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_
              kSmem, stream>>>(kp);
     TG_CUDA_CHECK_LAUNCH();
   }
-  postprocess_kernel<Element, kHeadDim>
-      <<<dim3(tiles(p.max_seqlen_q, kRowsPerBlock), p.heads_q, p.batch), 32 * kRowsPerBlock, 0,
-         stream>>>(g, rows, ws.dq_accum);
+  if constexpr (Traits::kDqAtomic == 2) {
+    // The sums in fragment order (flash_bwd_sm90_config.h): a warp takes two rows 8 apart, half
+    // of their columns each, over rows rounded up to 16.
+    postprocess_fragment_kernel<Element, kHeadDim>
+        <<<dim3(tiles(tiles(p.max_seqlen_q, 16) * 16, kRowsPerBlock), p.heads_q, p.batch),
+           32 * kRowsPerBlock, 0, stream>>>(g, rows, ws.dq_accum);
+  } else {
+    postprocess_kernel<Element, kHeadDim>
+        <<<dim3(tiles(p.max_seqlen_q, kRowsPerBlock), p.heads_q, p.batch), 32 * kRowsPerBlock, 0,
+           stream>>>(g, rows, ws.dq_accum);
+  }
   TG_CUDA_CHECK_LAUNCH();
 }
 

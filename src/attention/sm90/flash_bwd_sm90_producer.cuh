@@ -13,6 +13,8 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "attention/common/mask.h"
 #include "attention/cuda/flash_bwd_params.h"
@@ -35,7 +37,7 @@ struct BwdTraitsBase {
   using Element = Element_;
   using Config = Config_;
   static constexpr bool kFastExp2 = Config::kFastExp2;
-  static constexpr bool kDqAtomic = Config::kDqAtomic;
+  static constexpr int kDqAtomic = Config::kDqAtomic;  // 0, 1 or 2 (flash_bwd_sm90_config.h)
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kStatsEarly = Config::on_or(Config::kStatsEarly, kHeadDim == 128);
   static constexpr bool kSplitExp = Config::on_or(Config::kSplitExp, kHeadDim == 64);
@@ -92,12 +94,13 @@ struct BwdTraitsBase {
       Shape<Shape<_64, Int<kDqWarpgroupsM>>, Shape<Int<kDq.part_cols()>, Int<kDqWarpgroupsN>>>,
       Stride<Stride<Int<kDq.part_row()>, Int<kDqWarpgroupsN * kDq.part_floats()>>,
              Stride<_1, Int<kDq.part_floats()>>>>;
-  // The float32 tile in shared memory: two parts, none with kDqAtomic.
-  static constexpr int kDqSmemFloats = kDqAtomic ? 4 : 2 * kDq.part_floats();
+  // The float32 tile in shared memory: two parts, none with kDqAtomic 1 or 2.
+  static constexpr int kDqSmemFloats = kDqAtomic != 0 ? 4 : 2 * kDq.part_floats();
   // Named barriers (ids above CUTLASS's reserved ones): warpgroup w's dQ part full (it
   // arrives, the writer waits) and empty (the writer arrives, it waits), counted over the
-  // warpgroup and the writer warp. With kDqAtomic and deterministic=True instead: warpgroup
-  // w's turn come (over the warpgroup; ids 2, 3) and both parts added (over the consumers; 4).
+  // warpgroup and the writer warp. With kDqAtomic 1 or 2 and deterministic=True instead:
+  // warpgroup w's turn come (over the warpgroup; ids 2, 3) and both parts added (over the
+  // consumers; 4).
   // A kernel's own barriers take ids 1 and 6 up.
   static constexpr int kBarrierDqFull = 2, kBarrierDqEmpty = 4;  // + consumer warpgroup
   static constexpr int kDqBarrierThreads = 128 + 32;
@@ -274,18 +277,78 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
   if (leader) hopper::bulk_wait_all();
 }
 
-// kDqAtomic: consumer warpgroup wg (0 or 1) adds its part of a step's dQ, its accumulator
-// acc_dq as thr_dq partitions the tile (SmemLayoutDq), into the float32 sums of query tile m
-// (first padded row tile_row) from registers, two floats a reduction: a warp's reduction
-// covers 8 rows x 32 bytes, whole 32-byte sectors. Under deterministic=True (kp.dq_order) the
-// two warpgroups first wait for this key tile's turn at the query tile (dq_turn) and pass it
-// on once both have added, as the writer warp does on the other path.
+// One mode of a static CuTe layout, flattened into plain arrays and evaluated with integer
+// arithmetic (x's coordinates colexicographic in the shape, dotted with the strides): nvcc's
+// constant evaluator gives up on 16k evaluations through CuTe's own functions.
+struct FlatMode {
+  int rank = 0, shape[8] = {}, stride[8] = {};
+  constexpr int operator()(int x) const {
+    int at = 0;
+    for (int k = 0; k < rank; ++k) {
+      at += x % shape[k] * stride[k];
+      x /= shape[k];
+    }
+    return at;
+  }
+};
+template <class Shape, class Stride, size_t... I>
+constexpr FlatMode flat_mode(std::index_sequence<I...>) {
+  static_assert(sizeof...(I) <= 8);
+  FlatMode m;
+  m.rank = int(sizeof...(I));
+  ((m.shape[I] = int(std::remove_cvref_t<decltype(get<I>(Shape{}))>::value),
+    m.stride[I] = int(std::remove_cvref_t<decltype(get<I>(Stride{}))>::value)),
+   ...);
+  return m;
+}
+template <class Layout>
+constexpr FlatMode flat_mode() {
+  using Shape = decltype(flatten_to_tuple(Layout{}.shape()));
+  using Stride = decltype(flatten_to_tuple(Layout{}.stride()));
+  return flat_mode<Shape, Stride>(std::make_index_sequence<tuple_size<Shape>::value>{});
+}
+
+// kDqAtomic 2: whether DqTileLayout::fragment_offset, the postprocess's reading of the sums,
+// puts value j of consumer thread t (0-255; warpgroup t / 128) where add_dq_part_atomic adds it:
+// part t / 128, (j / 4) * 512 + 4 (t % 128) + j % 4 in it. Checked for every thread and value
+// of the traits' dQ product against CuTe's accumulator layout (thread, value) -> (row, column)
+// (TiledMMA::get_layoutC_TV: r + kBlockM c).
+template <class Traits>
+constexpr bool dq_fragment_order_matches() {
+  constexpr DqTileLayout kDq = Traits::kDq;
+  using TV = decltype(typename Traits::TiledMmaDq{}.get_layoutC_TV());
+  constexpr int kValues = Traits::kBlockM * Traits::kHeadDim / Traits::kConsumerThreads;
+  static_assert(size<0>(TV{}) == Traits::kConsumerThreads && size<1>(TV{}) == kValues);
+  constexpr FlatMode thread_at = flat_mode<decltype(layout<0>(TV{}))>();
+  constexpr FlatMode value_at = flat_mode<decltype(layout<1>(TV{}))>();
+  for (int t = 0; t < Traits::kConsumerThreads; ++t)
+    for (int j = 0; j < kValues; ++j) {
+      const int at = thread_at(t) + value_at(j), r = at % Traits::kBlockM, c = at / Traits::kBlockM;
+      const int added_at = (t / 128) * kDq.part_floats() + (j / 4) * 512 + 4 * (t % 128) + j % 4;
+      if (kDq.part(r, c) != t / 128 || kDq.fragment_offset(r, c) != added_at) return false;
+    }
+  return true;
+}
+
+// kDqAtomic 1 or 2: consumer warpgroup wg (0 or 1) adds its part of a step's dQ, its
+// accumulator acc_dq as thr_dq partitions the tile, into the float32 sums of query tile m
+// (first padded row tile_row) from registers.
+//   1: two floats a reduction at the tile's row-order place (SmemLayoutDq): a warp's
+//      reduction covers 8 rows x 32 bytes, whole 32-byte sectors.
+//   2: four floats a reduction (red.global.add.v4.f32), float4 k of the thread's accumulator
+//      (values 4k to 4k + 3) at float 512 k + 4 (thread in the warpgroup) of the part
+//      (DqTileLayout::fragment_offset): a warp's reduction covers 512 consecutive bytes.
+// Under deterministic=True (kp.dq_order) the two warpgroups first wait for this key tile's
+// turn at the query tile (dq_turn) and pass it on once both have added, as the writer warp
+// does on the other path; every element then gets its additions in the same order in every
+// run under both 1 and 2 (one reduction a key tile an element).
 template <class Traits, class ThrMma, class Acc>
 __device__ __forceinline__ void add_dq_part_atomic(const BwdKernelParams<Traits>& kp,
                                                    const ThrMma& thr_dq, const Acc& acc_dq,
                                                    int64_t tile_row, int m, int wg) {
   using cutlass::arch::NamedBarrier;
   constexpr DqTileLayout kDq = Traits::kDq;
+  static_assert(Traits::kDqAtomic == 1 || Traits::kDqAtomic == 2);
   int* order = kp.dq_order != nullptr ? kp.dq_order + tile_row / kDq.block_m : nullptr;
   if (order != nullptr) {
     if (threadIdx.x % 128 == 0)
@@ -293,13 +356,28 @@ __device__ __forceinline__ void add_dq_part_atomic(const BwdKernelParams<Traits>
                                      kp.g.fwd, key_tile_of_cta(kp), int(gridDim.x), blockIdx.z, m));
     NamedBarrier::sync(128, Traits::kBarrierDqTurn + wg);
   }
-  Tensor tDqgDq = thr_dq.partition_C(make_tensor(
-      make_gmem_ptr(kp.dq_accum + tile_row * kDq.row_floats()), typename Traits::SmemLayoutDq{}));
-  CUTE_UNROLL
-  for (int i = 0; i < size(acc_dq); i += 2)
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(&tDqgDq(i)), "f"(acc_dq(i)),
-                 "f"(acc_dq(i + 1))
-                 : "memory");
+  if constexpr (Traits::kDqAtomic == 2) {
+    static_assert(dq_fragment_order_matches<Traits>(),
+                  "the fragment order differs from the dQ accumulator's layout");
+    static_assert(decltype(size(acc_dq))::value % 4 == 0);
+    // The consumer threads are threads 128-383 of the CTA: threadIdx.x % 128 is the thread's
+    // index in its warpgroup, as in thr_dq (tid = threadIdx.x - 128, warpgroup tid / 128).
+    float* part = kp.dq_accum + tile_row * kDq.row_floats() + wg * kDq.part_floats() +
+                  4 * (threadIdx.x % 128);
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_dq); i += 4)
+      asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(part + 128 * i),
+                   "f"(acc_dq(i)), "f"(acc_dq(i + 1)), "f"(acc_dq(i + 2)), "f"(acc_dq(i + 3))
+                   : "memory");
+  } else {
+    Tensor tDqgDq = thr_dq.partition_C(make_tensor(
+        make_gmem_ptr(kp.dq_accum + tile_row * kDq.row_floats()), typename Traits::SmemLayoutDq{}));
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_dq); i += 2)
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(&tDqgDq(i)), "f"(acc_dq(i)),
+                   "f"(acc_dq(i + 1))
+                   : "memory");
+  }
   if (order != nullptr) {
     NamedBarrier::sync(Traits::kConsumerThreads, Traits::kBarrierDqAdded);
     if (threadIdx.x == 128) {
@@ -362,7 +440,7 @@ __device__ __forceinline__ void run_producer(const BwdKernelParams<Traits>& kp,
   cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
   if (w.steps == 0) return;
   if (threadIdx.x / 32 == 1) {
-    if constexpr (!Traits::kDqAtomic)
+    if constexpr (Traits::kDqAtomic == 0)
       write_dq_sums<Traits>(kp, smem.dq, w, step_head, step_tile, seq_row0);
     return;
   }

@@ -52,7 +52,7 @@ using namespace cute;
 using hopper::acc_as_a_operand;
 using hopper::wgmma;
 
-// 64 keys, one stage unless the config says otherwise (two fit once kDqAtomic frees the
+// 64 keys, one stage unless the config says otherwise (two fit once kDqAtomic 1 or 2 frees the
 // shared-memory dQ tile: 217 KB).
 template <class Element_, int kHeadDim_, class Config = BwdConfig<>>
 struct BwdWideTraits : BwdTraitsBase<Element_, kHeadDim_, 64, Config::stages_or(1), Config> {
@@ -253,9 +253,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     wgmma<true>(mma_dq, tDqrdS, tDqrKt, acc_dq);
 
     // The step's dQ part (before the softmax scale) into the float32 sums: from registers
-    // (kDqAtomic), or through the shared-memory tile once the writer warp has read the last
-    // step's out, for the writer to add.
-    if constexpr (Traits::kDqAtomic) {
+    // (kDqAtomic 1: float2 in row order; 2: float4 in fragment order), or through the
+    // shared-memory tile once the writer warp has read the last step's out, for the writer to
+    // add.
+    if constexpr (Traits::kDqAtomic != 0) {
       warpgroup_wait<0>();
       add_dq_part_atomic(kp, thr_dq, acc_dq, dq_tile_row(kp, step_head(s), seq_row0, m), m,
                          role);
