@@ -551,21 +551,21 @@ class GridBatch:
         m[:, 3, 3] = 1
         return m.to(device=self.device, dtype=torch.float32)
 
-    def _node_counts(self, shift: int) -> torch.Tensor:
-        """int64 [B]: each grid's distinct blocks of 2^shift voxels an axis (its nodes of that
-        level: shift 3 leaves, 7 lower nodes, 12 upper nodes)."""
+    def _node_counts(self, *shifts: int) -> list[torch.Tensor]:
+        """int64 [B] for each shift: each grid's distinct blocks of 2^shift voxels an axis (its
+        nodes of that level: shift 3 leaves, 7 lower nodes, 12 upper nodes); ijk read once."""
         ijk = self.ijk
         if ijk.jdata.shape[0] == 0:
-            return torch.zeros(self.num_grids, dtype=torch.int64, device=self.device)
-        keys = torch.cat([ijk.jidx.long()[:, None], ijk.jdata.long() >> shift], dim=1)
-        grids = torch.unique(keys, dim=0)[:, 0]
-        return torch.bincount(grids, minlength=self.num_grids)
+            return [torch.zeros(self.num_grids, dtype=torch.int64, device=self.device) for _ in shifts]
+        b, coords = ijk.jidx.long()[:, None], ijk.jdata.long()
+        return [torch.bincount(torch.unique(torch.cat([b, coords >> s], dim=1), dim=0)[:, 0],
+                               minlength=self.num_grids) for s in shifts]
 
     @property
     def num_leaf_nodes(self) -> torch.Tensor:
         """int64 [B] on the grid's device: each grid's leaves (8^3 blocks holding an active
         voxel; fVDB's)."""
-        return self._node_counts(3)
+        return self._node_counts(3)[0]
 
     @property
     def total_leaf_nodes(self) -> int:
@@ -578,8 +578,8 @@ class GridBatch:
         the tree's two offset tables (fVDB's name; total_bytes adds the tables' last
         entries)."""
         upper, lower, leaf = _C.grid_node_bytes
-        return (self._node_counts(12) * upper + self._node_counts(7) * lower + self._node_counts(3) * leaf
-                + 2 * 8)
+        uppers, lowers, leaves = self._node_counts(12, 7, 3)
+        return uppers * upper + lowers * lower + leaves * leaf + 2 * 8
 
     @property
     def total_bytes(self) -> int:

@@ -70,7 +70,11 @@ def morton_codes(ijk: torch.Tensor) -> torch.Tensor:
     Args:
         ijk: Integer [N, 3], each coordinate in [0, 2^21).
     """
-    x = _coordinates("morton", ijk)
+    return _morton(_coordinates("morton", ijk))
+
+
+def _morton(x: torch.Tensor) -> torch.Tensor:
+    """morton_codes of coordinates already checked (int64 [N, 3] in range)."""
     code = torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
     for bit in range(_BITS):
         for axis in range(3):
@@ -81,13 +85,13 @@ def morton_codes(ijk: torch.Tensor) -> torch.Tensor:
 def morton(grid, offset=None, zyx: bool = False) -> JaggedTensor:
     """The Z-order codes of a grid's voxels (k, j, i order with zyx)."""
     ijk = _local_ijk(grid, offset, zyx)
-    return ijk.jagged_like(morton_codes(ijk.jdata))
+    return ijk.jagged_like(_morton(ijk.jdata))  # checked by _local_ijk
 
 
 def hilbert(grid, offset=None, zyx: bool = False) -> JaggedTensor:
     """The Hilbert-curve codes of a grid's voxels (k, j, i order with zyx)."""
     ijk = _local_ijk(grid, offset, zyx)
-    return ijk.jagged_like(hilbert_codes(ijk.jdata))
+    return ijk.jagged_like(_hilbert(ijk.jdata))  # checked by _local_ijk
 
 
 def hilbert_codes(ijk: torch.Tensor) -> torch.Tensor:
@@ -99,7 +103,11 @@ def hilbert_codes(ijk: torch.Tensor) -> torch.Tensor:
     Args:
         ijk: Integer [N, 3], each coordinate in [0, 2^21).
     """
-    data = _coordinates("hilbert", ijk)
+    return _hilbert(_coordinates("hilbert", ijk))
+
+
+def _hilbert(data: torch.Tensor) -> torch.Tensor:
+    """hilbert_codes of coordinates already checked (int64 [N, 3] in range)."""
     x = [data[:, a].clone() for a in range(3)]
     # Inverse undo of excess work (Skilling 2004, "Programming the Hilbert curve").
     m = 1 << (_BITS - 1)
