@@ -81,9 +81,28 @@ def good(area: str, name: str, call, check) -> None:
     CASES.append(Case(area, name, call, check=check))
 
 
+# What the last failed `close` saw (each case runs in its own process): the report's detail.
+LAST_MISMATCH = ""
+
+
 def close(a, b, atol=1e-5, rtol=1e-5, nan=True) -> bool:
+    global LAST_MISMATCH
     a, b = torch.as_tensor(a).detach().double().cpu(), torch.as_tensor(b).detach().double().cpu()
-    return a.shape == b.shape and bool(torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=nan))
+    ok = a.shape == b.shape and bool(torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=nan))
+    if not ok:
+        LAST_MISMATCH = mismatch_summary(a, b)
+    return ok
+
+
+def mismatch_summary(got: torch.Tensor, want: torch.Tensor) -> str:
+    """Shapes, then the values (at most 8 of each) or the largest difference."""
+    if got.shape != want.shape:
+        return f"got shape {list(got.shape)}, want {list(want.shape)}"
+    g, w = got.flatten(), want.flatten()
+    if g.numel() <= 8:
+        return f"got {g.tolist()}, want {w.tolist()}"
+    i = int((g - w).abs().nan_to_num(nan=math.inf).argmax())
+    return f"largest difference at {i} of {g.numel()}: got {g[i].item()}, want {w[i].item()}"
 
 
 # The device the cases run on (--device). On CUDA the attention cases take float16, as
@@ -152,7 +171,9 @@ def add_attention_cases():
     bad(A, "int32 inputs", lambda: f(*[x.int() for x in t()]), TypeError, "q", "int32")
     bad(A, "int16 inputs", lambda: f(*[x.short() for x in t()]), TypeError, "q", "int16")
     bad(A, "complex64 inputs", lambda: f(*[x.to(torch.complex64) for x in t()]), TypeError, "q", "complex")
-    bad(A, "k of another dtype", lambda: (lambda a, b, c: f(a, b.half(), c))(*t()), TypeError, "k", "float16")
+    other = torch.bfloat16 if attention_float() == torch.float16 else torch.float16
+    bad(A, "k of another dtype", lambda: (lambda a, b, c: f(a, b.to(other), c))(*t()), TypeError, "k",
+        str(other).removeprefix("torch."))
     bad(A, "q and k head dims differ", lambda: f(t()[0], *qkv(d=8)[1:]), ValueError, "q", "k", "16", "8")
     bad(A, "head dim 257", lambda: f(*qkv(d=257)), ValueError, "head dim", "257")
     bad(A, "head dim 0", lambda: f(*qkv(d=0)), ValueError, "head dim", "0")
@@ -509,6 +530,7 @@ def add_rms_norm_cases():
             return got, want
         return call, lambda r: close(r[0], r[1], atol=tol, rtol=tol)
 
+    float32_on_gpu = None if DEVICE == "cpu" else torch.float32
     for label, make_x, kw in [
         ("3 x 4", lambda: torch.randn(3, 4), {}),
         ("no weight", lambda: torch.randn(3, 4), {"weight": False}),
@@ -518,9 +540,11 @@ def add_rms_norm_cases():
         ("hidden size 1", lambda: torch.randn(5, 1), {}),
         ("4-D input", lambda: torch.randn(2, 3, 2, 8), {}),
         ("transposed (last dim strided)", lambda: torch.randn(8, 3).t(), {}),
-        ("values of 1e30 (1, as in float64; torch's float32 squares overflow to 0)",
-         lambda: torch.full((2, 4), 1e30), {}),
-        ("values of 1e-30", lambda: torch.full((2, 4), 1e-30), {"eps": 0.0}),
+        # The CPU sums squares in float64; the GPU kernels in float32, as torch's (documented).
+        ("values of 1e30 (CPU: 1, as float64; CUDA: 0, as torch's float32, whose squares overflow)",
+         lambda: torch.full((2, 4), 1e30), {"dtype": float32_on_gpu}),
+        ("values of 1e-30 (CPU: 1, as float64; CUDA: inf, as torch's float32, whose squares underflow)",
+         lambda: torch.full((2, 4), 1e-30), {"eps": 0.0, "dtype": float32_on_gpu}),
         ("a NaN in one row (that row NaN)", lambda: torch.tensor([[1.0, math.nan], [1.0, 2.0]]), {}),
         ("an inf in one row (as torch)", lambda: torch.tensor([[1.0, math.inf], [1.0, 2.0]]),
          {"dtype": torch.float32}),
@@ -543,6 +567,13 @@ def add_rms_norm_cases():
 
 
 # ---- grids: GridBatch construction, JaggedTensor, derived grids ---------------------------------
+
+
+def from_dense(*args, **kwargs):
+    """GridBatch.from_dense on DEVICE unless told otherwise (its default, as fVDB's, is the
+    CPU, which torch's default device does not change)."""
+    kwargs.setdefault("device", DEVICE)
+    return tg.GridBatch.from_dense(*args, **kwargs)
 
 
 def J(*tensors):
@@ -634,7 +665,7 @@ def add_grid_cases():
     good(G, "from_mesh: one triangle at voxel size 0.25", lambda: fm(tri(), J(torch.tensor([[0, 1, 2]])), 0.25),
          lambda g: g.total_voxels > 0 and bool((g.ijk().jdata.min(0).values >= -1).all()))
 
-    fd = tg.GridBatch.from_dense
+    fd = from_dense
     bad(G, "from_dense: 0 grids", lambda: fd(0, [2, 2, 2]), ValueError, "num_grids", "0")
     bad(G, "from_dense: 2000^3 voxels", lambda: fd(1, [2000] * 3), ValueError, "8000000000")
     bad(G, "from_dense: a negative extent", lambda: fd(1, [2, -1, 2]), ValueError, "dense_dims")
@@ -713,7 +744,7 @@ def conv_reference(plan, x, w):
 def add_sparse_conv_cases():
     S = "sparse_conv"
     P = tg.ConvolutionPlan.from_grid_batch
-    fd = tg.GridBatch.from_dense
+    fd = from_dense
     grid = lambda: tg.GridBatch.from_ijk(J(ijk([[0, 0, 0], [1, 0, 0], [1, 1, 0], [3, 3, 3]])))  # noqa: E731
     bad(S, "kernel_size 0", lambda: P(0, 1, grid()), ValueError, "kernel_size", "0")
     bad(S, "kernel_size 2.5", lambda: P(2.5, 1, grid()), TypeError, "kernel_size")
@@ -825,7 +856,7 @@ def add_pooling_cases():
          *pooled("max", data=lambda: torch.tensor([[math.nan, 1.0], [0.0, 1.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])))
     good(Q, "max_pool of -inf features", *pooled("max", data=lambda: torch.full((5, 2), -math.inf)))
     good(Q, "max_pool of an empty grid",
-         lambda: tg.GridBatch.from_dense(1, [0, 0, 0]).max_pool(2, torch.randn(0, 3))[0].jdata.shape,
+         lambda: from_dense(1, [0, 0, 0]).max_pool(2, torch.randn(0, 3))[0].jdata.shape,
          lambda s: tuple(s) == (0, 3))
 
 
@@ -834,7 +865,7 @@ def add_pooling_cases():
 
 def add_save_load_cases(tmp: pathlib.Path):
     L = "save_load"
-    fd = tg.GridBatch.from_dense
+    fd = from_dense
     path = lambda name="g.nvdb": tmp / f"{os.getpid()}_{name}"  # noqa: E731
     bad(L, "save: path an int", lambda: tg.save(3, fd(1, [1, 1, 1])), TypeError, "path", "int")
     bad(L, "save: grid a tensor", lambda: tg.save(path(), torch.zeros(3)), TypeError, "grid", "Tensor")
@@ -880,7 +911,7 @@ def add_save_load_cases(tmp: pathlib.Path):
             f = [x(g) for x in features]
             p = path_type(path())
             tg.save(p, g, f, names)
-            return g, f, tg.load(p)
+            return g, f, tg.load(p, device=DEVICE)
 
         def check(r):
             g, f, (g2, f2, names2) = r
@@ -1010,7 +1041,8 @@ def classify(case: Case) -> dict:
         ok = bool(case.check(result))
     except BaseException as e:  # noqa: BLE001
         return {"outcome": "silently_wrong", "detail": f"check failed: {type(e).__name__}: {e}"[:400]}
-    return {"outcome": "correct" if ok else "silently_wrong", "detail": "" if ok else "result differs from the reference"}
+    detail = "" if ok else "result differs from the reference" + (f" ({LAST_MISMATCH})" if LAST_MISMATCH else "")
+    return {"outcome": "correct" if ok else "silently_wrong", "detail": detail[:400]}
 
 
 def address_space() -> int:

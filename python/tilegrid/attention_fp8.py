@@ -7,10 +7,12 @@ per-tensor factor is a (1, 1) tensor expanded), so that the scores are
 softmax(scores) . (v * v_descale), returned in bfloat16. The forward only: FlashAttention 3
 has no FP8 backward.
 
-Here the inputs are dequantised to float32 with their factors (query head h takes its key/value
-head's factor, h // (nheads / nheads_k)) and attention runs on the CPU path, whose sums are
-float64; the output is rounded to bfloat16. There is no FP8 CUDA kernel yet: CUDA inputs raise
-NotImplementedError.
+Here the inputs are dequantised with their factors (query head h takes its key/value head's
+factor, h // (nheads / nheads_k)), and the output is rounded to bfloat16. On the CPU they are
+dequantised to float32 and run through the CPU path, whose sums are float64. On a GPU they are
+dequantised to bfloat16 (one elementwise pass over q, k and v) and run through the bfloat16
+kernels: the results are FP8 attention's, the speed is bfloat16 attention's plus that pass.
+tilegrid has no FP8 tensor-core kernel yet (FlashAttention 3 has one for Hopper).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ def _name(t: torch.Tensor) -> str:
 
 def check_fp8(op: str, q, k, v, descales: dict[str, Optional[torch.Tensor]]) -> bool:
     """Whether this is an FP8 call: q, k and v all float8_e4m3fn. Descale factors with inputs
-    of another dtype, a mix of FP8 and other inputs, an FP8 input that asks for a gradient,
-    or FP8 on CUDA raise, before anything runs."""
+    of another dtype, a mix of FP8 and other inputs, or an FP8 input that asks for a gradient
+    raise, before anything runs."""
     tensors = {"q": q, "k": k, "v": v}
     if not all(isinstance(t, torch.Tensor) for t in tensors.values()):
         return False  # the usual checks name the argument
@@ -44,10 +46,6 @@ def check_fp8(op: str, q, k, v, descales: dict[str, Optional[torch.Tensor]]) -> 
         other = next(name for name in tensors if name not in fp8)
         raise TypeError(f"{op}: q, k and v must all be float8_e4m3fn when one is, got {fp8[0]} "
                         f"float8_e4m3fn and {other} {_name(tensors[other])}")
-    if q.is_cuda:
-        raise NotImplementedError(
-            f"{op}: FP8 (float8_e4m3fn) attention runs on the CPU only: tilegrid has no FP8 CUDA "
-            "kernel yet (FlashAttention 3 has an FP8 forward for Hopper)")
     if any(t.requires_grad for t in tensors.values()):
         raise NotImplementedError(f"{op}: FP8 attention is forward-only, as FlashAttention 3's: "
                                   "q, k and v must not require grad")
@@ -79,12 +77,16 @@ def _factors(op: str, name: str, descale, batch: int, nheads_k: int, device) -> 
 
 def _dequantise(x: torch.Tensor, factors: torch.Tensor, sequence_of_row: Optional[torch.Tensor],
                 nheads: int) -> torch.Tensor:
-    """x (batch, seqlen, heads, d) or (rows, heads, d) in float32, each head times its key/value
-    head's factor: heads of a query group share one (h // (heads / nheads_k))."""
+    """x (batch, seqlen, heads, d) or (rows, heads, d), each head times its key/value head's
+    factor (heads of a query group share one, h // (heads / nheads_k)): float32 on the CPU,
+    bfloat16 on a GPU (the 16-bit type the kernels take; e4m3 values are exact in it, their
+    products with the factors rounded to 8 significant bits)."""
     per_head = factors.repeat_interleave(nheads // factors.shape[1], dim=1)  # (batch, heads)
     if sequence_of_row is None:
-        return x.float() * per_head[:, None, :, None]
-    return x.float() * per_head[sequence_of_row][:, :, None]
+        scaled = x.float() * per_head[:, None, :, None]
+    else:
+        scaled = x.float() * per_head[sequence_of_row][:, :, None]
+    return scaled.to(torch.bfloat16) if x.is_cuda else scaled
 
 
 def dequantise_dense(op: str, q, k, v, q_descale, k_descale, v_descale):

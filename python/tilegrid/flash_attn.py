@@ -491,7 +491,8 @@ def flash_attn_func(
         q_descale: FlashAttention 3's keyword (keyword only), for q, k and v in
             float8_e4m3fn: None (1), or float32 (batch, nheads_k) factors that dequantise q;
             query head h takes factor [b, h // (nheads / nheads_k)]. The output is bfloat16.
-            FP8 is forward-only and, for now, CPU-only (tilegrid.attention_fp8).
+            FP8 is forward-only; on a GPU it runs the bfloat16 kernels on dequantised inputs
+            (tilegrid.attention_fp8).
         k_descale: The same for k.
         v_descale: The same for v.
         pack_gqa: FlashAttention 3's keyword (keyword only): None, True or False, whether a
@@ -596,7 +597,8 @@ def flash_attn_varlen_func(
         q_descale: FlashAttention 3's keyword (keyword only), for q, k and v in
             float8_e4m3fn: None (1), or float32 (batch, nheads_k) factors, sequence b's rows of
             query head h dequantised by [b, h // (nheads / nheads_k)]. The output is bfloat16.
-            Forward-only and, for now, CPU-only; not with block_table (tilegrid.attention_fp8).
+            Forward-only; on a GPU through the bfloat16 kernels; not with block_table
+            (tilegrid.attention_fp8).
         k_descale: The same for k.
         v_descale: The same for v.
         pack_gqa: FlashAttention 3's keyword (keyword only): None, True or False, whether a

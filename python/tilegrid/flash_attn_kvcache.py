@@ -54,6 +54,12 @@ def _apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interle
     return torch.cat([rotated, tail], dim=-1).to(x.dtype)
 
 
+def _as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """float8 tensors as their bytes for indexing (not every torch version's CUDA indexing
+    kernels take float8); other tensors as they are."""
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
 def flash_attn_with_kvcache(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -128,8 +134,8 @@ def flash_attn_with_kvcache(
             and changes nothing here (see flash_attn_func).
         q_descale: FlashAttention 3's keyword (keyword only), for q, the caches and the new k
             and v in float8_e4m3fn: None (1), or float32 (batch, nheads_k) factors that
-            dequantise q, as in flash_attn_func; the output is bfloat16. Forward-only and, for
-            now, CPU-only (tilegrid.attention_fp8).
+            dequantise q, as in flash_attn_func; the output is bfloat16. Forward-only; on a GPU
+            through the bfloat16 kernels (tilegrid.attention_fp8).
         k_descale: The same for the keys (the cache's and the new ones).
         v_descale: The same for the values.
 
@@ -269,13 +275,13 @@ def flash_attn_with_kvcache(
         if seqlen_new:
             pos = lengths.to(torch.int64)[:, None] + torch.arange(seqlen_new, device=q.device)
             block, slot = cells(sequences[:, None].expand_as(pos), pos)
-            k_cache[block, slot] = k
-            v_cache[block, slot] = v
+            _as_bytes(k_cache)[block, slot] = _as_bytes(k)
+            _as_bytes(v_cache)[block, slot] = _as_bytes(v)
         counts_h = lengths_h.to(torch.int64) + seqlen_new - leftpad_h.to(torch.int64)
         total_k = int(counts_h.sum())
         seq, pos, cu_k_t = ragged_rows(counts_h.to(q.device), total_k)
         block, slot = cells(seq, pos + leftpad.to(torch.int64)[seq])
-        keys, values = k_cache[block, slot], v_cache[block, slot]
+        keys, values = (_as_bytes(c)[block, slot].view(c.dtype) for c in (k_cache, v_cache))
     cu_q_t = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
     max_k = int(counts_h.max()) if batch else 0
     q_rows = q.reshape(batch * seqlen_q, nheads, d)

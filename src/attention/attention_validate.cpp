@@ -240,7 +240,10 @@ Problem varlen_problem(const char* op, const TensorView& q, const TensorView& k,
                    ": sequence ", b, " has ", p.q_len.back(), " queries and ", p.k_len.back(),
                    " keys, over max_seqlen_q = ", max_seqlen_q, " / max_seqlen_k = ", max_seqlen_k);
   }
-  p.max_seqlen_q = max_seqlen_q;
+  // The grids are sized by the longest sequence there is, not by the bound the caller gave:
+  // a loose bound (FlashAttention's callers often pass the padded length, or a large
+  // constant) would only launch empty tiles, and one past int32 cannot be launched at all.
+  p.max_seqlen_q = p.q_len.empty() ? 0 : *std::max_element(p.q_len.begin(), p.q_len.end());
   clamp_windows(p);
   if (!q.device.is_cpu()) {
     p.cu_seqlens_q_device = cu_seqlens_q.data_ptr<const int32_t>();

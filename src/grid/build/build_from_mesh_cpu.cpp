@@ -36,7 +36,47 @@ void check_table(const char* name, const TensorView& t, std::initializer_list<DT
   check_contiguous(kOp, name, t);
 }
 
-// Voxels of meshes on a GPU, with the errors the CPU path reports (less the face's number).
+// The voxels each triangle touches, mesh by mesh, for a CPU batch (checking each face's
+// indices and vertices as it goes).
+JaggedTensor mesh_voxels_cpu(const JaggedTensor& vertices, const JaggedTensor& faces,
+                             const std::vector<VoxelTransform>& transforms) {
+  const TensorView& v = vertices.jdata();
+  const TensorView& f = faces.jdata();
+  const int64_t grids = vertices.num_tensors();
+  const int64_t* voff = vertices.joffsets().view().data_ptr<const int64_t>();
+  const int64_t* foff = faces.joffsets().view().data_ptr<const int64_t>();
+  std::vector<int32_t> xyz;
+  std::vector<int64_t> offsets{0};
+  for (int64_t b = 0; b < grids; ++b) {
+    const int64_t num_vertices = voff[b + 1] - voff[b];
+    for (int64_t t = foff[b]; t < foff[b + 1]; ++t) {
+      double world[3][3];
+      for (int corner = 0; corner < 3; ++corner) {
+        const int64_t index = face_index(f, 3 * t + corner);
+        TG_CHECK_VALUE(index >= 0 && index < num_vertices, kOp, ": face ", t - foff[b], " of mesh ",
+                       b, " names vertex ", index, " but the mesh has ", num_vertices);
+        for (int a = 0; a < 3; ++a) world[corner][a] = vertex_coord(v, 3 * (voff[b] + index) + a);
+      }
+      VoxelTriangle tri;
+      TG_CHECK_VALUE(to_voxel_triangle(transforms[size_t(b)], world, tri), kOp,
+                     ": vertices must be finite; face ", t - foff[b], " of mesh ", b,
+                     " has a NaN or infinite vertex");
+      TG_CHECK_VALUE(in_int32_range(tri), kOp,
+                     ": a triangle leaves the int32 voxel range; use a larger voxel size");
+      for_each_touched_voxel(tri, [&](int32_t i, int32_t j, int32_t k) {
+        xyz.insert(xyz.end(), {i, j, k});
+      });
+    }
+    offsets.push_back(int64_t(xyz.size() / 3));
+  }
+  Tensor data = Tensor::empty({int64_t(xyz.size() / 3), 3}, DType::Int32, Device::cpu());
+  std::copy(xyz.begin(), xyz.end(), static_cast<int32_t*>(data.data()));
+  Tensor joffsets = Tensor::empty({int64_t(offsets.size())}, DType::Int64, Device::cpu());
+  std::copy(offsets.begin(), offsets.end(), static_cast<int64_t*>(joffsets.data()));
+  return JaggedTensor(data, joffsets);
+}
+
+// Voxels of meshes on a GPU, with the CPU path's errors (which name the face and vertex).
 JaggedTensor mesh_voxels_cuda(const JaggedTensor& vertices, const JaggedTensor& faces,
                               const std::vector<VoxelTransform>& transforms, Stream stream) {
 #ifdef TILEGRID_WITH_CUDA
@@ -55,6 +95,15 @@ JaggedTensor mesh_voxels_cuda(const JaggedTensor& vertices, const JaggedTensor& 
                            static_cast<const VoxelTransform*>(device_transforms.data())};
   cuda::MeshVoxels out;
   const cuda::MeshError error = cuda::mesh_to_ijk(in, device.index, stream, out);
+  if (error != cuda::MeshError::None) {
+    // The kernel only flags that a face is bad; the CPU path names which one and why (an
+    // error path: one copy of the mesh to the host).
+    const Device cpu = Device::cpu();
+    (void)mesh_voxels_cpu(
+        JaggedTensor(vertices.jdata().to(cpu, stream), vertices.joffsets().to(cpu, stream)),
+        JaggedTensor(faces.jdata().to(cpu, stream), faces.joffsets().to(cpu, stream)),
+        transforms);
+  }
   TG_CHECK_VALUE(error != cuda::MeshError::BadFace, kOp,
                  ": a face names a vertex outside its mesh (indices must be in [0, vertices of "
                  "that mesh))");
@@ -90,37 +139,7 @@ GridBatch GridBatch::from_mesh(const JaggedTensor& vertices, const JaggedTensor&
     return from_ijk(mesh_voxels_cuda(vertices, faces, transforms, stream), voxel_sizes, origins,
                     stream);
 
-  const int64_t* voff = vertices.joffsets().view().data_ptr<const int64_t>();
-  const int64_t* foff = faces.joffsets().view().data_ptr<const int64_t>();
-  std::vector<int32_t> xyz;
-  std::vector<int64_t> offsets{0};
-  for (int64_t b = 0; b < grids; ++b) {
-    const int64_t num_vertices = voff[b + 1] - voff[b];
-    for (int64_t t = foff[b]; t < foff[b + 1]; ++t) {
-      double world[3][3];
-      for (int corner = 0; corner < 3; ++corner) {
-        const int64_t index = face_index(f, 3 * t + corner);
-        TG_CHECK_VALUE(index >= 0 && index < num_vertices, kOp, ": face ", t - foff[b], " of mesh ",
-                       b, " names vertex ", index, " but the mesh has ", num_vertices);
-        for (int a = 0; a < 3; ++a) world[corner][a] = vertex_coord(v, 3 * (voff[b] + index) + a);
-      }
-      VoxelTriangle tri;
-      TG_CHECK_VALUE(to_voxel_triangle(transforms[size_t(b)], world, tri), kOp,
-                     ": vertices must be finite; face ", t - foff[b], " of mesh ", b,
-                     " has a NaN or infinite vertex");
-      TG_CHECK_VALUE(in_int32_range(tri), kOp,
-                     ": a triangle leaves the int32 voxel range; use a larger voxel size");
-      for_each_touched_voxel(tri, [&](int32_t i, int32_t j, int32_t k) {
-        xyz.insert(xyz.end(), {i, j, k});
-      });
-    }
-    offsets.push_back(int64_t(xyz.size() / 3));
-  }
-  Tensor data = Tensor::empty({int64_t(xyz.size() / 3), 3}, DType::Int32, Device::cpu());
-  std::copy(xyz.begin(), xyz.end(), static_cast<int32_t*>(data.data()));
-  Tensor joffsets = Tensor::empty({int64_t(offsets.size())}, DType::Int64, Device::cpu());
-  std::copy(offsets.begin(), offsets.end(), static_cast<int64_t*>(joffsets.data()));
-  return from_ijk(JaggedTensor(data, joffsets), voxel_sizes, origins, stream);
+  return from_ijk(mesh_voxels_cpu(vertices, faces, transforms), voxel_sizes, origins, stream);
 }
 
 }  // namespace tilegrid::grid

@@ -79,9 +79,16 @@ JaggedTensor coordinates_of_points(const char* op, const JaggedTensor& points,
         p.data, p.dtype, points.joffsets().view().data_ptr<const int64_t>(), grids, p.size(0),
         static_cast<const VoxelTransform*>(device_transforms.data()), corners,
         static_cast<int32_t*>(ijk.data()), device.index, stream);
-    TG_CHECK_VALUE(error != cuda::PointsError::NotFinite, op, ": points must be finite");
-    TG_CHECK_VALUE(error != cuda::PointsError::OutOfRange, op,
-                   ": a point maps outside the int32 voxel range; use a larger voxel size");
+    if (error != cuda::PointsError::None) {
+      // The kernel only flags that a point is bad; the CPU path names which one and its
+      // value (an error path: one copy of the points to the host).
+      const JaggedTensor on_host(points.jdata().to(Device::cpu(), stream),
+                                 points.joffsets().to(Device::cpu(), stream));
+      (void)coordinates_of_points(op, on_host, voxel_sizes, origins, corners, emit, stream);
+      TG_CHECK_VALUE(error != cuda::PointsError::NotFinite, op, ": points must be finite");
+      throw ValueError(detail::concat(
+          op, ": a point maps outside the int32 voxel range; use a larger voxel size"));
+    }
     Tensor offsets = points.joffsets().to(Device::cpu(), stream);
     int64_t* o = static_cast<int64_t*>(offsets.data());
     for (int64_t b = 0; b <= grids; ++b) o[b] *= corners;

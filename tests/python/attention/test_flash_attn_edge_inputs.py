@@ -343,6 +343,23 @@ def test_varlen_lengths_of_the_wrong_kind_get_clear_errors(max_seqlen, error, me
         tg.flash_attn_varlen_func(q, q, q, cu, cu, max_seqlen, 8)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_a_loose_max_seqlen_gives_what_the_tight_one_gives(device, head_dim):
+    """max_seqlen_q / max_seqlen_k are bounds, as in FlashAttention: one far above the longest
+    sequence (here 2**40, past what a launch grid holds) gives the same output, forward and
+    backward (deterministic), bit for bit."""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    cu = torch.tensor([0, 3, 3, 130], dtype=torch.int32, device=device)
+    q, k, v = (torch.randn(130, 4, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    results = []
+    for bound in (127, 2**40):
+        out = tg.flash_attn_varlen_func(q, k, v, cu, cu, bound, bound, causal=True, deterministic=True)
+        results.append((out, *torch.autograd.grad(out.float().square().sum(), (q, k, v))))
+    for tight, loose in zip(*results):
+        assert torch.equal(tight, loose)
+
+
 
 def _varlen_entry_points():
     """(op, the offsets it names, a call passing `bad` as those offsets and tensors elsewhere)."""

@@ -7,6 +7,7 @@ import torch
 
 import tilegrid as tg
 from attention_reference import reference
+from conftest import DEVICES
 
 FP8 = torch.float8_e4m3fn
 
@@ -25,17 +26,26 @@ def descales(batch, nheads_k, seed):
 # bfloat16's relative rounding (2**-8) of outputs of magnitude up to a few units; the float64
 # sums before it differ from the reference by ~1e-6.
 ATOL, RTOL = 2e-2, 1e-2
+# The log-sum-exp: float64 sums on the CPU; on a GPU the dequantised inputs are bfloat16
+# (2**-9 relative rounding of each product, scores of a few units: ~1e-2).
+LSE_TOL = {"cpu": dict(atol=1e-4, rtol=1e-5), "cuda": dict(atol=2e-2, rtol=1e-2)}
 
 
+def on(device, *tensors):
+    return tuple(t.to(device) for t in tensors)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads", [(4, 4), (6, 2), (4, 1)])
-def test_fp8_output_matches_float64_on_dequantised_inputs(causal, heads):
+def test_fp8_output_matches_float64_on_dequantised_inputs(causal, heads, device):
     h, hk = heads
     q, k, v = fp8_inputs((2, 7, h, 32), (2, 9, hk, 32))
     qd, kd, vd = descales(2, hk, seed=1)
-    out, lse = tg.flash_attn_func(q, k, v, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd,
-                                  return_lse=True)
-    assert out.dtype == torch.bfloat16 and out.shape == (2, 7, h, 32)
+    out, lse = tg.flash_attn_func(*on(device, q, k, v), causal=causal, return_lse=True,
+                                  **dict(zip(("q_descale", "k_descale", "v_descale"), on(device, qd, kd, vd))))
+    assert out.dtype == torch.bfloat16 and out.shape == (2, 7, h, 32) and out.device.type == device
+    out, lse = out.cpu(), lse.cpu()
     for b in range(2):
         group = h // hk
         qf = q[b].double() * qd[b].double().repeat_interleave(group)[None, :, None]
@@ -43,7 +53,7 @@ def test_fp8_output_matches_float64_on_dequantised_inputs(causal, heads):
         vf = v[b].double() * vd[b].double()[None, :, None]
         ref_out, ref_lse = reference(qf, kf, vf, causal=causal)
         torch.testing.assert_close(out[b].double(), ref_out, atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(lse[b].double(), ref_lse, atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(lse[b].double(), ref_lse, **LSE_TOL[device])
 
 
 def test_fp8_without_descales_is_a_factor_of_one():
@@ -55,7 +65,8 @@ def test_fp8_without_descales_is_a_factor_of_one():
     torch.testing.assert_close(plain[0].double(), ref, atol=ATOL, rtol=RTOL)
 
 
-def test_fp8_varlen_uses_each_sequences_factors():
+@pytest.mark.parametrize("device", DEVICES)
+def test_fp8_varlen_uses_each_sequences_factors(device):
     lengths_q, lengths_k = [3, 0, 5], [4, 2, 6]
     cu_q = torch.tensor([0, 3, 3, 8], dtype=torch.int32)
     cu_k = torch.tensor([0, 4, 6, 12], dtype=torch.int32)
@@ -64,9 +75,11 @@ def test_fp8_varlen_uses_each_sequences_factors():
     k = (torch.randn(12, 2, 16, generator=g) * 2).to(FP8)
     v = (torch.randn(12, 2, 16, generator=g) * 2).to(FP8)
     qd, kd, vd = descales(3, 2, seed=3)
-    out, lse = tg.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=True,
-                                         q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True)
-    assert out.dtype == torch.bfloat16 and out.shape == (8, 4, 16)
+    dq, dk, dv = on(device, qd, kd, vd)
+    out, lse = tg.flash_attn_varlen_func(*on(device, q, k, v, cu_q, cu_k), max(lengths_q), max(lengths_k),
+                                         causal=True, q_descale=dq, k_descale=dk, v_descale=dv, return_lse=True)
+    assert out.dtype == torch.bfloat16 and out.shape == (8, 4, 16) and out.device.type == device
+    out, lse = out.cpu(), lse.cpu()
     for b in range(3):
         rq, rk = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
         qf = q[rq].double() * qd[b].double().repeat_interleave(2)[None, :, None]
@@ -74,7 +87,7 @@ def test_fp8_varlen_uses_each_sequences_factors():
         vf = v[rk].double() * vd[b].double()[None, :, None]
         ref_out, ref_lse = reference(qf, kf, vf, causal=True)
         torch.testing.assert_close(out[rq].double(), ref_out, atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(lse[:, rq].double(), ref_lse, atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(lse[:, rq].double(), ref_lse, **LSE_TOL[device])
 
 
 def test_fp8_misuse_is_refused_by_name():
@@ -103,16 +116,10 @@ def test_fp8_varlen_with_block_table_is_refused():
         tg.flash_attn_varlen_func(q, pool, pool, cu, cu, 4, 4, block_table=torch.zeros(1, 1, dtype=torch.int32))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_fp8_on_cuda_says_there_is_no_kernel_yet():
-    q, k, v = (x.cuda() for x in fp8_inputs((1, 4, 2, 64), (1, 4, 2, 64)))
-    with pytest.raises(NotImplementedError, match="no FP8 CUDA kernel"):
-        tg.flash_attn_func(q, k, v)
-
-
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_splits", [1, 3])
 @pytest.mark.parametrize("paged", [False, True])
-def test_fp8_kvcache_appends_and_attends_with_each_sequences_factors(num_splits, paged):
+def test_fp8_kvcache_appends_and_attends_with_each_sequences_factors(num_splits, paged, device):
     batch, h, hk, d, capacity = 2, 4, 2, 16, 12
     g = torch.Generator().manual_seed(4)
     q = (torch.randn(batch, 1, h, d, generator=g) * 2).to(FP8)
@@ -125,19 +132,23 @@ def test_fp8_kvcache_appends_and_attends_with_each_sequences_factors(num_splits,
     want_k, want_v = cache_k.clone(), cache_v.clone()
     for b in range(batch):
         want_k[b, lengths[b]], want_v[b, lengths[b]] = k_new[b, 0], v_new[b, 0]
-    kw = dict(k=k_new, v=v_new, cache_seqlens=lengths, causal=True, num_splits=num_splits,
-              q_descale=qd, k_descale=kd, v_descale=vd, return_softmax_lse=True)
+    kw = dict(zip(("k", "v", "cache_seqlens", "q_descale", "k_descale", "v_descale"),
+                  on(device, k_new, v_new, lengths, qd, kd, vd)))
+    kw.update(causal=True, num_splits=num_splits, return_softmax_lse=True)
     if paged:  # pages of 4 slots, each sequence's in reverse order in the pool
         pages = capacity // 4
         table = torch.tensor([[2, 1, 0], [5, 4, 3]], dtype=torch.int32)
         pool_k = cache_k.view(batch, pages, 4, hk, d)[:, [2, 1, 0]].reshape(batch * pages, 4, hk, d).clone()
         pool_v = cache_v.view(batch, pages, 4, hk, d)[:, [2, 1, 0]].reshape(batch * pages, 4, hk, d).clone()
-        out, lse = tg.flash_attn_with_kvcache(q, pool_k, pool_v, block_table=table, **kw)
+        out, lse = tg.flash_attn_with_kvcache(*on(device, q, pool_k, pool_v),
+                                              block_table=table.to(device), **kw)
     else:
-        out, lse = tg.flash_attn_with_kvcache(q, cache_k, cache_v, **kw)
-        assert torch.equal(cache_k.view(torch.uint8), want_k.view(torch.uint8))
-        assert torch.equal(cache_v.view(torch.uint8), want_v.view(torch.uint8))
-    assert out.dtype == torch.bfloat16 and out.shape == (batch, 1, h, d)
+        caches = on(device, cache_k, cache_v)
+        out, lse = tg.flash_attn_with_kvcache(q.to(device), *caches, **kw)
+        assert torch.equal(caches[0].cpu().view(torch.uint8), want_k.view(torch.uint8))
+        assert torch.equal(caches[1].cpu().view(torch.uint8), want_v.view(torch.uint8))
+    assert out.dtype == torch.bfloat16 and out.shape == (batch, 1, h, d) and out.device.type == device
+    out, lse = out.cpu(), lse.cpu()
     for b in range(batch):
         n = int(lengths[b]) + 1
         qf = q[b].double() * qd[b].double().repeat_interleave(h // hk)[None, :, None]
@@ -145,7 +156,7 @@ def test_fp8_kvcache_appends_and_attends_with_each_sequences_factors(num_splits,
         vf = want_v[b, :n].double() * vd[b].double()[None, :, None]
         ref_out, ref_lse = reference(qf, kf, vf, causal=True)
         torch.testing.assert_close(out[b].double(), ref_out, atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(lse[b].double(), ref_lse, atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(lse[b].double(), ref_lse, **LSE_TOL[device])
 
 
 def test_fp8_kvcache_with_a_misshaped_descale_writes_nothing():

@@ -108,9 +108,14 @@ def test_gpu_derived_grids_match_the_cpu():
         assert torch.equal(derive(gpu).ijk.jdata.cpu(), derive(grid).ijk.jdata)
 
 
-def test_nan_points_on_the_gpu():
-    with pytest.raises(ValueError, match="points must be finite"):
-        tg.GridBatch.from_points(tg.JaggedTensor([torch.tensor([[0.0, float("nan"), 0.0]], device="cuda")]), voxel_sizes=[1, 1, 1])
+def test_bad_points_on_the_gpu_are_named_as_on_the_cpu():
+    good = torch.zeros(4, 3, device="cuda")
+    nan = torch.tensor([[0.0, 0, 0], [0.0, float("nan"), 0.0]], device="cuda")
+    with pytest.raises(ValueError, match="points must be finite, got nan at point 5"):
+        tg.GridBatch.from_points(tg.JaggedTensor([good, nan]), voxel_sizes=[1, 1, 1])
+    far = torch.tensor([[0.0, 0, 0], [0.0, 3e9, 0]], device="cuda")
+    with pytest.raises(ValueError, match=r"a point maps to voxel coordinate 3e\+09, outside the int32 range"):
+        tg.GridBatch.from_points(tg.JaggedTensor([far]), voxel_sizes=[1, 1, 1])
 
 
 def random_mesh(num_vertices, num_faces, scale, dtype):
@@ -133,12 +138,13 @@ def test_gpu_construction_from_mesh_matches_the_cpu(dtype, index_dtype):
     assert torch.equal(gpu.ijk.jdata.cpu(), cpu.ijk.jdata)
 
 
-def test_gpu_from_mesh_rejects_bad_faces_and_nan_vertices():
-    v = tg.JaggedTensor([torch.zeros(3, 3, device="cuda")])
-    with pytest.raises(ValueError, match="face names a vertex outside its mesh"):
-        tg.GridBatch.from_mesh(v, tg.JaggedTensor([torch.tensor([[0, 1, 5]], device="cuda")]), voxel_sizes=[1, 1, 1])
+def test_gpu_from_mesh_names_the_bad_face_and_vertex_as_the_cpu_does():
+    v = tg.JaggedTensor([torch.eye(3, device="cuda"), torch.eye(3, device="cuda")])
+    faces = tg.JaggedTensor([torch.tensor([[0, 1, 2]], device="cuda"), torch.tensor([[0, 1, 2], [0, 1, 5]], device="cuda")])
+    with pytest.raises(ValueError, match="face 1 of mesh 1 names vertex 5 but the mesh has 3"):
+        tg.GridBatch.from_mesh(v, faces, voxel_sizes=[1, 1, 1])
     nan = tg.JaggedTensor([torch.tensor([[0.0, 0, 0], [1, float("nan"), 0], [0, 1, 0]], device="cuda")])
-    with pytest.raises(ValueError, match="vertices must be finite"):
+    with pytest.raises(ValueError, match="vertices must be finite; face 0 of mesh 0 has a NaN or infinite vertex"):
         tg.GridBatch.from_mesh(nan, tg.JaggedTensor([torch.tensor([[0, 1, 2]], device="cuda")]), voxel_sizes=[1, 1, 1])
 
 
