@@ -165,7 +165,7 @@ class _Coordinates(JaggedTensor):
 
     def __call__(self) -> JaggedTensor:
         _deprecation.warn("GridBatch.ijk is a property, as in fVDB: write grid.ijk, not "
-                          "grid.ijk", stacklevel=2)
+                          "grid.ijk()", stacklevel=2)
         return self
 
 

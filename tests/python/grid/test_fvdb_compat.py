@@ -37,7 +37,7 @@ def test_ijk_is_a_property_and_calling_it_warns(device):
     assert torch.equal(coords.joffsets, grid.voxel_offsets)
     for got, want in zip(coords.unbind(), ijk):
         assert sorted_rows(got) == sorted_rows(want)
-    with pytest.warns(DeprecationWarning, match="grid.ijk, not grid.ijk()"):
+    with pytest.warns(DeprecationWarning, match=r"grid\.ijk, not grid\.ijk\(\)"):
         called = grid.ijk()
     assert torch.equal(called.jdata, coords.jdata)
 
