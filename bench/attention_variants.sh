@@ -14,7 +14,7 @@
 # came from in one run), JOBS (parallel compiles,
 # default: cores, at most 16), TILEGRID_CUTLASS_INCLUDE_DIR (else .deps/cutlass/include, else
 # the nvidia-cutlass package of python3). ptxas's registers / spills of every variant go to
-# OUTDIR/ptxas.txt; BUILD_ONLY=1 stops there (a machine without a GPU). 14 units of ~40-70 s each: about 2 minutes on 16 cores, the run ~2 more.
+# OUTDIR/ptxas.txt; BUILD_ONLY=1 stops there (a machine without a GPU). 11 units of ~40-90 s each: about 2 minutes on 16 cores, the run ~2 more.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${1:-/tmp/tilegrid-attention-variants}
@@ -36,15 +36,17 @@ if [ ! -f "$cutlass/cute/tensor.hpp" ]; then
   exit 1
 fi
 
-# name:fast_exp2:dq_atomic:stages[:stats_early:split_exp] (stages 0, the switches -1 or left
-# out: the head dim's default; dq_atomic 0, 1 or 2 as the config's kDqAtomic). "default" is
-# BwdConfig<> (fast exp2); "exp2f" is the same kernel with exp2f; "atomic-frag" adds dQ with
-# float4 reductions in fragment order (kDqAtomic 2).
+# name:fast_exp2:dq_atomic:stages[:stats_early:split_exp[:producer_regs]] (stages 0, the
+# switches -1 and producer_regs 0 or left out: the defaults; dq_atomic 0, 1 or 2 as the config's
+# kDqAtomic). "default" is BwdConfig<> (fast exp2); "exp2f" is the same kernel with exp2f;
+# "atomic-frag" adds dQ with float4 reductions in fragment order (kDqAtomic 2); "prod40" gives
+# the producer warpgroup 40 registers and the consumers 232 instead of 24 and 240
+# (kProducerRegisters).
 variants_for() {
   if [ -n "${VARIANTS:-}" ]; then echo "$VARIANTS"; return; fi
   case $1 in
-    256) echo "default:1:0:0 exp2f:0:0:0 atomic:1:1:0 atomic-2st:1:1:2 atomic-frag:1:2:0 atomic-frag-2st:1:2:2" ;;
-    *) echo "default:1:0:0 exp2f:0:0:0 atomic:1:1:0 atomic-3st:1:1:3" ;;
+    256) echo "default:1:0:0 prod40:1:0:0:-1:-1:40 atomic-frag:1:2:0" ;;
+    *) echo "default:1:0:0 prod40:1:0:0:-1:-1:40 exp2f:0:0:0 atomic:1:1:0" ;;
   esac
 }
 
@@ -56,16 +58,16 @@ start=$(date +%s)
 baseline=${BASELINE_TREE:+$(cd "$BASELINE_TREE" && pwd)}
 for d in $HEAD_DIMS; do
   for v in $(variants_for "$d"); do
-    IFS=: read -r name fast atomic stages early split <<<"$v"
-    echo "$d $name $fast $atomic $stages $PWD ${early:--1} ${split:--1}"
+    IFS=: read -r name fast atomic stages early split prod <<<"$v"
+    echo "$d $name $fast $atomic $stages $PWD ${early:--1} ${split:--1} ${prod:-0}"
   done
-  if [ -n "$baseline" ]; then echo "$d baseline 1 0 0 $baseline -1 -1"; fi
+  if [ -n "$baseline" ]; then echo "$d baseline 1 0 0 $baseline -1 -1 0"; fi
 done | xargs -P "$jobs" -L 1 sh -c '
   d=$0 name=$1; lib='"$OUT"'/lib/hd$d-$name.so; cd $5
   '"$launcher"' nvcc -std=c++20 --expt-relaxed-constexpr -lineinfo \
     --generate-code=arch=compute_90a,code=[sm_90a] -Xcompiler=-fPIC,-fno-gnu-unique -shared -Xlinker=-Bsymbolic -Xptxas -v \
     -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DTILEGRID_WITH_CUDA \
-    -DTG_HEAD_DIM=$d -DTG_FAST_EXP2=$2 -DTG_DQ_ATOMIC=$3 -DTG_STAGES=$4 -DTG_STATS_EARLY=$6 -DTG_SPLIT_EXP=$7 \
+    -DTG_HEAD_DIM=$d -DTG_FAST_EXP2=$2 -DTG_DQ_ATOMIC=$3 -DTG_STAGES=$4 -DTG_STATS_EARLY=$6 -DTG_SPLIT_EXP=$7 -DTG_PRODUCER_REGS=$8 \
     -Iinclude -Isrc -isystem '"$cutlass"' bench/cuda/attention_backward_variant.cu \
     src/core/cuda_launch.cpp -o $lib \
     >'"$OUT"'/log/hd$d-$name.log 2>&1 || { echo "hd$d $name: build failed"; tail -20 '"$OUT"'/log/hd$d-$name.log; }'

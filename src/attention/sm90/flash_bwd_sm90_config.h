@@ -45,8 +45,14 @@ namespace tilegrid::attention::sm90_bwd {
 //   kStatsEarly alone (+5% at 16k, +1-2% at 2k; kSplitExp +3.5-4.4%, both +2.5-4.2%); at 64
 //   kSplitExp alone (+7-11% at 16k, +1.5% at 2k; kStatsEarly's 32 registers spill there,
 //   -3 to +2%, both -7 to -9%).
+// kProducerRegisters: registers a producer thread keeps once the consumers take theirs (0: 24,
+//   the default); the consumers take the rest of the CTA's 168 x 384 = 64,512 (setmaxnreg moves
+//   registers within the CTA's allocation), rounded down to a multiple of 8: 24 leaves them
+//   240, 40 leaves 232 (CUTLASS's warp-specialized GEMMs' split). At 24 the producer's TMA and
+//   dQ-writer code spills (220 bytes at head dim 256, every spill after the producer's
+//   setmaxnreg, none in the consumers' loop).
 template <bool kFastExp2_ = true, int kDqAtomic_ = 0, int kStages_ = 0, int kStatsEarly_ = -1,
-          int kSplitExp_ = -1>
+          int kSplitExp_ = -1, int kProducerRegisters_ = 0>
 struct BwdConfig {
   static_assert(kDqAtomic_ >= 0 && kDqAtomic_ <= 2, "kDqAtomic: 0, 1 or 2");
   static constexpr bool kFastExp2 = kFastExp2_;
@@ -54,6 +60,10 @@ struct BwdConfig {
   static constexpr int kStages = kStages_;
   static constexpr int kStatsEarly = kStatsEarly_;
   static constexpr int kSplitExp = kSplitExp_;
+  static constexpr int kProducerRegisters = kProducerRegisters_ > 0 ? kProducerRegisters_ : 24;
+  static constexpr int kConsumerRegisters = (168 * 384 - kProducerRegisters * 128) / 256 / 8 * 8;
+  static_assert(kProducerRegisters % 8 == 0 && kProducerRegisters >= 24 && kConsumerRegisters <= 240,
+                "kProducerRegisters: a multiple of 8, at least 24 (setmaxnreg's minimum)");
   // A switch that is on (1), off (0) or the head dim's default (-1).
   static constexpr bool on_or(int value, bool fallback) {
     return value < 0 ? fallback : value != 0;

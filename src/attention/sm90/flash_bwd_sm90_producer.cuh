@@ -46,7 +46,8 @@ struct BwdTraitsBase {
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerThreads = 256;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+  static constexpr int kProducerRegisters = Config::kProducerRegisters;
+  static constexpr int kConsumerRegisters = Config::kConsumerRegisters;
   using BlockM = Int<kBlockM>;
   using BlockN = Int<kBlockN>;
   using HeadDim = Int<kHeadDim>;
