@@ -39,13 +39,14 @@ fi
 # name:fast_exp2:dq_atomic:stages[:stats_early:split_exp[:producer_regs]] (stages 0, the
 # switches -1 and producer_regs 0 or left out: the defaults; dq_atomic 0, 1 or 2 as the config's
 # kDqAtomic). "default" is BwdConfig<> (fast exp2); "exp2f" is the same kernel with exp2f;
-# "atomic-frag" adds dQ with float4 reductions in fragment order (kDqAtomic 2); "prod40" gives
-# the producer warpgroup 40 registers and the consumers 232 instead of 24 and 240
-# (kProducerRegisters).
+# "atomic-frag" adds dQ with float4 reductions in fragment order (kDqAtomic 2); "prod24" and
+# "prod40" leave the producer warpgroup 24 or 40 registers (the consumers 240 or 232;
+# kProducerRegisters: 24 is the default at head dim 64, 40 at 128 and 256).
 variants_for() {
   if [ -n "${VARIANTS:-}" ]; then echo "$VARIANTS"; return; fi
   case $1 in
-    256) echo "default:1:0:0 prod40:1:0:0:-1:-1:40 atomic-frag:1:2:0" ;;
+    256) echo "default:1:0:0 prod24:1:0:0:-1:-1:24 atomic-frag:1:2:0" ;;
+    128) echo "default:1:0:0 prod24:1:0:0:-1:-1:24 exp2f:0:0:0 atomic:1:1:0" ;;
     *) echo "default:1:0:0 prod40:1:0:0:-1:-1:40 exp2f:0:0:0 atomic:1:1:0" ;;
   esac
 }

@@ -45,12 +45,15 @@ namespace tilegrid::attention::sm90_bwd {
 //   kStatsEarly alone (+5% at 16k, +1-2% at 2k; kSplitExp +3.5-4.4%, both +2.5-4.2%); at 64
 //   kSplitExp alone (+7-11% at 16k, +1.5% at 2k; kStatsEarly's 32 registers spill there,
 //   -3 to +2%, both -7 to -9%).
-// kProducerRegisters: registers a producer thread keeps once the consumers take theirs (0: 24,
-//   the default); the consumers take the rest of the CTA's 168 x 384 = 64,512 (setmaxnreg moves
-//   registers within the CTA's allocation), rounded down to a multiple of 8: 24 leaves them
-//   240, 40 leaves 232 (CUTLASS's warp-specialized GEMMs' split). At 24 the producer's TMA and
-//   dQ-writer code spills (220 bytes at head dim 256, every spill after the producer's
-//   setmaxnreg, none in the consumers' loop).
+// kProducerRegisters: registers a producer thread keeps once the consumers take theirs; the
+//   consumers take the rest of the CTA's 168 x 384 = 64,512 (setmaxnreg moves registers within
+//   the CTA's allocation), rounded down to a multiple of 8: 24 leaves them 240, 40 leaves 232
+//   (CUTLASS's warp-specialized GEMMs' split). 0: the head dim's default, 24 at 64 and 40 at 128
+//   and 256. At 24 the producer's TMA and dQ-writer code spills (220 bytes at head dim 256, 28
+//   at 128; every spill after the producer's setmaxnreg); at 40 it spills 8 and 0 bytes, and
+//   the consumers' loops fit 232 without spilling. Measured on an H100 at 2k and 16k tokens,
+//   bf16 (bench/results/2026-12-06_h100_attention_backward_producer_registers.json): 40 is
+//   1.09-1.11x at 256, 1.01-1.02x at 128, 0.96-1.00x at 64 (where the consumers spill more).
 template <bool kFastExp2_ = true, int kDqAtomic_ = 0, int kStages_ = 0, int kStatsEarly_ = -1,
           int kSplitExp_ = -1, int kProducerRegisters_ = 0>
 struct BwdConfig {
@@ -60,10 +63,15 @@ struct BwdConfig {
   static constexpr int kStages = kStages_;
   static constexpr int kStatsEarly = kStatsEarly_;
   static constexpr int kSplitExp = kSplitExp_;
-  static constexpr int kProducerRegisters = kProducerRegisters_ > 0 ? kProducerRegisters_ : 24;
-  static constexpr int kConsumerRegisters = (168 * 384 - kProducerRegisters * 128) / 256 / 8 * 8;
-  static_assert(kProducerRegisters % 8 == 0 && kProducerRegisters >= 24 && kConsumerRegisters <= 240,
-                "kProducerRegisters: a multiple of 8, at least 24 (setmaxnreg's minimum)");
+  static constexpr int kProducerRegisters = kProducerRegisters_;
+  static_assert(kProducerRegisters == 0 ||
+                    (kProducerRegisters % 8 == 0 && kProducerRegisters >= 24 &&
+                     kProducerRegisters <= 80),
+                "kProducerRegisters: 0 (the head dim's default) or a multiple of 8, 24 to 80");
+  // The producer's registers where the head dim's default is `fallback`.
+  static constexpr int producer_registers_or(int fallback) {
+    return kProducerRegisters > 0 ? kProducerRegisters : fallback;
+  }
   // A switch that is on (1), off (0) or the head dim's default (-1).
   static constexpr bool on_or(int value, bool fallback) {
     return value < 0 ? fallback : value != 0;

@@ -34,8 +34,9 @@
 //  - Query tiles run in the order of the mask's query range of the key tile; launch order
 //    puts the key tiles with the most queries (causal: the first) first, or, under
 //    deterministic=True, the last key tile first (key_tile_of_cta).
-// Registers (consumer, 240): dK and dV 64 x head_dim x 2 / 128 a thread (64 at head dim 64,
-// 128 at 128), S^T and dP^T 64 x kBlockM / 128 each, dQ kBlockM x head_dim / 256.
+// Registers (consumer: 240 at head dim 64, 232 at 128, kProducerRegisters): dK and dV
+// 64 x head_dim x 2 / 128 a thread (64 at head dim 64, 128 at 128), S^T and dP^T
+// 64 x kBlockM / 128 each, dQ kBlockM x head_dim / 256.
 // Shared memory: K, V (128 x d each), kStages of Q and dO (kBlockM x d each), two dS buffers
 // (kBlockM x 128), the float32 dQ tile (kBlockM x d and 8 floats a 64-row part's row), lse and
 // D: d = 64: 199 KB; d = 128: 198 KB.

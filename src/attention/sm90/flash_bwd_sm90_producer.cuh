@@ -46,8 +46,15 @@ struct BwdTraitsBase {
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerThreads = 256;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  static constexpr int kProducerRegisters = Config::kProducerRegisters;
-  static constexpr int kConsumerRegisters = Config::kConsumerRegisters;
+  // Registers a thread after setmaxnreg (flash_bwd_sm90_config.h, kProducerRegisters): the
+  // consumers share what the producer leaves of the CTA's launch allocation (65,536 / 384
+  // threads = 168 a thread, in multiples of 8), in multiples of 8.
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+  static constexpr int kProducerRegisters =
+      Config::producer_registers_or(kHeadDim == 64 ? 24 : 40);
+  static constexpr int kConsumerRegisters =
+      (kLaunchRegisters * kThreads - kProducerRegisters * 128) / kConsumerThreads / 8 * 8;
+  static_assert(kConsumerRegisters <= 240, "setmaxnreg's maximum is 240 at 384 threads");
   using BlockM = Int<kBlockM>;
   using BlockN = Int<kBlockN>;
   using HeadDim = Int<kHeadDim>;

@@ -26,8 +26,8 @@
 // s + 1 only after P^T of step s + 1 is in, which warpgroup 0 hands over after its dQ product
 // of step s (the last reader of dS^T) has completed; warpgroup 1's own dQ product completes
 // before it moves on.
-// Registers (consumer, 240): dV or dK 128, S^T or dP^T 32, P^T or dS^T as the A operand 16,
-// dQ 64 a thread.
+// Registers (consumer, 232; kProducerRegisters): dV or dK 128, S^T or dP^T 32, P^T or dS^T as
+// the A operand 16, dQ 64 a thread.
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/cutlass.h>
