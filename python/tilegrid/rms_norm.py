@@ -136,9 +136,9 @@ def rms_norm(
     x: float32/float16/bfloat16, any layout (copied to a contiguous one where its rows do not
     have one stride, as the kernels read them); weight: [H] in x's dtype or float32. The
     output has x's dtype; elementwise math is float32. A row's sum of squares is float32 on
-    the GPU, as torch's (a row with |x| above about 1e19 overflows it, giving zeros; one below
-    about 1e-19 underflows it, giving inf with eps=0), and float64 on the CPU. A hidden size
-    of 0 gives an empty output, as torch's.
+    the GPU, as torch's (values of magnitude above about 1e19 overflow it, giving zeros; a row
+    of values below about 1e-19 underflows it, giving inf with eps=0), and float64 on the CPU.
+    A hidden size of 0 gives an empty output, as torch's.
     """
     eps = _check_arguments("rms_norm", x, weight, eps)
     if x.shape[-1] == 0:
