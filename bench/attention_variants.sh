@@ -4,8 +4,11 @@
 # library of bench/cuda/attention_backward_variant.cu, all compiled in parallel (no library
 # build), then times and checks them with bench/bench_attention_backward_variants.py at head
 # dims 64/128/256, 2k and 16k tokens, causal and not. The last thing printed is the table.
+# KIND=forward does the same for the forward's register split (bench/cuda/
+# attention_forward_variant.cu, bench/bench_attention_forward_variants.py; a variant's fields
+# past its name are read as for the backward, only producer_regs matters).
 #
-#   bench/attention_variants.sh [OUTDIR]        (default /tmp/tilegrid-attention-variants)
+#   bench/attention_variants.sh [OUTDIR]        (default /tmp/tilegrid-attention-variants-KIND)
 #
 # Environment: HEAD_DIMS ("64 128 256"), SEQLENS ("2048 16384"), VARIANTS (a list of
 # name:fast_exp2:dq_atomic:stages for every head dim instead of the built-in lists), BASELINE_TREE
@@ -17,7 +20,9 @@
 # OUTDIR/ptxas.txt; BUILD_ONLY=1 stops there (a machine without a GPU). 11 units of ~40-90 s each: about 2 minutes on 16 cores, the run ~2 more.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-OUT=${1:-/tmp/tilegrid-attention-variants}
+KIND=${KIND:-backward}
+case $KIND in backward|forward) ;; *) echo "KIND must be backward or forward, got $KIND" >&2; exit 1 ;; esac
+OUT=${1:-/tmp/tilegrid-attention-variants-$KIND}
 HEAD_DIMS=${HEAD_DIMS:-64 128 256}
 SEQLENS=${SEQLENS:-2048 16384}
 mkdir -p "$OUT/lib" "$OUT/log"
@@ -44,6 +49,7 @@ fi
 # kProducerRegisters: 24 is the default at head dim 64, 40 at 128 and 256).
 variants_for() {
   if [ -n "${VARIANTS:-}" ]; then echo "$VARIANTS"; return; fi
+  if [ "$KIND" = forward ]; then echo "default:1:0:0 prod40:1:0:0:-1:-1:40"; return; fi
   case $1 in
     256) echo "default:1:0:0 prod24:1:0:0:-1:-1:24 atomic-frag:1:2:0" ;;
     128) echo "default:1:0:0 prod24:1:0:0:-1:-1:24 exp2f:0:0:0 atomic:1:1:0" ;;
@@ -69,17 +75,17 @@ done | xargs -P "$jobs" -L 1 sh -c '
     --generate-code=arch=compute_90a,code=[sm_90a] -Xcompiler=-fPIC,-fno-gnu-unique -shared -Xlinker=-Bsymbolic -Xptxas -v \
     -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DTILEGRID_WITH_CUDA \
     -DTG_HEAD_DIM=$d -DTG_FAST_EXP2=$2 -DTG_DQ_ATOMIC=$3 -DTG_STAGES=$4 -DTG_STATS_EARLY=$6 -DTG_SPLIT_EXP=$7 -DTG_PRODUCER_REGS=$8 \
-    -Iinclude -Isrc -isystem '"$cutlass"' bench/cuda/attention_backward_variant.cu \
+    -Iinclude -Isrc -isystem '"$cutlass"' bench/cuda/attention_'"$KIND"'_variant.cu \
     src/core/cuda_launch.cpp -o $lib \
     >'"$OUT"'/log/hd$d-$name.log 2>&1 || { echo "hd$d $name: build failed"; tail -20 '"$OUT"'/log/hd$d-$name.log; }'
 echo "built $(ls "$OUT"/lib/*.so 2>/dev/null | wc -l) variants in $(( $(date +%s) - start )) s"
 
 # The main kernel's line of each log: registers and spills.
 for log in "$OUT"/log/*.log; do
-  echo "$(basename "$log" .log): $(grep -A3 'Compiling entry.*flash_bwd_sm90_.*kernel' "$log" \
+  echo "$(basename "$log" .log): $(grep -A3 'Compiling entry.*flash_[bf]wd_sm90_.*kernel' "$log" \
     | grep -E 'spill|Used' | tr -s ' ' | tr '\n' ' ')"
 done | tee "$OUT/ptxas.txt"
 
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
-python3 bench/bench_attention_backward_variants.py "$OUT/lib" --head-dims $HEAD_DIMS \
+python3 bench/bench_attention_${KIND}_variants.py "$OUT/lib" --head-dims $HEAD_DIMS \
   --seqlens $SEQLENS --out "$OUT/variants.json"

@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python", "attention"))
 from attention_reference import reference  # noqa: E402
 
+FA3_ERROR = ""  # why FlashAttention-3 did not import
 try:
     import flash_attn_interface as fa3
 except ImportError as e:

@@ -13,6 +13,7 @@
 #include <exception>
 
 #include "attention/sm90/flash_bwd_sm90_launch.cuh"
+#include "attention_variant_params.h"
 
 namespace {
 
@@ -35,25 +36,9 @@ FlashBwdParams params(const void* q, const void* k, const void* v, const void* o
                       const void* dout, const float* lse, void* dq, void* dk, void* dv, int batch,
                       int seqlen, int heads, int causal, float scale) {
   FlashBwdParams g;
-  FlashFwdParams& p = g.fwd;
+  g.fwd = variant::dense_forward_params(q, k, v, out, lse, batch, seqlen, heads, kHeadDim, causal,
+                                        scale);
   const int64_t row = int64_t(heads) * kHeadDim, seq = row * seqlen;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.out = const_cast<void*>(out);
-  p.lse = const_cast<float*>(lse);
-  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.out_batch_stride = seq;
-  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.out_row_stride = row;
-  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.out_head_stride = kHeadDim;
-  p.lse_batch_stride = int64_t(heads) * seqlen;
-  p.lse_head_stride = seqlen;
-  p.seqlen_q = p.seqlen_k = p.max_seqlen_q = seqlen;
-  p.batch = batch;
-  p.heads_q = p.heads_kv = heads;
-  p.group = 1;
-  p.rows_q = p.rows_k = seqlen;
-  p.score_scale_log2 = float(double(scale) * 1.4426950408889634);
-  p.window_right = causal ? 0 : -1;
   g.dout = dout;
   g.dout_batch_stride = seq;
   g.dout_row_stride = row;

@@ -93,9 +93,12 @@ struct RegisterSplit<3> {
 // SharedStorage::o where the output tile is stored from registers.
 struct NoOutputStage {};
 
+// kProducerRegisters_: the producer warpgroup's registers after setmaxnreg, the consumers
+// taking the rest of the launch allocation; 0 (the library's kernels) takes RegisterSplit's.
+// Other values are built by bench/attention_variants.sh (KIND=forward) for measurement.
 template <class Element_, int kHeadDim_, bool kConditionalRescale_, bool kSoftwareExp2_,
           int kConsumerWarpgroups_ = 2, int kBlockN_ = TileShape<kHeadDim_>::kBlockN,
-          int kClusterM_ = 1>
+          int kClusterM_ = 1, int kProducerRegisters_ = 0>
 struct Sm90Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -108,7 +111,14 @@ struct Sm90Traits {
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma: N of S, K of P V");
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  static constexpr int kConsumerRegisters = RegisterSplit<kConsumerWarpgroups>::kConsumer;
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;  // a thread, at launch
+  static constexpr int kProducerRegisters = kProducerRegisters_ > 0
+                                                ? kProducerRegisters_
+                                                : RegisterSplit<kConsumerWarpgroups>::kProducer;
+  static constexpr int kConsumerRegisters =
+      kProducerRegisters_ > 0
+          ? (kLaunchRegisters * kThreads - kProducerRegisters * 128) / kConsumerThreads / 8 * 8
+          : RegisterSplit<kConsumerWarpgroups>::kConsumer;
   // CTAs of a cluster: neighbouring query tiles of one (head, sequence), which read the same K
   // and V tiles; with 2, each CTA loads half of every K/V tile and the TMA multicasts it into
   // both CTAs' shared memory, halving the L2-to-SM traffic of K and V (FlashAttention-3's
@@ -116,13 +126,15 @@ struct Sm90Traits {
   static constexpr int kClusterM = kClusterM_;
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs");
   using ClusterShape = Shape<Int<kClusterM>, _1, _1>;
-  static constexpr int kProducerRegisters = RegisterSplit<kConsumerWarpgroups>::kProducer;
   // setmaxnreg moves registers within what the CTA got at launch (__launch_bounds__(kThreads,
   // 1): 65,536 / kThreads rounded down to 8 a thread): a larger split would leave a consumer
   // warp waiting for registers forever (32 / 240 with two consumer warpgroups: 65,536 > 64,512).
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <=
-                    65536 / kThreads / 8 * 8 * kThreads,
+                    kLaunchRegisters * kThreads,
                 "register split larger than the CTA's launch allocation");
+  static_assert(kProducerRegisters % 8 == 0 && kProducerRegisters >= 24 &&
+                    kConsumerRegisters <= 240,
+                "setmaxnreg: multiples of 8 from 24 to 240");
   using BlockM = Int<kBlockM>;
   using BlockN = Int<kBlockN>;
   using HeadDim = Int<kHeadDim>;

@@ -132,46 +132,56 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
 // The tile shape the switches pick for one element type and FA4 combination: three consumer
 // warpgroups at head dim 64; at head dims 128 and 256 (bfloat16) 176- and 80-key tiles and
 // clusters of two; else the standard one.
-template <class Element, int kHeadDim, bool kRescale, bool kExp2>
+// kProducerRegisters: 0 for the library's kernels (Sm90Traits).
+template <class Element, int kHeadDim, bool kRescale, bool kExp2, int kProducerRegisters = 0>
 void launch_shape(const FlashFwdParams& p, int switches, cudaStream_t s) {
+  constexpr int kNarrow = TileShape<kHeadDim>::kBlockN;
+  constexpr int kRegs = kProducerRegisters;
   if constexpr (kHeadDim == 64 && !kRescale && !kExp2)
     if (switches & kThreeConsumerWarpgroups)
-      return launch<Sm90Traits<Element, kHeadDim, false, false, 3>>(p, switches, s);
+      return launch<Sm90Traits<Element, kHeadDim, false, false, 3, kNarrow, 1, kRegs>>(
+          p, switches, s);
   if constexpr ((kHeadDim == 128 || kHeadDim == 256) && !kRescale && !kExp2 &&
                 std::is_same_v<Element, cutlass::bfloat16_t>) {
-    constexpr int kNarrow = TileShape<kHeadDim>::kBlockN, kWide = kHeadDim == 128 ? 176 : 80;
+    constexpr int kWide = kHeadDim == 128 ? 176 : 80;
     constexpr int kBlockM = Sm90Traits<Element, kHeadDim, false, false>::kBlockM;
     const bool wide = (switches & kWideKeyTiles) != 0;
     if (key_value_multicast_applies(p, switches, kBlockM)) {
       if (wide)
-        return launch<Sm90Traits<Element, kHeadDim, false, false, 2, kWide, 2>>(p, switches, s);
-      return launch<Sm90Traits<Element, kHeadDim, false, false, 2, kNarrow, 2>>(p, switches, s);
+        return launch<Sm90Traits<Element, kHeadDim, false, false, 2, kWide, 2, kRegs>>(
+            p, switches, s);
+      return launch<Sm90Traits<Element, kHeadDim, false, false, 2, kNarrow, 2, kRegs>>(
+          p, switches, s);
     }
-    if (wide) return launch<Sm90Traits<Element, kHeadDim, false, false, 2, kWide>>(p, switches, s);
+    if (wide)
+      return launch<Sm90Traits<Element, kHeadDim, false, false, 2, kWide, 1, kRegs>>(
+          p, switches, s);
   }
-  return launch<Sm90Traits<Element, kHeadDim, kRescale, kExp2>>(p, switches, s);
+  return launch<Sm90Traits<Element, kHeadDim, kRescale, kExp2, 2, kNarrow, 1, kRegs>>(
+      p, switches, s);
 }
 
 // bfloat16: every combination of the two compile-time switches (the benchmark's table);
 // float16: the default combination only, to keep the number of kernels (and the compile time)
 // down.
-template <int kHeadDim>
+template <int kHeadDim, int kProducerRegisters = 0>
 void launch(const FlashFwdParams& p, DType dtype, int switches, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream.handle);
   using bf16 = cutlass::bfloat16_t;
   constexpr bool kDefaultRescale = (kDefaultCompileTimeSwitches & kConditionalRescale) != 0;
   constexpr bool kDefaultExp2 = (kDefaultCompileTimeSwitches & kSoftwareExp2) != 0;
   if (dtype == DType::Float16)
-    return launch_shape<cutlass::half_t, kHeadDim, kDefaultRescale, kDefaultExp2>(p, switches, s);
+    return launch_shape<cutlass::half_t, kHeadDim, kDefaultRescale, kDefaultExp2,
+                        kProducerRegisters>(p, switches, s);
   switch (switches & kCompileTimeSwitches) {
     case kNoSwitches:
-      return launch_shape<bf16, kHeadDim, false, false>(p, switches, s);
+      return launch_shape<bf16, kHeadDim, false, false, kProducerRegisters>(p, switches, s);
     case kConditionalRescale:
-      return launch_shape<bf16, kHeadDim, true, false>(p, switches, s);
+      return launch_shape<bf16, kHeadDim, true, false, kProducerRegisters>(p, switches, s);
     case kSoftwareExp2:
-      return launch_shape<bf16, kHeadDim, false, true>(p, switches, s);
+      return launch_shape<bf16, kHeadDim, false, true, kProducerRegisters>(p, switches, s);
     default:
-      return launch_shape<bf16, kHeadDim, true, true>(p, switches, s);
+      return launch_shape<bf16, kHeadDim, true, true, kProducerRegisters>(p, switches, s);
   }
 }
 
