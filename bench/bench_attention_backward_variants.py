@@ -53,14 +53,40 @@ TOKENS = 16384
 HIDDEN = 2048
 
 
+def load_variant(path: str) -> tuple[str, ctypes.CDLL]:
+    """A variant library hd<d>-<name>.so: (name, the library). Every variant defines the same
+    symbols (the baseline: the very same kernels); each library binds its own."""
+    name = os.path.basename(path)[: -len(".so")].split("-", 1)[1]
+    return name, ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_DEEPBIND)
+
+
+def variants_of(libdir: str, head_dim: int, make) -> list:
+    """make(path) of each library of the head dim in libdir, "default" first; empty (and said)
+    without a default."""
+    variants = [make(p) for p in sorted(glob.glob(os.path.join(libdir, f"hd{head_dim}-*.so")))]
+    variants.sort(key=lambda v: (v.name != "default", v.name))
+    if not variants or variants[0].name != "default":
+        print(f"hd{head_dim}: no default variant in {libdir}; skipped")
+        return []
+    for v in variants:
+        print(f"hd{head_dim} {v.name}: {v.describe()}", flush=True)
+    return variants
+
+
+def print_table(rows) -> None:
+    """The markdown table of (head dim, tokens, causal, variant, TFLOP/s, ms, speed-up, ok)."""
+    print("\n| head dim | tokens | mask | variant | TFLOP/s | ms | vs default | correct |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for d, s, causal, name, tflops, t, speedup, good in rows:
+        print(f"| {d} | {s} | {'causal' if causal else 'full'} | {name} | {tflops:.0f} | "
+              f"{t:.3f} | {speedup:.3f} | {'ok' if good else 'WRONG'} |")
+
+
 class Variant:
     """One configuration's shared library: hd<d>-<name>.so."""
 
     def __init__(self, path: str):
-        self.name = os.path.basename(path)[: -len(".so")].split("-", 1)[1]
-        # Every variant defines the same symbols (the baseline: the very same kernels); each
-        # library binds its own.
-        self.lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_DEEPBIND)
+        self.name, self.lib = load_variant(path)
         info = (ctypes.c_int * 7)()
         self.lib.tg_variant_describe(info)
         (self.head_dim, self.block_m, self.block_n, self.stages, self.fast_exp2, self.dq_atomic,
@@ -220,7 +246,8 @@ def time_interleaved(runs, batches=12, per_batch=5, warmup=2):
     return [sorted(m)[len(m) // 2] for m in ms]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The variant benchmarks' arguments; prints the device and whether FA3 is measured."""
     parser = argparse.ArgumentParser()
     parser.add_argument("libdir")
     parser.add_argument("--head-dims", type=int, nargs="*", default=[64, 128, 256])
@@ -231,6 +258,11 @@ def main() -> None:
     print(f"device: {torch.cuda.get_device_name()}", flush=True)
     print("FlashAttention-3: " + ("measured" if fa3 else f"not measured ({FA3_ERROR})"),
           flush=True)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     rows, record = [], []
 
     def write():  # after every problem: a run cut short keeps what it measured
@@ -239,14 +271,9 @@ def main() -> None:
                 json.dump(dict(device=torch.cuda.get_device_name(), rows=record), f, indent=1)
 
     for d in args.head_dims:
-        paths = sorted(glob.glob(os.path.join(args.libdir, f"hd{d}-*.so")))
-        variants = [Variant(p) for p in paths]
-        variants.sort(key=lambda v: (v.name != "default", v.name))
-        if not variants or variants[0].name != "default":
-            print(f"hd{d}: no default variant in {args.libdir}; skipped")
+        variants = variants_of(args.libdir, d, Variant)
+        if not variants:
             continue
-        for v in variants:
-            print(f"hd{d} {v.name}: {v.describe()}", flush=True)
         ok = {}
         for causal in (False, True):
             deterministic = {}  # the deterministic gradients of the variants so far, by name
@@ -307,11 +334,7 @@ def main() -> None:
                 del q, k, v_, dout, out, lse, runs
                 torch.cuda.empty_cache()
                 write()
-    print("\n| head dim | tokens | mask | variant | TFLOP/s | ms | vs default | correct |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for d, s, causal, name, tflops, t, speedup, good in rows:
-        print(f"| {d} | {s} | {'causal' if causal else 'full'} | {name} | {tflops:.0f} | "
-              f"{t:.3f} | {speedup:.3f} | {'ok' if good else 'WRONG'} |")
+    print_table(rows)
 
 
 if __name__ == "__main__":

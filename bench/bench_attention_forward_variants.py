@@ -20,26 +20,23 @@ forward: 4 x batch x heads x seqlen^2 x head_dim, halved for causal.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import glob
 import json
 import math
 import os
 
 import torch
 
-from bench_attention_backward_variants import (FA3_ERROR, HIDDEN, TOKENS, fa3, reference,
-                                               time_interleaved)
+from bench_attention_backward_variants import (HIDDEN, TOKENS, fa3, load_variant, parse_args,
+                                               print_table, reference, time_interleaved,
+                                               variants_of)
 
 
 class ForwardVariant:
     """One register split's shared library: hd<d>-<name>.so."""
 
     def __init__(self, path: str):
-        self.name = os.path.basename(path)[: -len(".so")].split("-", 1)[1]
-        # Every variant defines the same symbols; each library binds its own.
-        self.lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_DEEPBIND)
+        self.name, self.lib = load_variant(path)
         info = (ctypes.c_int * 3)()
         self.lib.tg_variant_describe(info)
         self.head_dim, self.producer_registers, self.consumer_registers = list(info)
@@ -56,7 +53,8 @@ class ForwardVariant:
         b, s, h, d = q.shape
         out = torch.full_like(q, float("nan"))
         lse = torch.full((b, h, s), float("nan"), dtype=torch.float32, device=q.device)
-        args = [t.data_ptr() for t in (q, k, v, out, lse)] + [b, s, h, int(causal), 1.0 / math.sqrt(d)]
+        args = [t.data_ptr() for t in (q, k, v, out, lse)]
+        args += [b, s, h, int(causal), 1.0 / math.sqrt(d)]
 
         def run():
             err = self.lib.tg_variant_forward(*args, torch.cuda.current_stream().cuda_stream)
@@ -85,29 +83,18 @@ def correct(out, lse, plain, exact, exact_lse) -> tuple[bool, float, float]:
     plain_err = (plain.double() - e).abs().max().item()
     ok = err <= 2 * plain_err + 1e-3 * e.abs().max().item() + 1e-6
     if lse is not None:
-        ok = ok and not lse.isnan().any() and (lse.double() - exact_lse.double()).abs().max().item() <= 1e-3
+        lse_err = (lse.double() - exact_lse.double()).abs().max().item()
+        ok = ok and not lse.isnan().any() and lse_err <= 1e-3
     return ok, err, plain_err
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("libdir")
-    parser.add_argument("--head-dims", type=int, nargs="*", default=[64, 128, 256])
-    parser.add_argument("--seqlens", type=int, nargs="*", default=[2048, 16384])
-    parser.add_argument("--out")
-    args = parser.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    print(f"device: {torch.cuda.get_device_name()}", flush=True)
-    print("FlashAttention-3: " + ("measured" if fa3 else f"not measured ({FA3_ERROR})"), flush=True)
+    args = parse_args()
     rows, record = [], []
     for d in args.head_dims:
-        variants = [ForwardVariant(p) for p in sorted(glob.glob(os.path.join(args.libdir, f"hd{d}-*.so")))]
-        variants.sort(key=lambda v: (v.name != "default", v.name))
-        if not variants or variants[0].name != "default":
-            print(f"hd{d}: no default variant in {args.libdir}; skipped")
+        variants = variants_of(args.libdir, d, ForwardVariant)
+        if not variants:
             continue
-        for v in variants:
-            print(f"hd{d} {v.name}: {v.describe()}", flush=True)
         for seqlen in args.seqlens:
             batch, heads = TOKENS // seqlen, HIDDEN // d
             for causal in (False, True):
@@ -145,17 +132,15 @@ def main() -> None:
                                        config=config, ms=t, tflops=tflops, speedup=ms[0] / t,
                                        correct=good))
                     print(f"hd{d} {seqlen} {'causal' if causal else 'full'} {name}: {t:.3f} ms "
-                          f"{tflops:.0f} TFLOP/s x{ms[0] / t:.3f} {'ok' if good else 'WRONG'}", flush=True)
+                          f"{tflops:.0f} TFLOP/s x{ms[0] / t:.3f} {'ok' if good else 'WRONG'}",
+                          flush=True)
                 del q, k, v_, runs
                 torch.cuda.empty_cache()
                 if args.out:  # after every problem: a run cut short keeps what it measured
                     with open(args.out, "w") as f:
-                        json.dump(dict(device=torch.cuda.get_device_name(), rows=record), f, indent=1)
-    print("\n| head dim | tokens | mask | variant | TFLOP/s | ms | vs default | correct |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for d, s, causal, name, tflops, t, speedup, good in rows:
-        print(f"| {d} | {s} | {'causal' if causal else 'full'} | {name} | {tflops:.0f} | {t:.3f} | "
-              f"{speedup:.3f} | {'ok' if good else 'WRONG'} |")
+                        json.dump(dict(device=torch.cuda.get_device_name(), rows=record), f,
+                                  indent=1)
+    print_table(rows)
 
 
 if __name__ == "__main__":
