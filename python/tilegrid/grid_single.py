@@ -56,6 +56,12 @@ def _one(op: str, name: str, value) -> JaggedTensor:
     return JaggedTensor._from_trusted(t, offsets)
 
 
+def _transform(op: str, voxel_size, origin) -> dict:
+    """A single grid's voxel_size and origin, checked (_vec3), as GridBatch's keywords."""
+    return dict(voxel_sizes=_vec3(op, "voxel_size", voxel_size),
+                origins=_vec3(op, "origin", origin))
+
+
 def _vec3(op: str, name: str, value):
     """value, checked to be a number or three numbers (fVDB's NumericMaxRank1: one grid's
     voxel size, origin, box corner, ...); returned as given."""
@@ -177,9 +183,7 @@ class Grid:
                 default 0.
         """
         op = "from_ijk"
-        return cls(GridBatch.from_ijk(_one(op, "ijk", ijk),
-                                      voxel_sizes=_vec3(op, "voxel_size", voxel_size),
-                                      origins=_vec3(op, "origin", origin)))
+        return cls(GridBatch.from_ijk(_one(op, "ijk", ijk), **_transform(op, voxel_size, origin)))
 
     @classmethod
     def from_points(cls, points: torch.Tensor, voxel_size=1, origin=0) -> Grid:
@@ -193,8 +197,7 @@ class Grid:
         """
         op = "from_points"
         return cls(GridBatch.from_points(_one(op, "points", points),
-                                         voxel_sizes=_vec3(op, "voxel_size", voxel_size),
-                                         origins=_vec3(op, "origin", origin)))
+                                         **_transform(op, voxel_size, origin)))
 
     @classmethod
     def from_nearest_voxels_to_points(cls, points: torch.Tensor, voxel_size=1, origin=0) -> Grid:
@@ -208,8 +211,7 @@ class Grid:
         """
         op = "from_nearest_voxels_to_points"
         return cls(GridBatch.from_nearest_voxels_to_points(
-            _one(op, "points", points), voxel_sizes=_vec3(op, "voxel_size", voxel_size),
-            origins=_vec3(op, "origin", origin)))
+            _one(op, "points", points), **_transform(op, voxel_size, origin)))
 
     @classmethod
     def from_mesh(cls, mesh_vertices: torch.Tensor, mesh_faces: torch.Tensor, voxel_size=1,
@@ -226,8 +228,7 @@ class Grid:
         op = "from_mesh"
         return cls(GridBatch.from_mesh(_one(op, "mesh_vertices", mesh_vertices),
                                        _one(op, "mesh_faces", mesh_faces),
-                                       voxel_sizes=_vec3(op, "voxel_size", voxel_size),
-                                       origins=_vec3(op, "origin", origin)))
+                                       **_transform(op, voxel_size, origin)))
 
     @classmethod
     def from_dense(cls, dense_dims, ijk_min=0, voxel_size=1, origin=0,
@@ -251,8 +252,8 @@ class Grid:
                             f"{_kind(mask)}")
         return cls(GridBatch.from_dense(1, _vec3(op, "dense_dims", dense_dims),
                                         _vec3(op, "ijk_min", ijk_min),
-                                        _vec3(op, "voxel_size", voxel_size),
-                                        _vec3(op, "origin", origin), mask=mask, device=device))
+                                        **_transform(op, voxel_size, origin), mask=mask,
+                                        device=device))
 
     @classmethod
     def from_dense_axis_aligned_bounds(cls, dense_dims, bounds_min=0, bounds_max=1,
@@ -283,8 +284,7 @@ class Grid:
                 default 0.
         """
         op = "from_zero_voxels"
-        return cls(GridBatch.from_zero_voxels(device, _vec3(op, "voxel_size", voxel_size),
-                                              _vec3(op, "origin", origin)))
+        return cls(GridBatch.from_zero_voxels(device, **_transform(op, voxel_size, origin)))
 
     @classmethod
     def from_nanovdb(cls, path, *, index: int = 0, name: Optional[str] = None, device="cpu",

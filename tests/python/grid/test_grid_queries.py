@@ -14,6 +14,7 @@ import torch
 import tilegrid as tg
 import tilegrid.grid_queries as grid_queries
 from conftest import DEVICES
+from points_near_voxels import points_near_voxels
 
 SIZES = ((0.5, 0.25, 1.0), (1.0, 1.0, 1.0), (2.0, 2.0, 2.0))
 
@@ -37,19 +38,10 @@ def active_set(grid) -> set:
 
 
 def centres_near_voxels(grid, counts=(150, 10, 60)):
-    """float64 world points within about two voxels of random active voxels of each grid, and
-    two far from every voxel, a tensor per grid."""
-    centres = grid.voxel_to_world(grid.ijk).jdata.cpu().double()
-    parts = []
-    for b, n in enumerate(counts):
-        mine = centres[grid.joffsets[b]:grid.joffsets[b + 1]]
-        if len(mine):
-            pick = mine[torch.randint(0, len(mine), (n,))]
-            pts = pick + (torch.rand(n, 3, dtype=torch.float64) * 4 - 2) * grid.voxel_sizes[b]
-        else:
-            pts = torch.randn(n, 3, dtype=torch.float64) * 3
-        parts.append(torch.cat([pts, torch.tensor([[1e4, 0, 0], [-3e3, 5e3, 1e2]], dtype=torch.float64)]))
-    return parts
+    """float64 world points within two voxels of random active voxels of each grid, and two far
+    from every voxel, a tensor per grid."""
+    far = torch.tensor([[1e4, 0, 0], [-3e3, 5e3, 1e2]], dtype=torch.float64)
+    return points_near_voxels(grid, counts, spread=2, empty_scale=3, far=far)
 
 
 def reference_cubes(grid, active, centres, cube_min, cube_max):

@@ -13,6 +13,7 @@ import torch
 
 import tilegrid as tg
 from conftest import DEVICES
+from points_near_voxels import points_near_voxels
 
 SIZES = ((0.5, 0.25, 1.0), (1.0, 1.0, 1.0), (2.0, 2.0, 2.0))
 
@@ -30,21 +31,12 @@ def voxel_rows(grid) -> dict:
     return {(b, *c): r for r, (b, c) in enumerate(zip(jidx, ijk))}
 
 
-def points_near_voxels(grid, counts=(120, 15, 60), far=3):
-    """float64 points within 0.95 voxels (along each axis) of random active voxels of each grid (random points
-    for a grid without voxels), and `far` points far from every voxel, a tensor per grid."""
-    centres = grid.voxel_to_world(grid.ijk).jdata.cpu().double()
-    parts = []
-    for b, n in enumerate(counts):
-        mine = centres[grid.joffsets[b]:grid.joffsets[b + 1]]
-        if len(mine):
-            pick = mine[torch.randint(0, len(mine), (n,))]
-            jitter = (torch.rand(n, 3, dtype=torch.float64) * 1.9 - 0.95) * grid.voxel_sizes[b]
-            pts = pick + jitter
-        else:
-            pts = torch.randn(n, 3, dtype=torch.float64) * 5
-        parts.append(torch.cat([pts, torch.full((far, 3), 1e4, dtype=torch.float64)]))
-    return parts
+def points_near(grid, counts=(120, 15, 60), far=3):
+    """float64 points within 0.95 voxels (along each axis) of random active voxels of each grid
+    (random points for a grid without voxels), and `far` points far from every voxel, a tensor
+    per grid."""
+    return points_near_voxels(grid, counts, spread=0.95, empty_scale=5,
+                              far=torch.full((far, 3), 1e4, dtype=torch.float64))
 
 
 def bezier_1d(x: float) -> float:
@@ -120,7 +112,7 @@ def away_from_cell_faces(grid, parts, margin=1e-3):
 def test_sample_with_grad_matches_the_reference_and_its_differences(device, bezier):
     grid = random_grid(device)
     rows = voxel_rows(grid)
-    parts = points_near_voxels(grid)
+    parts = points_near(grid)
     if not bezier:
         parts = away_from_cell_faces(grid, parts)
     points = tg.JaggedTensor(parts).to(device)
@@ -151,7 +143,7 @@ def test_sample_with_grad_matches_the_reference_and_its_differences(device, bezi
 def test_sample_bezier_matches_the_reference_in_float32(device):
     grid = random_grid(device)
     rows = voxel_rows(grid)
-    points = tg.JaggedTensor(points_near_voxels(grid)).to(device)
+    points = tg.JaggedTensor(points_near(grid)).to(device)
     data = torch.randn(grid.total_voxels, 4, device=device)
     out = grid.sample_bezier(points.to(torch.float32), data)
     assert out.jdata.dtype == torch.float32 and out.jdata.shape == (points.jdata.shape[0], 4)
@@ -181,7 +173,7 @@ def test_bezier_weights_are_fvdbs(device):
 def test_splat_bezier_is_the_reference_spread_and_the_adjoint_of_sample_bezier(device):
     grid = random_grid(device)
     rows = voxel_rows(grid)
-    points = tg.JaggedTensor(points_near_voxels(grid)).to(device)
+    points = tg.JaggedTensor(points_near(grid)).to(device)
     n = points.jdata.shape[0]
     values = torch.randn(n, 3, dtype=torch.float64, device=device)
     out = grid.splat_bezier(points, values)
@@ -204,7 +196,7 @@ def test_splat_bezier_is_the_reference_spread_and_the_adjoint_of_sample_bezier(d
 @pytest.mark.parametrize("device", DEVICES)
 def test_gradcheck_in_both_inputs(device):
     grid = random_grid(device, counts=(40, 0, 25), spread=3)
-    points = tg.JaggedTensor(points_near_voxels(grid, counts=(8, 3, 6), far=1)).to(device)
+    points = tg.JaggedTensor(points_near(grid, counts=(8, 3, 6), far=1)).to(device)
     offsets = points.joffsets
     data = torch.randn(grid.total_voxels, 2, dtype=torch.float64, device=device, requires_grad=True)
     p = points.jdata.clone().requires_grad_()
@@ -226,7 +218,7 @@ def test_gradcheck_in_both_inputs(device):
 @pytest.mark.parametrize("bezier", [False, True], ids=["trilinear", "bezier"])
 def test_the_returned_gradient_is_autograds_gradient_of_the_values(device, bezier):
     grid = random_grid(device)
-    parts = points_near_voxels(grid)
+    parts = points_near(grid)
     if not bezier:
         parts = away_from_cell_faces(grid, parts)
     points = tg.JaggedTensor(parts).to(device)
@@ -242,7 +234,7 @@ def test_the_returned_gradient_is_autograds_gradient_of_the_values(device, bezie
 @pytest.mark.parametrize("device", DEVICES)
 def test_low_precision_features_empty_points_and_empty_batches(device):
     grid = random_grid(device)
-    points = tg.JaggedTensor([t.float() for t in points_near_voxels(grid)]).to(device)
+    points = tg.JaggedTensor([t.float() for t in points_near(grid)]).to(device)
     data = torch.randn(grid.total_voxels, 2, device=device)
     for low in (torch.float16, torch.bfloat16):
         for fn in (grid.sample_bezier, lambda p, d: grid.sample_bezier_with_grad(p, d)[1],
