@@ -1,7 +1,7 @@
 """Tabulate scripts/profile_attention.sh's Nsight Compute output.
 
     python bench/ncu_compare.py ncu_attention.csv [more.csv ...] [--markdown]
-    python bench/ncu_compare.py --source ncu_source.csv.gz [--opcodes wait mio]
+    python bench/ncu_compare.py --source ncu_source.csv.gz [--opcodes wait mio] [--conflicts 8]
 
 The first form: one column per profiled kernel, one row per counter that tells the attention
 kernels apart (time, launch shape, tensor-pipe and exponential-unit busy, issue rate, warp
@@ -12,7 +12,9 @@ profiled in separate runs); a later block with the same heading replaces an earl
 between the steady key-tile loop (instructions executed at least 30% as often as the most
 executed one: the consumers' per-tile code) and the rest (prologue, epilogue, the producer
 warp), by stall reason; --opcodes adds, for the stall reasons it names, their samples by
-opcode. Files may be gzip-compressed.
+opcode; --conflicts N lists each kernel's N instructions with the most excess shared-memory
+wavefronts (bank conflicts: wavefronts beyond the ideal for the access), with how often each
+ran. Files may be gzip-compressed.
 """
 
 from __future__ import annotations
@@ -141,6 +143,26 @@ def source_opcodes(paths, reasons):
             print(f"{heading}: {reason} {total:,.0f} samples: {top}")
 
 
+def source_conflicts(paths, count):
+    """Print each kernel's `count` instructions with the most excess shared-memory wavefronts
+    (ncu's "L1 Wavefronts Shared Excessive": the wavefronts an access took beyond its ideal, so
+    bank conflicts), with their share of the kernel's excess and their executed count."""
+    for heading, rows in sections(paths).items():
+        header = rows[1]
+        instructions = [dict(zip(header, r)) for r in rows[2:] if len(r) == len(header)]
+        excess = [(to_float(i["L1 Wavefronts Shared Excessive"]), i) for i in instructions]
+        total = sum(e for e, _ in excess)
+        shared = sum(to_float(i["L1 Wavefronts Shared"]) for i in instructions)
+        print(f"{heading}: {total:,.0f} excess of {shared:,.0f} shared-memory wavefronts")
+        for e, inst in sorted(excess, key=lambda x: x[0], reverse=True)[:count]:
+            if e == 0:
+                break
+            ideal = to_float(inst["L1 Wavefronts Shared Ideal"])
+            print(f"  {e / total:6.1%}  {e:14,.0f} excess, ideal {ideal:14,.0f}, "
+                  f"{to_float(inst['Instructions Executed']):12,.0f} executed  "
+                  f"{inst['Address'][-5:]}  {' '.join(inst['Source'].split())}")
+
+
 def number(text, metric):
     value = parse_number(text)
     if value is None:
@@ -157,11 +179,15 @@ def main() -> None:
                         help="the files are source pages: stalls by phase")
     parser.add_argument("--opcodes", nargs="*", metavar="REASON",
                         help="with --source: these stall reasons (e.g. wait mio) by opcode")
+    parser.add_argument("--conflicts", type=int, metavar="N",
+                        help="with --source: the N instructions with the most bank conflicts")
     args = parser.parse_args()
     if args.source:
         source_phases(args.files)
         if args.opcodes:
             source_opcodes(args.files, args.opcodes)
+        if args.conflicts:
+            source_conflicts(args.files, args.conflicts)
         return
     blocks = load(args.files)
     headings = sorted(blocks, key=lambda h: (h.rsplit(" ", 1)[0], h))
