@@ -35,6 +35,24 @@ __device__ __forceinline__ void store_key_rows(const FlashBwdParams& g, void* ou
   }
 }
 
+// The same from a gradient's transpose (the Hopper head-dim-split kernel's dK^T and dV^T):
+// coords gives each accumulator's (column, key row) tile coordinates, and neighbouring values
+// lie in neighbouring rows, so each is a 16-bit store of its own (once a key tile, after its
+// last step).
+template <class Element, class Acc, class Coords>
+__device__ __forceinline__ void store_key_columns(const FlashBwdParams& g, void* out, int b,
+                                                  int64_t first_key, int head_kv, int key_rows,
+                                                  const Acc& acc, float factor,
+                                                  const Coords& coords) {
+  auto* ptr = static_cast<Element*>(out) + b * g.dk_batch_stride + first_key * g.dk_row_stride +
+              head_kv * g.dk_head_stride;
+  CUTE_UNROLL
+  for (int i = 0; i < cute::size(acc); ++i) {
+    const int col = cute::get<0>(coords(i)), row = cute::get<1>(coords(i));
+    if (row < key_rows) ptr[int64_t(row) * g.dk_row_stride + col] = Element(acc(i) * factor);
+  }
+}
+
 // Both: dK times the softmax scale, and dV.
 template <class Element, class Acc, class Coords>
 __device__ __forceinline__ void store_dk_dv(const FlashBwdParams& g, int b, int64_t first_key,
