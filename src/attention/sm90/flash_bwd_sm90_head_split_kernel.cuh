@@ -43,6 +43,7 @@
 #include "attention/sm90/flash_bwd_sm90_fragments.cuh"
 #include "attention/sm90/flash_bwd_sm90_producer.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
+#include "hopper/named_barriers.h"
 #include "hopper/wgmma.cuh"
 
 namespace tilegrid::attention::sm90_bwd {
@@ -92,7 +93,8 @@ struct BwdHeadSplitTraits : BwdTraitsBase<Element_, kHeadDim_, 64, Config::stage
   static_assert(cosize_v<SmemLayoutDs> == cosize_v<SmemLayoutDsT>);
   // Both warpgroups' P and dS written (the products may read them), and both done with the
   // last step's (they may be rewritten), over the consumer warpgroups.
-  static constexpr int kBarrierPdsWritten = 1, kBarrierPdsFree = 6;
+  static constexpr int kBarrierPdsWritten = hopper::bwd_barrier::kStepFirst;
+  static constexpr int kBarrierPdsFree = hopper::bwd_barrier::kStepSecond;
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> k;

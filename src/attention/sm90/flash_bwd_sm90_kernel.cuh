@@ -57,6 +57,7 @@
 #include "attention/sm90/flash_bwd_sm90_fragments.cuh"
 #include "attention/sm90/flash_bwd_sm90_producer.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
+#include "hopper/named_barriers.h"
 #include "hopper/wgmma.cuh"
 
 namespace tilegrid::attention::sm90_bwd {
@@ -100,7 +101,7 @@ struct BwdTraits : BwdTraitsBase<Element_, kHeadDim_, 128, Config::stages_or(2),
   using SmemLayoutDsT = decltype(composition(
       SmemLayoutDs{}, make_ordered_layout(Shape<BlockN, BlockM, _2>{}, Step<_2, _1, _3>{})));
   // dS written, between the consumer warpgroups (the one barrier a step).
-  static constexpr int kBarrierDsWritten = 1;
+  static constexpr int kBarrierDsWritten = hopper::bwd_barrier::kStepFirst;
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> k;

@@ -22,6 +22,7 @@
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 #include "core/cuda_ordered_counter.cuh"
 #include "hopper/bulk_reduce.cuh"
+#include "hopper/named_barriers.h"
 
 namespace tilegrid::attention::sm90_bwd {
 
@@ -109,10 +110,13 @@ struct BwdTraitsBase {
   // warpgroup and the writer warp. With kDqAtomic 1 or 2 and deterministic=True instead:
   // warpgroup w's turn come (over the warpgroup; ids 2, 3) and both parts added (over the
   // consumers; 4).
-  // A kernel's own barriers take ids 1 and 6 up.
-  static constexpr int kBarrierDqFull = 2, kBarrierDqEmpty = 4;  // + consumer warpgroup
+  // (hopper/named_barriers.h; a kernel's own per-step barriers are bwd_barrier::kStepFirst and
+  // kStepSecond.)
+  static constexpr int kBarrierDqFull = hopper::bwd_barrier::kDqFull;  // + consumer warpgroup
+  static constexpr int kBarrierDqEmpty = hopper::bwd_barrier::kDqEmpty;
   static constexpr int kDqBarrierThreads = 128 + 32;
-  static constexpr int kBarrierDqTurn = 2, kBarrierDqAdded = 4;
+  static constexpr int kBarrierDqTurn = hopper::bwd_barrier::kDqTurn;
+  static constexpr int kBarrierDqAdded = hopper::bwd_barrier::kDqAdded;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;

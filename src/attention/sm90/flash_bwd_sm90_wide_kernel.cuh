@@ -44,6 +44,7 @@
 #include "attention/sm90/flash_bwd_sm90_fragments.cuh"
 #include "attention/sm90/flash_bwd_sm90_producer.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
+#include "hopper/named_barriers.h"
 #include "hopper/wgmma.cuh"
 
 namespace tilegrid::attention::sm90_bwd {
@@ -84,7 +85,8 @@ struct BwdWideTraits : BwdTraitsBase<Element_, kHeadDim_, 64, Config::stages_or(
       SmemLayoutDs{}, make_ordered_layout(Shape<BlockN, BlockM>{}, Step<_2, _1>{})));
   // P^T handed over (warpgroup 0 arrives, warpgroup 1 waits) and dS^T written (both), over
   // the consumer warpgroups.
-  static constexpr int kBarrierPHandedOver = 1, kBarrierDsWritten = 6;
+  static constexpr int kBarrierPHandedOver = hopper::bwd_barrier::kStepFirst;
+  static constexpr int kBarrierDsWritten = hopper::bwd_barrier::kStepSecond;
 
   // Accumulator values a consumer thread holds of a 64 x 64 S^T tile.
   static constexpr int kScoreValues = kBlockN * kBlockM / 128;

@@ -55,6 +55,7 @@
 
 #include "attention/common/mask.h"
 #include "attention/cuda/flash_fwd_params.h"
+#include "hopper/named_barriers.h"
 #include "hopper/wgmma.cuh"
 #include "tilegrid/attention/exp2_poly.h"
 
@@ -391,7 +392,7 @@ __device__ __forceinline__ void store_o_by_tma(const KernelParams<Traits>& kp,
                                                const float (&inv)[2]) {
   using Element = typename Traits::Element;
   const int consumer = tid / 128;
-  const int barrier_id = 4 + consumer;  // one a warpgroup, past ping-pong's 0..2
+  const int barrier_id = hopper::fwd_barrier::kOutputStore + consumer;
   const bool issues = tid % 128 == 0;
   Tensor sO = make_tensor(make_smem_ptr(smem.o.data()), typename Traits::SmemLayoutO{});
   Tensor sO_tile = make_tensor(make_smem_ptr(smem.o.data()), typename Traits::SmemLayoutOTile{});
@@ -754,12 +755,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int consumer = warpgroup - 1;
   const bool ping_pong = kp.ping_pong;
   auto take_turn = [&] {
-    if (ping_pong) cutlass::arch::NamedBarrier::sync(256, consumer);
+    if (ping_pong) cutlass::arch::NamedBarrier::sync(256, hopper::fwd_barrier::kTurn + consumer);
   };
   auto pass_turn = [&] {
-    if (ping_pong) cutlass::arch::NamedBarrier::arrive(256, (consumer + 1) % kConsumers);
+    if (ping_pong)
+      cutlass::arch::NamedBarrier::arrive(
+          256, hopper::fwd_barrier::kTurn + (consumer + 1) % kConsumers);
   };
-  if (ping_pong && consumer == kConsumers - 1) cutlass::arch::NamedBarrier::arrive(256, 0);
+  if (ping_pong && consumer == kConsumers - 1)
+    cutlass::arch::NamedBarrier::arrive(256, hopper::fwd_barrier::kTurn);
   for (int k = 0, t = schedule.tile(smem, 0); t < schedule.count;
        t = schedule.tile(smem, ++k)) {
     w = schedule.work<kBlockM, kBlockN>(p, t);
