@@ -11,6 +11,15 @@
 
 namespace tilegrid::attention::flash_bwd {
 
+// Where a key tile's rows of one gradient begin: out (g.dk or g.dv, which share dK's strides)
+// at sequence b, token first_key, K/V head head_kv.
+template <class Element>
+__device__ __forceinline__ Element* key_tile_start(const FlashBwdParams& g, void* out, int b,
+                                                   int64_t first_key, int head_kv) {
+  return static_cast<Element*>(out) + b * g.dk_batch_stride + first_key * g.dk_row_stride +
+         head_kv * g.dk_head_stride;
+}
+
 // One gradient of a key tile: acc (a thread's accumulators) times factor, as the input type,
 // into out (g.dk or g.dv, which share dK's strides). coords: the accumulators' (key row,
 // column) tile coordinates, values i and i + 1 (i even) neighbouring columns of one row.
@@ -21,8 +30,7 @@ __device__ __forceinline__ void store_key_rows(const FlashBwdParams& g, void* ou
                                                int64_t first_key, int head_kv, int key_rows,
                                                const Acc& acc, float factor,
                                                const Coords& coords) {
-  auto* ptr = static_cast<Element*>(out) + b * g.dk_batch_stride + first_key * g.dk_row_stride +
-              head_kv * g.dk_head_stride;
+  Element* ptr = key_tile_start<Element>(g, out, b, first_key, head_kv);
   CUTE_UNROLL
   for (int i = 0; i < cute::size(acc); i += 2) {
     const int row = cute::get<0>(coords(i)), col = cute::get<1>(coords(i));
@@ -44,8 +52,7 @@ __device__ __forceinline__ void store_key_columns(const FlashBwdParams& g, void*
                                                   int64_t first_key, int head_kv, int key_rows,
                                                   const Acc& acc, float factor,
                                                   const Coords& coords) {
-  auto* ptr = static_cast<Element*>(out) + b * g.dk_batch_stride + first_key * g.dk_row_stride +
-              head_kv * g.dk_head_stride;
+  Element* ptr = key_tile_start<Element>(g, out, b, first_key, head_kv);
   CUTE_UNROLL
   for (int i = 0; i < cute::size(acc); ++i) {
     const int col = cute::get<0>(coords(i)), row = cute::get<1>(coords(i));
