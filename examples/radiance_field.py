@@ -18,8 +18,8 @@ Model: a feature vector of 16 floats on each voxel of a coarse grid (the mesh's 
 (sigmoid). A ray is sampled only inside the grid's voxels (uniform_ray_samples, half a voxel a
 step) and its samples are composited front to back (volume_render); the loss is the mean
 squared error of the pixels. Twice during training, at a third and two thirds of the steps,
-the grid is pruned to the voxels whose decoded density leaves more than 1% of the light
-through them unabsorbed, dilated by one (pruned_grid, dilated_grid), the features carried over
+the grid is pruned to the voxels whose decoded density absorbs more than 1% of the light
+crossing one voxel's width, dilated by one (pruned_grid, dilated_grid), the features carried over
 by coordinates (inject_from) and their Adam state started afresh.
 
 Scores on the held-out views: PSNR and SSIM (11 x 11 Gaussian window, sigma 1.5, on each
