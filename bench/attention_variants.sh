@@ -44,11 +44,12 @@ fi
 # name:fast_exp2:dq_atomic:stages[:stats_early:split_exp[:producer_regs[:head_split]]] (stages
 # 0, the switches -1 and producer_regs 0 or left out: the defaults; dq_atomic 0, 1 or 2 as the
 # config's kDqAtomic; head_split 1: head dim 256's head-dim-split kernel). "default" is
-# BwdConfig<> (fast exp2); "exp2f" is the same kernel with exp2f; "atomic-frag" adds dQ with float4 reductions in fragment order (kDqAtomic 2); "prod24" and
-# "prod40" leave the producer warpgroup 24 or 40 registers (the consumers 240 or 232;
-# kProducerRegisters: 24 is the default at head dim 64, 40 at 128 and 256); "split" is head dim
-# 256's head-dim-split kernel (kHeadSplit), "split-atomic" the same with dQ added from registers,
-# "split-frag-2st" with dQ added in fragment order and two Q/dO stages.
+# BwdConfig<> (fast exp2); "exp2f" is the same kernel with exp2f; "atomic" adds dQ from
+# registers (kDqAtomic 1); "prod24" and "prod40" leave the producer warpgroup 24 or 40 registers
+# (the consumers 240 or 232; kProducerRegisters: 24 is the default at head dim 64, 40 at 128 and
+# 256); "split" is head dim 256's head-dim-split kernel (kHeadSplit), "split-atomic" the same
+# with dQ added from registers, "split-frag-2st" with dQ added in fragment order (kDqAtomic 2)
+# and two Q/dO stages.
 variants_for() {
   if [ -n "${VARIANTS:-}" ]; then echo "$VARIANTS"; return; fi
   if [ "$KIND" = forward ]; then echo "default:1:0:0 prod40:1:0:0:-1:-1:40"; return; fi
