@@ -110,9 +110,15 @@ def uniform_ray_samples(grid, ray_origins, ray_directions, t_min, t_max, step_si
 
 
 def ray_implicit_intersection(grid, ray_origins, ray_directions, grid_scalars, eps: float = 0.0) -> JaggedTensor:
-    """t of each ray's first zero crossing of the field grid_scalars ([total_voxels] or
-    [total_voxels, 1], one value a voxel, trilinear between voxel centres where all 8 are
-    active), -1 where there is none; jagged like the rays."""
+    """t of each ray's first zero crossing of grid_scalars ([total_voxels] or [total_voxels, 1],
+    one value a voxel), -1 where there is none; jagged like the rays.
+
+    Found by fVDB's rule: along the active voxels the ray crosses, the first whose value has a
+    sign (0 and NaN have none) sets it, and the first later one of the other sign ends the
+    search. Between two touching voxels the crossing is placed on the trilinear field between
+    voxel centres where that is defined and changes sign there (exact for a linear field),
+    else where the line through the two voxels' values crosses zero; after a gap, at the
+    second voxel's entry."""
     origins = _rays(grid, "ray_implicit_intersection", "ray_origins", ray_origins)
     directions = _rays(grid, "ray_implicit_intersection", "ray_directions", ray_directions)
     scalars = grid_scalars.jdata if isinstance(grid_scalars, JaggedTensor) else grid_scalars

@@ -57,10 +57,13 @@ RaySamples uniform_ray_samples(const GridBatch& grid, const JaggedTensor& origin
                                bool return_midpoints = false, double eps = 0.0,
                                Stream stream = {});
 
-// [N] (the rays' dtype): t of the first zero crossing, along each ray, of the field that
-// grid_scalars ([total_voxels], one value a voxel) defines by trilinear interpolation between
-// voxel centres where all 8 are active; -1 where there is none. Found inside the first voxel
-// crossing whose ends have opposite signs, by bisection to 1e-12 relative.
+// [N] (the rays' dtype): t of each ray's first zero crossing of grid_scalars ([total_voxels],
+// one value a voxel), -1 where there is none. fVDB's rule finds it: along the active voxels the
+// ray crosses, the first with a signed value (not 0, not NaN) sets the sign, and the first later
+// one of the other sign ends the search. Between two touching voxels it is placed on the
+// trilinear field between voxel centres where that is defined and changes sign there (to 1e-12
+// relative; exact for a linear field), else where the line through the two values crosses
+// zero; after a gap of inactive or unsigned voxels, at the second voxel's entry.
 Tensor ray_implicit_intersection(const GridBatch& grid, const JaggedTensor& origins,
                                  const JaggedTensor& directions, const TensorView& grid_scalars,
                                  double eps = 0.0, Stream stream = {});

@@ -37,7 +37,9 @@ TG_HOST_DEVICE bool clip_to_box(const double w0[3], const double d[3], const Box
       if (w0[a] < box.lo[a] || w0[a] >= box.hi[a]) return false;
       continue;
     }
-    double t0 = (box.lo[a] - w0[a]) / d[a], t1 = (box.hi[a] - w0[a]) / d[a];
+    // The same formula as dda's boundaries, so the box's faces get the same t as the cells'.
+    const double inv_d = 1.0 / d[a];
+    double t0 = (box.lo[a] - w0[a]) * inv_d, t1 = (box.hi[a] - w0[a]) * inv_d;
     if (t0 > t1) {
       const double s = t0;
       t0 = t1;
@@ -58,30 +60,34 @@ TG_HOST_DEVICE bool dda(const double w0[3], const double d[3], double t_begin, d
                         int shift, Visit&& visit) {
   const double size = double(int64_t(1) << shift);
   int64_t cell[3];
-  double t_next[3], t_step[3];
+  // Each axis's next boundary in w (an integer multiple of size, exact in double) and the t
+  // where the ray reaches it, (boundary - w0) * (1 / d): computed afresh at every step rather
+  // than accumulated, so that a boundary has the same t at every level of the march and one
+  // voxel's exit is bit for bit the next one's entry across leaf and node boundaries.
+  double boundary[3], t_next[3], inv_d[3];
   int step[3];
   const double tm = t_begin;
   for (int a = 0; a < 3; ++a) {
     const double x = (w0[a] + tm * d[a]) / size;
+    inv_d[a] = d[a] != 0 ? 1.0 / d[a] : 0.0;
     if (d[a] > 0) {
       cell[a] = int64_t(std::floor(x));
       step[a] = 1;
-      t_next[a] = ((double(cell[a]) + 1.0) * size - w0[a]) / d[a];
-      t_step[a] = size / d[a];
+      boundary[a] = (double(cell[a]) + 1.0) * size;
     } else if (d[a] < 0) {
       cell[a] = int64_t(std::ceil(x)) - 1;
       step[a] = -1;
-      t_next[a] = (double(cell[a]) * size - w0[a]) / d[a];
-      t_step[a] = -size / d[a];
+      boundary[a] = double(cell[a]) * size;
     } else {
       cell[a] = int64_t(std::floor(x));
       step[a] = 0;
-      t_next[a] = INFINITY;
-      t_step[a] = INFINITY;
+      boundary[a] = 0;
     }
+    t_next[a] = d[a] != 0 ? (boundary[a] - w0[a]) * inv_d[a] : INFINITY;
   }
   // At most the cells the segment spans per axis, plus a few: a ray so far from the grid that
-  // t no longer changes in double (t_next + t_step == t_next) stops instead of looping.
+  // t no longer changes in double (the next boundary's t equal to this one's) stops instead of
+  // looping.
   double span = 3;
   for (int a = 0; a < 3; ++a)
     if (d[a] != 0) span += (d[a] > 0 ? d[a] : -d[a]) * (t_end - t_begin) / size + 1;
@@ -94,7 +100,8 @@ TG_HOST_DEVICE bool dda(const double w0[3], const double d[3], double t_begin, d
     if (!visit(cell, t, t_exit)) return false;
     t = t_exit;
     cell[axis] += step[axis];
-    t_next[axis] += t_step[axis];
+    boundary[axis] += step[axis] * size;
+    t_next[axis] = (boundary[axis] - w0[axis]) * inv_d[axis];
   }
   return true;
 }

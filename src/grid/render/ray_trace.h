@@ -72,8 +72,8 @@ struct RayOptions {
   const void* t_max = nullptr;
   double step = 0, cone = 0;
   bool include_end = true, midpoints = false;
-  // Implicit: one scalar a voxel ([total_voxels], the rays' dtype), trilinearly interpolated
-  // between voxel centres where all 8 are active.
+  // Implicit: one scalar a voxel ([total_voxels], the rays' dtype); trace_ray says how the
+  // crossing is found.
   const void* scalars = nullptr;
 };
 
@@ -125,10 +125,51 @@ TG_HOST_DEVICE double bracketed_root(Phi& phi, double lo, double flo, double hi,
   return 0.5 * (lo + hi);
 }
 
+// How many voxel crossings before and after the bracketing pair locate_crossing searches as
+// well: the trilinear field can change sign a voxel or more before or after the voxel values
+// do (a ray at a shallow angle to the surface passes voxels whose centres lie on the other
+// side of it).
+constexpr int kCrossingLookback = 4;
+constexpr int kCrossingLookahead = 4;
+
+// The crossing near the end of a run of touching voxel crossings along a ray, whose voxel
+// values changed sign from `positive`'s side: boundaries bounds[0] < ... < bounds[count] (each
+// voxel's entry, then the last one's exit). The trilinear field between voxel centres
+// (field_at) is read at each voxel's entry and midpoint and at the exit; the first pair of
+// neighbouring points where it is defined and goes from the reference side to the other holds
+// the root (bracketed_root: exact for a linear field). Where there is none (a corner inactive,
+// or the interpolated field changing sign outside the window), `fallback`.
+TG_HOST_DEVICE double locate_crossing(const TreeView& tree, int64_t b, const RayInputs& in,
+                                      const RayOptions& opt, const double w0[3],
+                                      const double d[3], const double* bounds, int count,
+                                      bool positive, double fallback) {
+  CachedLookup lookup(tree, b);
+  auto phi = [&](double t, double& v) {
+    const double p[3] = {w0[0] + t * d[0], w0[1] + t * d[1], w0[2] + t * d[2]};
+    return field_at(lookup, opt.scalars, in.float64, p, v);
+  };
+  double lo_t = bounds[0], lo_v = 0;
+  bool lo_ok = phi(lo_t, lo_v);
+  for (int i = 1; i <= 2 * count; ++i) {
+    // The points in order: bounds[0], its voxel's midpoint, bounds[1], ..., bounds[count].
+    const double hi_t = i % 2 == 0 ? bounds[i / 2] : 0.5 * (bounds[i / 2] + bounds[i / 2 + 1]);
+    double hi_v;
+    const bool hi_ok = phi(hi_t, hi_v);
+    if (lo_ok && hi_ok && lo_v != 0 && (lo_v > 0) == positive) {
+      if (hi_v == 0) return hi_t;
+      if ((hi_v > 0) != positive) return bracketed_root(phi, lo_t, lo_v, hi_t, hi_v);
+    }
+    lo_t = hi_t;
+    lo_ok = hi_ok;
+    lo_v = hi_v;
+  }
+  return fallback;
+}
+
 // Traces ray n; writes its rows from `first` on when out.times is set; returns how many.
 // Segments: runs of voxels whose crossings touch (one's exit t is exactly the next one's
-// entry t) merged into one [t0, t1]. Implicit: always one row, t of the first zero crossing
-// or -1.
+// entry t) merged into one [t0, t1]. Implicit: always one row, t of the first sign change
+// between the values of the active voxels crossed (locate_crossing), or -1.
 TG_HOST_DEVICE int64_t trace_ray(const TreeView& tree, const VoxelTransform* transforms,
                                  const GridBoxes& boxes, const RayInputs& in, int64_t n,
                                  const RayOptions& opt, int64_t first, const RayOutputs& out) {
@@ -145,38 +186,68 @@ TG_HOST_DEVICE int64_t trace_ray(const TreeView& tree, const VoxelTransform* tra
 
   if (opt.mode == RayMode::Implicit) {
     double root = -1;
-    CachedLookup lookup(tree, b);
-    auto phi = [&](double t, double& v) {
-      const double p[3] = {w0[0] + t * d[0], w0[1] + t * d[1], w0[2] + t * d[2]};
-      return field_at(lookup, opt.scalars, in.float64, p, v);
-    };
-    // A voxel's exit is the next one's entry where the crossings touch: its field value is
-    // kept (8 lookups a voxel instead of 16).
-    double last_t = -1, last_v = 0;
-    bool last_ok = false;
-    auto phi_at_entry = [&](double t, double& v) {
-      if (t == last_t) {
-        v = last_v;
-        return last_ok;
-      }
-      return phi(t, v);
-    };
+    // fVDB's rule: one value a voxel, read from the march's row (no lookup); 0 and NaN carry
+    // no sign. The first signed voxel sets the reference sign; the first later one of the
+    // other sign brackets the crossing, which locate_crossing then places. bounds: the entries
+    // of the voxels of the current run of touching crossings, up to kCrossingLookback before
+    // the bracketing voxel and kCrossingLookahead after it, then the run's exit.
+    bool have_reference = false, reference_positive = false;
+    double bounds[kCrossingLookback + kCrossingLookahead + 3];
+    int run = 0;          // entries in bounds
+    int bracket = -1;     // index in bounds of the bracketing voxel, once found
+    double fallback = 0;  // where the crossing is placed if locate_crossing finds none
+    double last_exit = 0, last_value = 0, last_mid = 0;
+    bool unsigned_between = false;  // an unsigned voxel since the last signed one
     march_voxels(tree, b, boxes.box(b), w0, d, opt.eps,
-                 [&](int64_t, Coord, double t0, double t1) {
-                   double v0, v1;
-                   const bool ok0 = phi_at_entry(t0, v0);
-                   last_ok = phi(t1, v1);
-                   last_t = t1;
-                   last_v = v1;
-                   if (!ok0 || !last_ok) return true;
-                   if (v0 == 0) {
-                     root = t0;
-                     return false;
+                 [&](int64_t row, Coord, double t0, double t1) {
+                   const bool touching = run > 0 && t0 == last_exit;
+                   if (bracket >= 0) {  // looking ahead: any active voxel, touching
+                     if (!touching) return false;
+                     bounds[run++] = t0;
+                     last_exit = t1;
+                     return run - bracket <= kCrossingLookahead;
                    }
-                   if ((v0 > 0) == (v1 > 0) && v1 != 0) return true;
-                   root = bracketed_root(phi, t0, v0, t1, v1);
-                   return false;
+                   const double value = load_real(opt.scalars, in.float64, row);
+                   const bool is_signed = value != 0 && value == value;
+                   if (!have_reference && !is_signed) return true;
+                   const double mid = 0.5 * (t0 + t1);
+                   if (is_signed && have_reference && (value > 0) != reference_positive) {
+                     if (!touching) {
+                       root = t0;  // across inactive voxels: the entry, as fVDB
+                       return false;
+                     }
+                     // Across unsigned voxels fVDB takes the entry; between neighbours, the
+                     // line through the two values.
+                     fallback = unsigned_between
+                                    ? t0
+                                    : last_mid + (mid - last_mid) * last_value / (last_value - value);
+                     bracket = run;
+                     bounds[run++] = t0;
+                     last_exit = t1;
+                     return kCrossingLookahead > 0;
+                   }
+                   if (!have_reference) {
+                     have_reference = true;
+                     reference_positive = value > 0;
+                   }
+                   if (!touching) run = 0;  // a new run starts at this voxel
+                   if (run == kCrossingLookback + 1) {
+                     for (int i = 1; i < run; ++i) bounds[i - 1] = bounds[i];
+                     --run;
+                   }
+                   bounds[run++] = t0;
+                   last_exit = t1;
+                   unsigned_between = !is_signed;
+                   if (is_signed) {
+                     last_value = value;
+                     last_mid = mid;
+                   }
+                   return true;
                  });
+    if (bracket >= 0) {
+      bounds[run] = last_exit;
+      root = locate_crossing(tree, b, in, opt, w0, d, bounds, run, reference_positive, fallback);
+    }
     if (write) {
       if (in.float64)
         static_cast<double*>(out.times)[first] = root;

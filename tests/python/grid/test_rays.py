@@ -312,10 +312,63 @@ def sphere_grid(radius=6.0, pad=3):
     return grid, centres
 
 
+def first_sign_change(rows, times, values):
+    """fVDB's rule on one ray's voxels in order (rows, [n, 2] times): (index of the voxel
+    ending the search, whether the signed voxel before it touches it), or None."""
+    reference, last_exit = None, None
+    for j, (row, (t0, t1)) in enumerate(zip(rows.tolist(), times.tolist())):
+        v = float(values[row])
+        if v == 0 or v != v:
+            continue
+        if reference is not None and (v > 0) != reference:
+            return j, t0 == last_exit
+        reference = v > 0 if reference is None else reference
+        last_exit = t1
+    return None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ray_implicit_intersection_follows_the_voxel_values_rule(device):
+    """Every crossing that the voxels along each ray show is found (fVDB's rule: 0 and NaN
+    are gaps, the first signed voxel sets the sign), at the entry after a gap, and between
+    touching voxels near the bracketing pair."""
+    grid, ijk = random_grids(num_grids=2, voxels=1500)
+    o, d = random_rays(grid, [300, 200])
+    n = grid.total_voxels
+    # A field of both signs that is mostly smooth (planes) with random gaps and sign noise.
+    centres = grid.voxel_to_world(grid.ijk).jdata
+    values = centres @ torch.tensor([0.3, -0.5, 0.8], dtype=torch.float64) + 0.2
+    values[torch.rand(n) < 0.05] = 0.0
+    values[torch.rand(n) < 0.03] = float("nan")
+    flip = torch.rand(n) < 0.05
+    values[flip] = -values[flip]
+    g = grid.to(device)
+    t = g.ray_implicit_intersection(o.to(device), d.to(device), values.to(device)).jdata.cpu()
+    rows, times = grid.voxels_along_rays(o, d, max_voxels=100000, return_ijk=False, cumulative=True)
+    kinds = {"none": 0, "gap": 0, "touching": 0}
+    for r in range(t.shape[0]):
+        rr, tt = rows[r], times[r]
+        found = first_sign_change(rr, tt, values)
+        if found is None:
+            assert t[r] == -1, r
+            kinds["none"] += 1
+            continue
+        j, touching = found
+        if not touching:
+            assert t[r] == tt[j, 0], r
+            kinds["gap"] += 1
+            continue
+        # Within the voxels that locate_crossing reads: 4 before the pair, 4 after it.
+        lo, hi = tt[max(j - 5, 0), 0], tt[min(j + 4, tt.shape[0] - 1), 1]
+        assert lo <= t[r] <= hi, (r, float(t[r]), float(lo), float(hi))
+        kinds["touching"] += 1
+    assert min(kinds.values()) >= 20, kinds
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_ray_implicit_intersection_of_a_plane_is_exact_and_of_a_sphere_close(device):
     grid, centres = sphere_grid()
-    n = 200
+    n = 400
     target = torch.randn(n, 3, dtype=torch.float64) * 0.8
     start = torch.nn.functional.normalize(torch.randn(n, 3, dtype=torch.float64), dim=1) * 8.0
     o, d = start, target - start  # t in units of |target - start|
@@ -327,25 +380,39 @@ def test_ray_implicit_intersection_of_a_plane_is_exact_and_of_a_sphere_close(dev
     inside = (exact > 0) & (exact < 1.5)
     hit_pts = o + exact[:, None] * d
     interior = inside & (hit_pts.norm(dim=1) < 3.5)  # the grid: a ball of radius 4.5
-    assert interior.sum() > 30
-    torch.testing.assert_close(t[interior], exact[interior], rtol=1e-9, atol=1e-9)
+    assert interior.sum() > 60
+    # The voxel values decide where a crossing is; a ray at a shallow angle to the plane can
+    # pass voxels whose centres lie on the other side for several voxels, so a few crossings
+    # are placed by the line through two voxel values (or missed, if no voxel centre it
+    # passes lies across the plane: 2 in 1589 such rays in a seeded trial), but within a
+    # voxel (0.5) of the plane.
+    exact_found = (t[interior] - exact[interior]).abs() <= 1e-9 * (1 + exact[interior])
+    assert exact_found.double().mean() > 0.95
+    hit = interior & (t >= 0)
+    assert hit.sum() >= interior.sum() - 3
+    assert ((o[hit, 0] + t[hit] * d[hit, 0]) - 0.3).abs().max() < 0.5
     # A sphere of radius 2.5 (distance at the voxel centres, interpolated).
     sphere = centres.norm(dim=1) - 2.5
     t = g.ray_implicit_intersection(o.to(device), d.to(device), sphere.to(device)).jdata.cpu()
     b = (o * d).sum(1)
     a2 = (d * d).sum(1)
     disc = b * b - a2 * ((o * o).sum(1) - 2.5 ** 2)
-    # Clear of grazing rays: the interpolated distance bulges outwards between the voxel centres
-    # (by up to 0.027 here), so a ray must pass at least 0.1 inside the sphere (disc / a2 =
-    # 2.5^2 - its closest distance^2 > 0.49) for the interpolated field to change sign on it.
-    hits = disc > 0.5 * a2
-    assert (t[hits] > 0).all() and hits.sum() > 50
+    closest = (2.5 ** 2 - disc / a2).clamp(min=0).sqrt()  # the ray's closest distance to the centre
+    # A ray passing 0.1 inside the sphere crosses a voxel whose centre is inside (1 miss in
+    # ~80k such rays in a seeded trial).
+    hits = closest < 2.4
+    assert (t[hits] > 0).double().mean() > 0.99 and hits.sum() > 100
     # The distance to a sphere interpolated between voxel centres (0.5 apart) bulges between
-    # them: the points found lie within a tenth of a voxel (0.05) of the sphere.
-    found = o[hits] + t[hits, None] * d[hits]
-    assert (found.norm(dim=1) - 2.5).abs().max() < 0.05
-    far = disc < -0.5 * a2  # clear misses
-    assert (t[far] == -1).all()
+    # them: the points found lie within a tenth of a voxel (0.05) of the sphere, but for rays
+    # so close to grazing that the interpolated field does not change sign within 4 voxels of
+    # the voxel values' change (about 1 in 200k in trials): those are placed between the two
+    # voxels' values, within a voxel of it.
+    found = o + t[:, None] * d
+    err = (found.norm(dim=1) - 2.5).abs()[t > 0]
+    assert (err < 0.05).double().mean() > 0.99 and err.max() < 0.5
+    # No voxel centre within 2.5 of the centre lies on a ray passing further than 2.5 + half
+    # a voxel's diagonal (0.433).
+    assert (t[closest > 2.94] == -1).all()
 
 
 def test_ray_ops_bad_inputs():
