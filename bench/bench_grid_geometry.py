@@ -9,7 +9,7 @@
 - marching_cubes of the fused TSDF (the observed voxels, 1024 across), and
   ray_implicit_intersection of 1M camera rays with its zero level.
 
-    python bench/bench_grid_geometry.py --out results.json [--iters 5]
+    python bench/bench_grid_geometry.py --out results.json [--iters 5] [--parts volume_render tsdf]
 
 Time: CUDA events, median of --iters after a warm-up (harness.time_ms). The issue's targets:
 volume_render of 128M samples forward + backward <= 5 ms; marching cubes at 1024 <= 10 ms;
@@ -181,11 +181,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--parts", nargs="+", choices=["volume_render", "tsdf"], default=["volume_render", "tsdf"],
+                        help="volume_render; tsdf: integrate_tsdf, marching_cubes and the ray ops on the fused field")
     args = parser.parse_args()
     report = harness.Report("grid_geometry")
-    bench_volume_render(report, args.iters)
-    torch.cuda.empty_cache()
-    bench_tsdf_and_mesh(report, args.iters)
+    if "volume_render" in args.parts:
+        bench_volume_render(report, args.iters)
+        torch.cuda.empty_cache()
+    if "tsdf" in args.parts:
+        bench_tsdf_and_mesh(report, args.iters)
     print(report.table())
     report.write(args.out)
 
