@@ -8,6 +8,7 @@
 
 #include "convert.h"
 #include "tilegrid/attention/attention.h"
+#include "tilegrid/attention/kvcache.h"
 
 namespace tilegrid::python {
 
@@ -56,6 +57,40 @@ void bind_attention(nb::module_& m) {
       nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("softmax_scale").none(),
       nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"),
       nb::arg("out"), nb::arg("lse").none(), nb::arg("stream") = 0);
+
+  m.def(
+      "flash_attn_kvcache_forward",
+      [](nb::ndarray<> q, nb::ndarray<> k_cache, nb::ndarray<> v_cache, nb::ndarray<> seqlen_k,
+         std::optional<nb::ndarray<>> leftpad, std::optional<nb::ndarray<>> cache_batch_idx,
+         std::optional<nb::ndarray<>> block_table, std::optional<double> softmax_scale,
+         bool causal, int64_t window_left, int64_t window_right, double softcap,
+         int64_t num_splits, nb::ndarray<> out, std::optional<nb::ndarray<>> lse,
+         uintptr_t stream) {
+        attention::KvCache cache;
+        cache.k = as_view(k_cache);
+        cache.v = as_view(v_cache);
+        cache.seqlen_k = as_view(seqlen_k);
+        cache.leftpad = as_view(leftpad);
+        cache.cache_batch_idx = as_view(cache_batch_idx);
+        cache.block_table = as_view(block_table);
+        attention::forward_kvcache(
+            as_view(q), cache, params_of(softmax_scale, causal, window_left, window_right, softcap),
+            num_splits, as_view(out), as_view(lse), as_stream(stream));
+      },
+      nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("seqlen_k"),
+      nb::arg("leftpad").none(), nb::arg("cache_batch_idx").none(), nb::arg("block_table").none(),
+      nb::arg("softmax_scale").none(), nb::arg("causal"), nb::arg("window_left"),
+      nb::arg("window_right"), nb::arg("softcap"), nb::arg("num_splits"), nb::arg("out"),
+      nb::arg("lse").none(), nb::arg("stream") = 0);
+
+  m.def(
+      "decode_num_splits",
+      [](int64_t batch, int64_t heads_kv, int64_t query_rows, int64_t max_keys, int64_t head_dim,
+         int device) {
+        return attention::decode_num_splits(batch, heads_kv, query_rows, max_keys, head_dim, device);
+      },
+      nb::arg("batch"), nb::arg("heads_kv"), nb::arg("query_rows"), nb::arg("max_keys"),
+      nb::arg("head_dim"), nb::arg("device"));
 
   m.def(
       "flash_attn_backward",

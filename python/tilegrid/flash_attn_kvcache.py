@@ -2,13 +2,15 @@
 signature and semantics (its ``flash_attn_with_kvcache``): new keys and values appended to the
 cache in place, rotary embeddings applied to q and the new k, contiguous or paged caches.
 
-How it runs today: every argument is checked before anything is written (a bad block table,
-lengths past the cache or a wrong shape raise and leave the cache as it was); the new k and v
-are written into the cache by tensor indexing; each sequence's keys (its pages, in order) are
-gathered into one packed buffer and attention runs as tg.flash_attn_varlen_func over them,
-tilegrid's attention kernels (the CPU reference on the CPU). Decoding so reads each sequence's keys twice (the
-gather, then attention) where a kernel reading the pages in place would read them once, and
-nothing splits a long cache across CTAs: no speed is claimed for this path.
+Every argument is checked before anything is written (a bad block table, lengths past the cache
+or a wrong shape raise and leave the cache as it was); the new k and v are written into the
+cache by tensor indexing. Attention then reads the cache where it lies
+(tilegrid.attention.forward_kvcache in C++: on CUDA a kernel that packs each KV head's query
+heads into one tile and splits long caches across CTAs, cuda/flash_decode_kernel.cuh; on the
+CPU the reference). What that path does not take runs as before, each sequence's keys gathered
+into one packed buffer for tg.flash_attn_varlen_func: inputs that need gradients, float8
+inputs, on CUDA head dims other than 64, 128 and 256, a softmax_scale <= 0 without softcap, and
+tensors whose rows are not 16-byte aligned.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Optional, Union
 
 import torch
 
+from . import _C
+from ._torch import current_stream
 from .attention_fp8 import check_descales, check_fp8, dequantise_varlen
 from .attention_sinks import apply_learnable_sink, check_learnable_sink
 from .flash_attn import _real, _window, check_pack_gqa, flash_attn_varlen_func
@@ -24,6 +28,31 @@ from .split_kv import attention_in_parts
 from .varlen_used import ragged_rows
 
 _OP = "flash_attn_with_kvcache"
+
+# Whether attention reads the cache in place where it can (see the module's docstring); the
+# gather path is kept for what the in-place path does not take, and for comparison in tests
+# and benchmarks, which set this to False.
+IN_PLACE = True
+
+
+def _rows_aligned(t: torch.Tensor) -> bool:
+    """16-byte aligned data and strides (but the last) in multiples of 8 elements: the CUDA
+    kernel's 16-byte row loads."""
+    return t.data_ptr() % 16 == 0 and t.stride(-1) == 1 and all(s % 8 == 0 for s in t.stride()[:-1])
+
+
+def _in_place_runs(q, k_cache, v_cache, scale, softcap, fp8) -> bool:
+    """Whether forward_kvcache takes this call (the module's docstring lists what it does not)."""
+    if not IN_PLACE or fp8:
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k_cache, v_cache)):
+        return False
+    if not q.is_cuda:
+        return q.stride(-1) == 1 and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
+    d = q.shape[-1]
+    positive = softcap > 0 or scale is None or scale > 0
+    return (d in (64, 128, 256) and q.dtype in (torch.float16, torch.bfloat16) and positive
+            and all(_rows_aligned(t) for t in (q, k_cache, v_cache)))
 
 
 def _int32_vector(name: str, t, batch: int, device) -> torch.Tensor:
@@ -58,6 +87,21 @@ def _as_bytes(t: torch.Tensor) -> torch.Tensor:
     """float8 tensors as their bytes for indexing (not every torch version's CUDA indexing
     kernels take float8); other tensors as they are."""
     return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
+def _attend_in_place(q, k_cache, v_cache, seqlen_k, leftpad, cache_batch_idx, block_table, scale, causal,
+                     window, softcap, num_splits, learnable_sink, return_lse):
+    """Attention over the cache where it lies (tilegrid.attention.forward_kvcache), the cells of
+    sequence b being [leftpad[b], seqlen_k[b])."""
+    batch, seqlen_q, nheads, _ = q.shape
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(batch, nheads, seqlen_q, dtype=torch.float32, device=q.device)
+    _C.flash_attn_kvcache_forward(q, k_cache, v_cache, seqlen_k, leftpad, cache_batch_idx, block_table, scale,
+                                  causal, window[0], window[1], float(softcap), num_splits, out, lse,
+                                  current_stream(q))
+    if learnable_sink is not None:
+        out, lse = apply_learnable_sink(out, lse, learnable_sink, varlen=False)
+    return (out, lse) if return_lse else out
 
 
 def flash_attn_with_kvcache(
@@ -123,10 +167,13 @@ def flash_attn_with_kvcache(
         rotary_interleaved: True: rotate dims (2j, 2j + 1) (GPT-J); False: dims (j,
             j + rotary_dim / 2) (GPT-NeoX, Llama).
         alibi_slopes: Must be None (no ALiBi; a tensor raises NotImplementedError).
-        num_splits: How many parts to split each sequence's keys into (split-KV,
-            tilegrid/split_kv.py): the parts run as sequences of their own and merge by their
-            log-sum-exps. 0: chosen by the implementation, which does not split yet (no
-            heuristic has been measured). A sliding window runs unsplit.
+        num_splits: How many parts to split each sequence's key tiles into (split-KV, at
+            most 256): each part runs in its own CTAs and the parts merge by their
+            log-sum-exps. 0: chosen from the SM count and the work (decode_num_splits in
+            tilegrid/attention/kvcache.h, not yet tuned by measurement). On the CPU the keys
+            are not split. On the gather path (see the module's docstring) the parts run as
+            sequences of their own (tilegrid/split_kv.py), a sliding window unsplit, and 0
+            does not split.
         return_softmax_lse: Return (out, softmax_lse) instead of out.
         learnable_sink: Keyword only: None, or a floating (nheads,) tensor, one softmax-
             denominator logit a query head (FlashAttention 4's keyword; see flash_attn_func).
@@ -176,8 +223,8 @@ def flash_attn_with_kvcache(
     if fp8:
         check_descales(_OP, descales, batch, nheads_k, q.device)
     left, right = _window(_OP, window_size)
-    if not isinstance(num_splits, int) or num_splits < 0:
-        raise ValueError(f"{_OP}: num_splits must be an int >= 0, got {num_splits!r}")
+    if not isinstance(num_splits, int) or isinstance(num_splits, bool) or not 0 <= num_splits <= 256:
+        raise ValueError(f"{_OP}: num_splits must be an int in [0, 256], got {num_splits!r}")
     if (k is None) != (v is None):
         raise ValueError(f"{_OP}: k and v are given together or not at all")
     seqlen_new = 0
@@ -277,6 +324,13 @@ def flash_attn_with_kvcache(
             block, slot = cells(sequences[:, None].expand_as(pos), pos)
             _as_bytes(k_cache)[block, slot] = _as_bytes(k)
             _as_bytes(v_cache)[block, slot] = _as_bytes(v)
+        if _in_place_runs(q, k_cache, v_cache, scale, softcap, fp8):
+            return _attend_in_place(q, k_cache, v_cache, (lengths + seqlen_new).to(torch.int32),
+                                    None if cache_leftpad is None else leftpad.to(torch.int32),
+                                    None if cache_batch_idx is None else rows.to(torch.int32),
+                                    None if block_table is None else block_table.to(torch.int32).contiguous(),
+                                    scale, causal, (left, right), softcap, num_splits, learnable_sink,
+                                    return_softmax_lse)
         counts_h = lengths_h.to(torch.int64) + seqlen_new - leftpad_h.to(torch.int64)
         total_k = int(counts_h.sum())
         seq, pos, cu_k_t = ragged_rows(counts_h.to(q.device), total_k)

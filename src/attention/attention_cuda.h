@@ -5,6 +5,7 @@
 
 #include "attention/attention_problem.h"
 #include "attention/cuda/flash_bwd_params.h"
+#include "attention/cuda/flash_decode_params.h"
 #include "attention/cuda/flash_fwd_params.h"
 #include "tilegrid/core/device.h"
 #include "tilegrid/core/dtype.h"
@@ -30,6 +31,13 @@ void forward_cuda_hdim96(const FlashFwdParams& p, DType dtype, Stream stream);
 void forward_cuda_hdim128(const FlashFwdParams& p, DType dtype, Stream stream);
 void forward_cuda_hdim192(const FlashFwdParams& p, DType dtype, Stream stream);
 void forward_cuda_hdim256(const FlashFwdParams& p, DType dtype, Stream stream);
+
+// Attention over a KV cache read in place, one per head dimension
+// (cuda/flash_decode_hdim<d>.cu); with p.num_splits > 1, p.partial_out and p.partial_lse are
+// the caller's scratch.
+void decode_cuda_hdim64(const FlashDecodeParams& p, DType dtype, Stream stream);
+void decode_cuda_hdim128(const FlashDecodeParams& p, DType dtype, Stream stream);
+void decode_cuda_hdim256(const FlashDecodeParams& p, DType dtype, Stream stream);
 
 // One per head dimension, each in its own translation unit (cuda/flash_bwd_hdim<d>.cu).
 void backward_cuda_hdim64(const FlashBwdParams& g, DType dtype, int max_seqlen_k, Stream stream);

@@ -1,7 +1,8 @@
 """tg.flash_attn_with_kvcache against a float64 reference written from FlashAttention's
 documented semantics: the append in place, rotary embeddings, cache_batch_idx, cache_leftpad,
 paged caches (block_table), GQA, windows, softcap; and bad input refused before the cache is
-written."""
+written. Both attention paths are tested: the cache read in place (forward_kvcache; on CUDA
+the decode kernel, at its head dims 64, 128 and 256) and the gather path."""
 
 import math
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 import tilegrid as tg
+import tilegrid.flash_attn_kvcache as kvcache_module
 from conftest import DEVICES
 
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}
@@ -200,6 +202,62 @@ def test_split_kv_with_a_learnable_sink_equals_the_unsplit_call(device):
                                      return_softmax_lse=True)
     for g, w in zip(got, want):
         torch.testing.assert_close(g.float(), w.float(), rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("sq", [1, 4])
+@pytest.mark.parametrize("layout", ["contiguous", "pages of 1", "pages of 16", "batch index and leftpad"])
+def test_in_place_attention_at_the_kernel_head_dims(device, d, sq, layout):
+    """The decode kernel's head dims: four query heads over each KV head packed into one tile,
+    the cache read in place (pages of any size), with the append and rotary before it."""
+    paged = layout.startswith("pages")
+    page = int(layout.split()[-1]) if paged else 8
+    args, page = case(device, torch.bfloat16, batch=4, sq=sq, new=sq, cache=96, h=8, hk=2, d=d, paged=paged,
+                      page=page, leftpad=layout.startswith("batch"), batch_idx=layout.startswith("batch"))
+    check(device, torch.bfloat16, args, page, causal=True, softcap=30.0 if d == 128 else 0.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("splits", [0, 1, 2, 7, 64])
+@pytest.mark.parametrize("window", [(-1, -1), (50, 0)])
+def test_in_place_split_kv_at_the_kernel_head_dims(device, d, splits, window):
+    """Split-KV in the decode kernel: parts of a sequence's key tiles in their own CTAs, merged
+    by the combine kernel; parts without keys (64 splits of short sequences), an empty
+    sequence, a sliding window; 0 lets the implementation choose."""
+    args, page = case(device, torch.float16, batch=3, sq=2, new=2, cache=512, h=4, hk=1, d=d, paged=True,
+                      page=64)
+    args["cache_seqlens"][1] = 0
+    check(device, torch.float16, args, page, causal=True, window=window, num_splits=splits)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_sequence_with_no_keys_gives_zeros_and_minus_inf(device):
+    args, page = case(device, torch.bfloat16, batch=2, sq=1, new=0, cache=32, h=4, hk=2, d=64, rot=0)
+    args["cache_seqlens"] = torch.tensor([0, 5], dtype=torch.int32, device=device)
+    out, lse = tg.flash_attn_with_kvcache(**args, return_softmax_lse=True)
+    assert (out[0] == 0).all() and (lse[0] == float("-inf")).all()
+    assert torch.isfinite(lse[1]).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_and_gather_paths_agree(device, monkeypatch):
+    """The same call down both paths (float32 on the CPU, where both are the reference's
+    arithmetic; bfloat16 kernels on CUDA), the caches restored between them."""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    args, page = case(device, dtype, batch=3, sq=3, new=3, cache=64, h=6, hk=2, d=64, paged=True, page=16)
+    before = args["k_cache"].clone(), args["v_cache"].clone()
+    results = []
+    for in_place in (True, False):
+        monkeypatch.setattr(kvcache_module, "IN_PLACE", in_place)
+        args["k_cache"].copy_(before[0])
+        args["v_cache"].copy_(before[1])
+        results.append(tg.flash_attn_with_kvcache(**args, causal=True, window_size=(9, 0), softcap=5.0,
+                                                  return_softmax_lse=True))
+    tol = 0 if device == "cpu" else TOL[dtype]
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
 def test_split_bounds_cover_the_keys_and_keep_the_causal_tail_in_the_last_part():
