@@ -3,16 +3,17 @@
 batch decode (`flashinfer`, one query token), with the copy ceiling measured in the same run.
 
     python bench/bench_decode.py --out r.json [--batches 1 8 64 256] [--caches 1024 8192 32768 131072]
-        [--queries 1 4] [--pages 0 16 64 256] [--max-kv-gib 16] [--splits 8]
+        [--queries 1 4] [--pages 0 16 64 256] [--max-kv-gib 16] [--splits 8] [--gather]
 
 32 query heads over 8 KV heads of 128, bf16, as Llama-3-8B decodes. Each problem reads the
 whole cache once: bytes = batch x cache x 8 x 128 x 2 (k and v) x 2 bytes, plus q and out;
 decoding is bound by those bytes, so each system's time is also given as TB/s and as a
 fraction of the measured copy ceiling. `--pages 0` is the contiguous cache, other values are
 paged caches with pages of that many tokens, shuffled in the pool. Problems whose cache is
-larger than --max-kv-gib are left out. tilegrid runs with num_splits=0 (its default) and with
-each --splits value (split-KV, tilegrid/split_kv.py). Every system's output is compared with
-tilegrid's. Each problem is timed on one input set, so a cache smaller than the L2 (50 MB) may
+larger than --max-kv-gib are left out. tilegrid runs with num_splits=0 (its default: the split
+count decode_num_splits chooses) and with each --splits value, reading the cache in place
+(the decode kernel); with --gather also down its gather path (each sequence's keys gathered,
+then the varlen kernels). Every system's output is compared with tilegrid's. Each problem is timed on one input set, so a cache smaller than the L2 (50 MB) may
 be read from it, by every system alike.
 """
 
@@ -28,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 import tilegrid as tg  # noqa: E402
+import tilegrid.flash_attn_kvcache as kvcache_module  # noqa: E402
 
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
 
@@ -63,6 +65,15 @@ def tilegrid_decode(q, cache, seqlens, num_splits=0):
                                       num_splits=num_splits)
 
 
+def tilegrid_gather_decode(q, cache, seqlens):
+    """flash_attn_with_kvcache down its gather path (for comparison with the in-place kernel)."""
+    kvcache_module.IN_PLACE = False
+    try:
+        return tilegrid_decode(q, cache, seqlens)
+    finally:
+        kvcache_module.IN_PLACE = True
+
+
 def fa3_decode(q, cache, seqlens):
     k, v, table = cache
     out = fa3.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, page_table=table, causal=True)
@@ -96,6 +107,7 @@ def main() -> None:
     parser.add_argument("--max-kv-gib", type=float, default=16.0)
     parser.add_argument("--splits", type=int, nargs="*", default=[8],
                         help="tilegrid is also timed with each of these num_splits (split-KV)")
+    parser.add_argument("--gather", action="store_true", help="also time tilegrid's gather path")
     args = parser.parse_args()
 
     report = harness.Report("decode attention (flash_attn_with_kvcache)")
@@ -118,6 +130,8 @@ def main() -> None:
                     systems += [(f"tilegrid num_splits={n}",
                                  (lambda n: lambda i: tilegrid_decode(q, kv, seqlens, n))(n))
                                 for n in args.splits if n > 1]
+                    if args.gather:
+                        systems.append(("tilegrid gather path", lambda i: tilegrid_gather_decode(q, kv, seqlens)))
                     if fa3 is not None:
                         systems.append(("FlashAttention-3", lambda i: fa3_decode(q, kv, seqlens)))
                     if flashinfer is not None and queries == 1:
