@@ -20,6 +20,7 @@
 
 #include "attention/common/mask.h"
 #include "attention/cuda/flash_fwd_params.h"
+#include "attention/cuda/flash_fwd_tile.cuh"
 #include "attention/cuda/flash_mma_util.cuh"
 
 namespace tilegrid::attention::flash {
@@ -221,74 +222,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(const Fl
     // S = Q K^T
     Tensor acc_s = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
-    Tensor tSsK = s2r_k_thr.partition_S(sK(stage));
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(tSrQ); ++k) {
-      copy(s2r_q, tSsQ(_, _, k), tSrQ_view(_, _, k));
-      copy(s2r_k, tSsK(_, _, k), tSrK_view(_, _, k));
-      gemm(mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
-    }
+    accumulate_qk(mma, acc_s, s2r_q, tSsQ, tSrQ, tSrQ_view, s2r_k, s2r_k_thr.partition_S(sK(stage)),
+                  tSrK, tSrK_view);
 
-    if (softcap) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_s); ++i) acc_s(i) = tanhf(acc_s(i) * p.softcap_scale);
-    }
-
+    if (softcap) softcap_scores(acc_s, p.softcap_scale);
     // Mask only the tiles that cross a row's key range (sequence tail, diagonal, window edge).
     const int col0 = n * kBlockN;
-    if (col0 < last.lo || col0 + kBlockN > first.hi) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_s); ++i) {
-        const KeyRange& keys = thread_keys[(i % 4) / 2];
-        const int col = col0 + get<1>(tScS(i));
-        if (col < keys.lo || col >= keys.hi) acc_s(i) = kNegInf;
-      }
-    }
-
-    // Online softmax in log2 units. A row with no visible key so far keeps max = -inf; its
-    // exponent base is taken as 0 so that exp2(-inf - base) = 0 instead of NaN.
-    CUTE_UNROLL
-    for (int r = 0; r < 2; ++r) {
-      float tile_max = row_max[r];
-      CUTE_UNROLL
-      for (int n8 = 0; n8 < size<2>(acc_s); ++n8) {
-        tile_max = fmaxf(tile_max, acc_s(2 * r, 0, n8));
-        tile_max = fmaxf(tile_max, acc_s(2 * r + 1, 0, n8));
-      }
-      tile_max = quad_max(tile_max);
-      const float base = tile_max == kNegInf ? 0.f : tile_max * scale_log2;
-      const float rescale = exp2f(row_max[r] * scale_log2 - base);
-      row_max[r] = tile_max;
-      row_sum[r] *= rescale;
-      CUTE_UNROLL
-      for (int d8 = 0; d8 < size<2>(acc_o); ++d8) {
-        acc_o(2 * r, 0, d8) *= rescale;
-        acc_o(2 * r + 1, 0, d8) *= rescale;
-      }
-      float sum = 0.f;
-      CUTE_UNROLL
-      for (int n8 = 0; n8 < size<2>(acc_s); ++n8) {
-        CUTE_UNROLL
-        for (int c = 0; c < 2; ++c) {
-          const float e = exp2f(fmaf(acc_s(2 * r + c, 0, n8), scale_log2, -base));
-          acc_s(2 * r + c, 0, n8) = e;
-          sum += e;
-        }
-      }
-      row_sum[r] += sum;
-    }
-
-    // O += P V, P rounded to the input type in registers.
-    Tensor rP = make_tensor<Element>(acc_s.layout());
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc_s); ++i) rP(i) = Element(acc_s(i));
-    Tensor tOrP = make_tensor(rP.data(), c_layout_as_a(rP.layout()));
-    Tensor tOsVt = s2r_v_thr.partition_S(sVt(stage));
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(tOrP); ++k) {
-      copy(s2r_v, tOsVt(_, _, k), tOrVt_view(_, _, k));
-      gemm(mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
-    }
+    if (col0 < last.lo || col0 + kBlockN > first.hi) mask_scores(acc_s, tScS, col0, thread_keys);
+    online_softmax(acc_s, acc_o, row_max, row_sum, scale_log2);
+    accumulate_pv<Element>(mma, acc_s, acc_o, s2r_v, s2r_v_thr.partition_S(sVt(stage)), tOrVt,
+                           tOrVt_view);
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
   cp_async_wait<0>();
