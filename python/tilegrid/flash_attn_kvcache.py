@@ -41,16 +41,17 @@ def _rows_aligned(t: torch.Tensor) -> bool:
     return t.data_ptr() % 16 == 0 and t.stride(-1) == 1 and all(s % 8 == 0 for s in t.stride()[:-1])
 
 
-def _in_place_runs(q, k_cache, v_cache, scale, softcap, fp8) -> bool:
-    """Whether forward_kvcache takes this call (the module's docstring lists what it does not)."""
-    if not IN_PLACE or fp8:
-        return False
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k_cache, v_cache)):
+def _in_place_runs(q, k_cache, v_cache, scale, softcap, fp8, wants_grad: bool) -> bool:
+    """Whether forward_kvcache takes this call (the module's docstring lists what it does not);
+    wants_grad: a gradient is asked of q, the caches or the sink (decided outside the append's
+    no_grad block)."""
+    if not IN_PLACE or fp8 or wants_grad:
         return False
     if not q.is_cuda:
         return q.stride(-1) == 1 and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
     d = q.shape[-1]
-    positive = softcap > 0 or scale is None or scale > 0
+    # The kernel scales in float32: a scale that rounds to 0 there is not > 0.
+    positive = softcap > 0 or scale is None or torch.tensor(scale, dtype=torch.float32).item() > 0
     return (d in (64, 128, 256) and q.dtype in (torch.float16, torch.bfloat16) and positive
             and all(_rows_aligned(t) for t in (q, k_cache, v_cache)))
 
@@ -303,6 +304,9 @@ def flash_attn_with_kvcache(
                              f"{(lengths_h + reach).tolist()} that q and the new k are rotated at")
     scale = None if softmax_scale is None else _real(_OP, "softmax_scale", softmax_scale)
 
+    wants_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (q, k_cache, v_cache, learnable_sink))
+
     def cells(seq: torch.Tensor, pos: torch.Tensor):
         """(pool index, slot) of the cache cells at positions pos of sequences seq (one shape)."""
         if rows is None:
@@ -324,7 +328,7 @@ def flash_attn_with_kvcache(
             block, slot = cells(sequences[:, None].expand_as(pos), pos)
             _as_bytes(k_cache)[block, slot] = _as_bytes(k)
             _as_bytes(v_cache)[block, slot] = _as_bytes(v)
-        if _in_place_runs(q, k_cache, v_cache, scale, softcap, fp8):
+        if _in_place_runs(q, k_cache, v_cache, scale, softcap, fp8, wants_grad):
             return _attend_in_place(q, k_cache, v_cache, (lengths + seqlen_new).to(torch.int32),
                                     None if cache_leftpad is None else leftpad.to(torch.int32),
                                     None if cache_batch_idx is None else rows.to(torch.int32),

@@ -14,6 +14,7 @@
 #include "tilegrid/core/tensor.h"
 #if defined(TILEGRID_WITH_ATTENTION_CUDA)
 #include "attention/attention_cuda.h"
+#include "core/cuda_check.h"
 #include "core/cuda_launch.h"
 #endif
 
@@ -197,6 +198,7 @@ void forward_kvcache_cpu(const TensorView& q, const KvCache& c, const Checked& r
 #if defined(TILEGRID_WITH_ATTENTION_CUDA)
 void forward_kvcache_cuda(const TensorView& q, const KvCache& c, const Checked& r, int64_t num_splits,
                           const TensorView& out, const std::optional<TensorView>& lse, Stream stream) {
+  CudaDeviceGuard guard(q.device.index);  // q's device may not be the current one
   TG_CHECK_TYPE(q.dtype == DType::Float16 || q.dtype == DType::BFloat16, kOp,
                 ": on CUDA, q and the caches must be float16 or bfloat16, got ", q.dtype);
   TG_CHECK_VALUE(r.head_dim == 64 || r.head_dim == 128 || r.head_dim == 256, kOp,

@@ -55,12 +55,15 @@ struct DecodeTraits {
   static constexpr int kSmemKV = int(cosize(SmemLayoutKV{}));
   static constexpr int kSmemWarp = kStages * 2 * kSmemKV;  // elements: a warp's K and V stages
   static constexpr size_t kSmemBytes = size_t(kSmemQ + kWarps * kSmemWarp) * sizeof(Element);
-  // 64 KB at head dims 64 and 128, 136 KB at 256 (beyond the 99 KB of sm_86/sm_89 GPUs, whose
-  // launch is refused by the host code's shared-memory check).
+  // 66, 68 and 136 KB at head dims 64, 128 and 256 (the last beyond the 99 KB of sm_86/sm_89
+  // GPUs, where allow_dynamic_smem refuses the launch).
 
   // The merge of the warps' rows reuses the K/V stages: each warp's un-normalised O rows in
-  // float32, then each warp's row maxima and sums.
-  static constexpr int kMergeFloats = kWarps * kRows * (kHeadDim + 2);
+  // float32, a row kMergeRowStride floats apart (4 more than the head dim: a warp's store of
+  // one fragment element covers 8 rows, 8-way bank conflicts at a stride of the head dim, 2-way
+  // at this one), then each warp's row maxima and sums.
+  static constexpr int kMergeRowStride = kHeadDim + 4;
+  static constexpr int kMergeFloats = kWarps * kRows * (kMergeRowStride + 2);
   static_assert(kMergeFloats * 4 <= kWarps * kSmemWarp * int(sizeof(Element)),
                 "the merge buffer must fit in the K/V stages");
 };
@@ -241,8 +244,8 @@ __global__ void __launch_bounds__(Traits::kThreads) flash_decode_kernel(const Fl
 
   // Merge the warps: each writes its un-normalised O rows, its row maxima (log2 units, the
   // exponent base above) and its sums.
-  float* merge_o = reinterpret_cast<float*>(smem + Traits::kSmemQ);  // [warp][row][d]
-  float* merge_max = merge_o + kWarps * kRows * kHeadDim;            // [warp][row]
+  float* merge_o = reinterpret_cast<float*>(smem + Traits::kSmemQ);  // [warp][row][stride]
+  float* merge_max = merge_o + kWarps * kRows * Traits::kMergeRowStride;  // [warp][row]
   float* merge_sum = merge_max + kWarps * kRows;
   Tensor tOcO = thr_mma.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kHeadDim>>{}));
   CUTE_UNROLL
@@ -258,7 +261,7 @@ __global__ void __launch_bounds__(Traits::kThreads) flash_decode_kernel(const Fl
       CUTE_UNROLL
       for (int c = 0; c < 2; ++c) {
         const int col = get<1>(tOcO(2 * r + c, 0, d8));
-        merge_o[(warp * kRows + row) * kHeadDim + col] = acc_o(2 * r + c, 0, d8);
+        merge_o[(warp * kRows + row) * Traits::kMergeRowStride + col] = acc_o(2 * r + c, 0, d8);
       }
     }
   }
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(Traits::kThreads) flash_decode_kernel(const Fl
         const float mw = merge_max[w * kRows + row];
         const float f = mw == kNegInf ? 0.f : exp2f(mw - m);
         sum += f * merge_sum[w * kRows + row];
-        o += f * merge_o[(w * kRows + row) * kHeadDim + col];
+        o += f * merge_o[(w * kRows + row) * Traits::kMergeRowStride + col];
       }
     } else {
       // No key seen by any warp; a NaN sum of a warp still propagates.

@@ -260,6 +260,19 @@ def test_in_place_and_gather_paths_agree(device, monkeypatch):
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
+def test_queries_that_need_gradients_get_them():
+    """A q (or sink) that requires grad takes the gather path, whose ops keep the graph."""
+    args, _ = case("cpu", torch.float32, batch=2, sq=2, new=0, rot=0)
+    q = args["q"].requires_grad_()
+    sink = torch.randn(args["q"].shape[2], requires_grad=True)
+    out = tg.flash_attn_with_kvcache(**args, causal=True, learnable_sink=sink)
+    out.square().sum().backward()
+    assert q.grad is not None and q.grad.abs().sum() > 0 and sink.grad is not None
+    with torch.no_grad():  # no gradient asked: the in-place path, the same values
+        again = tg.flash_attn_with_kvcache(**args, causal=True, learnable_sink=sink)
+    torch.testing.assert_close(again, out.detach(), rtol=2e-6, atol=2e-6)
+
+
 def test_split_bounds_cover_the_keys_and_keep_the_causal_tail_in_the_last_part():
     from tilegrid.split_kv import split_bounds
 
