@@ -65,7 +65,7 @@ void bind_attention(nb::module_& m) {
          std::optional<nb::ndarray<>> block_table, std::optional<double> softmax_scale,
          bool causal, int64_t window_left, int64_t window_right, double softcap,
          int64_t num_splits, nb::ndarray<> out, std::optional<nb::ndarray<>> lse,
-         uintptr_t stream) {
+         bool check_values, uintptr_t stream) {
         attention::KvCache cache;
         cache.k = as_view(k_cache);
         cache.v = as_view(v_cache);
@@ -75,13 +75,13 @@ void bind_attention(nb::module_& m) {
         cache.block_table = as_view(block_table);
         attention::forward_kvcache(
             as_view(q), cache, params_of(softmax_scale, causal, window_left, window_right, softcap),
-            num_splits, as_view(out), as_view(lse), as_stream(stream));
+            num_splits, as_view(out), as_view(lse), check_values, as_stream(stream));
       },
       nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("seqlen_k"),
       nb::arg("leftpad").none(), nb::arg("cache_batch_idx").none(), nb::arg("block_table").none(),
       nb::arg("softmax_scale").none(), nb::arg("causal"), nb::arg("window_left"),
       nb::arg("window_right"), nb::arg("softcap"), nb::arg("num_splits"), nb::arg("out"),
-      nb::arg("lse").none(), nb::arg("stream") = 0);
+      nb::arg("lse").none(), nb::arg("check_values") = true, nb::arg("stream") = 0);
 
   m.def(
       "decode_num_splits",

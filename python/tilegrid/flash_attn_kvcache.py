@@ -91,15 +91,19 @@ def _as_bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _attend_in_place(q, k_cache, v_cache, seqlen_k, leftpad, cache_batch_idx, block_table, scale, causal,
-                     window, softcap, num_splits, learnable_sink, return_lse):
+                     window, softcap, num_splits, learnable_sink, return_lse, longest):
     """Attention over the cache where it lies (tilegrid.attention.forward_kvcache), the cells of
-    sequence b being [leftpad[b], seqlen_k[b])."""
-    batch, seqlen_q, nheads, _ = q.shape
+    sequence b being [leftpad[b], seqlen_k[b]), already checked on the host (so the C++ side
+    neither copies nor checks them again); longest: the keys of the longest sequence."""
+    batch, seqlen_q, nheads, d = q.shape
+    if num_splits == 0 and q.is_cuda:
+        num_splits = _C.decode_num_splits(batch, k_cache.shape[2], seqlen_q * (nheads // k_cache.shape[2]),
+                                          longest, d, q.device.index)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, nheads, seqlen_q, dtype=torch.float32, device=q.device)
     _C.flash_attn_kvcache_forward(q, k_cache, v_cache, seqlen_k, leftpad, cache_batch_idx, block_table, scale,
                                   causal, window[0], window[1], float(softcap), num_splits, out, lse,
-                                  current_stream(q))
+                                  check_values=False, stream=current_stream(q))
     if learnable_sink is not None:
         out, lse = apply_learnable_sink(out, lse, learnable_sink, varlen=False)
     return (out, lse) if return_lse else out
@@ -268,8 +272,12 @@ def flash_attn_with_kvcache(
     else:
         lengths = _int32_vector("cache_seqlens", cache_seqlens, batch, q.device)
 
-    # Every check on values, before anything is written (one copy of the small vectors).
-    lengths_h, leftpad_h = lengths.cpu(), leftpad.cpu()
+    # Every check on values, before anything is written: one host copy of the small vectors
+    # (a decoding step waits for it once), checked with tensor ops rather than a loop over the
+    # sequences.
+    where = rows if rows is not None else pages.flatten()
+    host = torch.cat([lengths.to(torch.int64), leftpad.to(torch.int64), where.to(torch.int64)]).cpu()
+    lengths_h, leftpad_h, where_h = host[:batch], host[batch:2 * batch], host[2 * batch:]
     if (lengths_h < 0).any() or (leftpad_h < 0).any() or (leftpad_h > lengths_h).any():
         raise ValueError(f"{_OP}: need 0 <= cache_leftpad <= cache_seqlens, got cache_seqlens "
                          f"{lengths_h.tolist()} and cache_leftpad {leftpad_h.tolist()}")
@@ -277,19 +285,18 @@ def flash_attn_with_kvcache(
         raise ValueError(f"{_OP}: cache_seqlens + seqlen_new ({seqlen_new}) must be at most the cache's "
                          f"capacity {capacity}, got cache_seqlens {lengths_h.tolist()}")
     if rows is not None:
-        rows_h = rows.cpu()
-        if (rows_h < 0).any() or (rows_h >= k_cache.shape[0]).any():
+        if (where_h < 0).any() or (where_h >= k_cache.shape[0]).any():
             raise ValueError(f"{_OP}: cache_batch_idx entries must be in [0, {k_cache.shape[0]}), got "
-                             f"{rows_h.tolist()}")
+                             f"{where_h.tolist()}")
     else:
-        total = lengths_h + seqlen_new
-        used = (total + page - 1) // page  # pages each sequence reaches
-        pages_h = pages.cpu()
-        for b in range(batch):
-            row = pages_h[b, :int(used[b])]
-            if ((row < 0) | (row >= pool)).any():
-                raise ValueError(f"{_OP}: block_table[{b}] holds pages outside the pool [0, {pool}): "
-                                 f"{row.tolist()}")
+        pages_h = where_h.view(batch, -1)
+        used = (lengths_h + seqlen_new + page - 1) // page  # pages each sequence reaches
+        reached = torch.arange(pages_h.shape[1]) < used[:, None]
+        bad = reached & ((pages_h < 0) | (pages_h >= pool))
+        if bad.any():
+            b = int(bad.any(dim=1).nonzero()[0])
+            raise ValueError(f"{_OP}: block_table[{b}] holds pages outside the pool [0, {pool}): "
+                             f"{pages_h[b, :int(used[b])].tolist()}")
     if rotary_cos is not None or rotary_sin is not None:
         if rotary_cos is None or rotary_sin is None or k is None:
             raise ValueError(f"{_OP}: rotary_cos and rotary_sin go together, and with k and v")
@@ -334,7 +341,8 @@ def flash_attn_with_kvcache(
                                     None if cache_batch_idx is None else rows.to(torch.int32),
                                     None if block_table is None else block_table.to(torch.int32).contiguous(),
                                     scale, causal, (left, right), softcap, num_splits, learnable_sink,
-                                    return_softmax_lse)
+                                    return_softmax_lse,
+                                    int((lengths_h + seqlen_new - leftpad_h).max()) if batch else 0)
         counts_h = lengths_h.to(torch.int64) + seqlen_new - leftpad_h.to(torch.int64)
         total_k = int(counts_h.sum())
         seq, pos, cu_k_t = ragged_rows(counts_h.to(q.device), total_k)

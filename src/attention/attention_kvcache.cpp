@@ -24,15 +24,17 @@ namespace {
 constexpr const char* kOp = "flash_attn_with_kvcache";
 constexpr int64_t kMaxSplits = 256;
 
-// An int32 vector of the caller's on q's device, copied to the host (a CUDA copy waits for
-// `stream`).
-std::vector<int64_t> host_ints(const char* name, const TensorView& t, const Shape& shape,
-                               const TensorView& q, Stream stream) {
+// An int32 vector of the caller's on q's device: its dtype, shape and place.
+void check_ints(const char* name, const TensorView& t, const Shape& shape, const TensorView& q) {
   check_dtype(kOp, name, t, {DType::Int32});
   check_shape(kOp, name, t, shape);
   check_contiguous(kOp, name, t);
   check_data(kOp, name, t);
   check_same_device(kOp, name, t, "q", q);
+}
+
+// Its values on the host (a CUDA copy waits for `stream`).
+std::vector<int64_t> host_ints(const char* name, const TensorView& t, Stream stream) {
   std::vector<int64_t> out;
   if (t.device.is_cpu()) {
     const int32_t* p = t.data_ptr<const int32_t>();
@@ -57,12 +59,26 @@ struct Checked {
   int64_t page_size = 0, max_pages = 0;
   std::vector<int64_t> start, end, row;  // cells [start, end) of cache row (contiguous)
   std::vector<int64_t> pages;            // [batch, max_pages] (paged)
+  int64_t longest = 0;  // keys of the longest sequence; the capacity where values were not read
   float scale = 0, softcap = 0;
   int64_t window_left = -1, window_right = -1;
 };
 
+// The parameters as the kernels take them. A window past every sequence's keys is no window
+// (as attention_validate.cpp clamps it).
+Checked finish(Checked r, const Params& params) {
+  r.scale = float(params.softmax_scale.value_or(1.0 / std::sqrt(double(r.head_dim))));
+  r.softcap = float(params.softcap);
+  r.window_left = params.window_left;
+  r.window_right = params.causal ? 0 : params.window_right;
+  if (r.window_left >= r.seqlen_q + r.longest) r.window_left = -1;
+  if (r.window_right >= r.seqlen_q + r.longest) r.window_right = -1;
+  return r;
+}
+
 Checked check(const TensorView& q, const KvCache& c, const Params& params, int64_t num_splits,
-              const TensorView& out, const std::optional<TensorView>& lse, Stream stream) {
+              const TensorView& out, const std::optional<TensorView>& lse, bool check_values,
+              Stream stream) {
   check_dtype(kOp, "q", q, {DType::Float16, DType::BFloat16, DType::Float32});
   for (auto [name, t] : {std::pair{"q", &q}, std::pair{"k_cache", &c.k}, std::pair{"v_cache", &c.v}}) {
     check_ndim(kOp, name, *t, 4);
@@ -106,29 +122,35 @@ Checked check(const TensorView& q, const KvCache& c, const Params& params, int64
                  ": window sizes must be >= -1 (-1: unbounded), got (", params.window_left, ", ",
                  params.window_right, ")");
 
-  // Each sequence's cells, validated on the host before any kernel runs.
-  const std::vector<int64_t> end = host_ints("cache_seqlens", c.seqlen_k, {r.batch}, q, stream);
-  r.end = end;
-  r.start.assign(size_t(r.batch), 0);
-  if (c.leftpad) r.start = host_ints("cache_leftpad", *c.leftpad, {r.batch}, q, stream);
+  // Each sequence's cells: the vectors' shapes, then (with check_values, and always on the
+  // CPU, whose reference reads them) their values on the host before any kernel runs.
+  check_ints("cache_seqlens", c.seqlen_k, {r.batch}, q);
+  if (c.leftpad) check_ints("cache_leftpad", *c.leftpad, {r.batch}, q);
+  if (c.cache_batch_idx) check_ints("cache_batch_idx", *c.cache_batch_idx, {r.batch}, q);
   r.paged = c.block_table.has_value();
-  int64_t capacity = 0;
   if (r.paged) {
     TG_CHECK_VALUE(!c.leftpad && !c.cache_batch_idx, kOp,
                    ": cache_leftpad and cache_batch_idx do not go with block_table (as in "
                    "FlashAttention)");
-    const TensorView& bt = *c.block_table;
-    check_ndim(kOp, "block_table", bt, 2);
-    r.max_pages = bt.size(1);
-    r.pages = host_ints("block_table", bt, {r.batch, r.max_pages}, q, stream);
+    check_ndim(kOp, "block_table", *c.block_table, 2);
+    r.max_pages = c.block_table->size(1);
+    check_ints("block_table", *c.block_table, {r.batch, r.max_pages}, q);
     r.page_size = c.k.size(1);
     TG_CHECK_VALUE(r.page_size >= 1, kOp, ": pages of the pool must hold at least one cell");
-    capacity = r.max_pages * r.page_size;
+  }
+  const int64_t capacity = r.paged ? r.max_pages * r.page_size : c.k.size(1);
+  r.longest = capacity;
+  if (!check_values && q.device.is_cuda()) return finish(r, params);
+  r.end = host_ints("cache_seqlens", c.seqlen_k, stream);
+  r.start = c.leftpad ? host_ints("cache_leftpad", *c.leftpad, stream)
+                      : std::vector<int64_t>(size_t(r.batch), 0);
+  if (r.paged) {
+    r.pages = host_ints("block_table", *c.block_table, stream);
+  } else if (c.cache_batch_idx) {
+    r.row = host_ints("cache_batch_idx", *c.cache_batch_idx, stream);
   } else {
-    capacity = c.k.size(1);
     r.row.resize(size_t(r.batch));
     for (int64_t b = 0; b < r.batch; ++b) r.row[size_t(b)] = b;
-    if (c.cache_batch_idx) r.row = host_ints("cache_batch_idx", *c.cache_batch_idx, {r.batch}, q, stream);
   }
   for (int64_t b = 0; b < r.batch; ++b) {
     const int64_t s = r.start[size_t(b)], e = r.end[size_t(b)];
@@ -147,17 +169,10 @@ Checked check(const TensorView& q, const KvCache& c, const Params& params, int64
                      " is outside the cache's rows [0, ", c.k.size(0), ")");
     }
   }
-  r.scale = float(params.softmax_scale.value_or(1.0 / std::sqrt(double(r.head_dim))));
-  r.softcap = float(params.softcap);
-  r.window_left = params.window_left;
-  r.window_right = params.causal ? 0 : params.window_right;
-  // A window past every sequence's keys is no window (as attention_validate.cpp clamps it).
-  int64_t longest = 0;
+  r.longest = 0;
   for (int64_t b = 0; b < r.batch; ++b)
-    longest = std::max(longest, r.end[size_t(b)] - r.start[size_t(b)]);
-  if (r.window_left >= r.seqlen_q + longest) r.window_left = -1;
-  if (r.window_right >= r.seqlen_q + longest) r.window_right = -1;
-  return r;
+    r.longest = std::max(r.longest, r.end[size_t(b)] - r.start[size_t(b)]);
+  return finish(r, params);
 }
 
 void forward_kvcache_cpu(const TensorView& q, const KvCache& c, const Checked& r,
@@ -221,13 +236,10 @@ void forward_kvcache_cuda(const TensorView& q, const KvCache& c, const Checked& 
                  "(seqlen_q x heads of q per KV head), got ", r.seqlen_q * group);
   if (r.batch == 0 || r.seqlen_q == 0) return;
 
-  int64_t longest = 0;
-  for (int64_t b = 0; b < r.batch; ++b)
-    longest = std::max(longest, r.end[size_t(b)] - r.start[size_t(b)]);
   const int64_t splits =
       num_splits > 0 ? num_splits
-                     : decode_num_splits(r.batch, r.heads_kv, r.seqlen_q * group, longest, r.head_dim,
-                                         q.device.index);
+                     : decode_num_splits(r.batch, r.heads_kv, r.seqlen_q * group, r.longest,
+                                         r.head_dim, q.device.index);
 
   FlashDecodeParams p;
   p.q = q.data;
@@ -312,8 +324,8 @@ int64_t decode_num_splits(int64_t batch, int64_t heads_kv, int64_t query_rows, i
 
 void forward_kvcache(const TensorView& q, const KvCache& cache, const Params& params,
                      int64_t num_splits, const TensorView& out, const std::optional<TensorView>& lse,
-                     Stream stream) {
-  const Checked r = check(q, cache, params, num_splits, out, lse, stream);
+                     bool check_values, Stream stream) {
+  const Checked r = check(q, cache, params, num_splits, out, lse, check_values, stream);
   if (q.device.is_cpu()) return forward_kvcache_cpu(q, cache, r, out, lse);
 #if defined(TILEGRID_WITH_ATTENTION_CUDA)
   forward_kvcache_cuda(q, cache, r, num_splits, out, lse, stream);

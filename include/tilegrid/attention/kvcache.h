@@ -14,8 +14,7 @@
 // bfloat16, head dims 64, 128 and 256, 16-byte aligned rows) run a kernel that reads the
 // cache in place, the query heads of a KV head packed into one tile (cuda/flash_decode_*),
 // with split-KV: num_splits > 1 splits each sequence's key tiles over that many CTAs, merged by
-// their log-sum-exps; 0 chooses the count (decode_num_splits). The int32 vectors are copied
-// to the host to be validated, which waits for `stream`.
+// their log-sum-exps; 0 chooses the count (decode_num_splits).
 #include <cstdint>
 #include <optional>
 
@@ -33,10 +32,16 @@ struct KvCache {
 };
 
 // q [b, sq, hq, d], out like q (contiguous); lse float32 [b, hq, sq] when given. num_splits:
-// 0 (chosen) or 1..256; 1 on the CPU whatever is asked.
+// 0 (chosen) or 1..256; 1 on the CPU whatever is asked. check_values: the int32 vectors are
+// copied to the host and checked against the cache (cells past its capacity, pages outside the
+// pool, rows outside the cache) before any kernel runs, which on CUDA waits for `stream`;
+// false leaves that to the caller (tilegrid.flash_attn_with_kvcache checks them on its own
+// host copy): a CUDA call then neither copies nor waits, and num_splits = 0 sizes the splits
+// for the cache's capacity. The CPU reference always reads them.
 void forward_kvcache(const TensorView& q, const KvCache& cache, const Params& params,
                      int64_t num_splits, const TensorView& out,
-                     const std::optional<TensorView>& lse, Stream stream = {});
+                     const std::optional<TensorView>& lse, bool check_values = true,
+                     Stream stream = {});
 
 // The splits that num_splits = 0 chooses on CUDA device `device` for `batch` sequences of at
 // most `max_keys` keys, `heads_kv` KV heads and `query_rows` packed rows (sq * hq / hk) each:

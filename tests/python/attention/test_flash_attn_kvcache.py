@@ -273,6 +273,26 @@ def test_queries_that_need_gradients_get_them():
     torch.testing.assert_close(again, out.detach(), rtol=2e-6, atol=2e-6)
 
 
+@pytest.mark.parametrize("bad, message", [
+    (dict(seqlen_k=[9, 99]), "capacity"),
+    (dict(block_table=[[0, 1], [2, 50]]), "outside the pool"),
+    (dict(seqlen_k=[1, 2, 3]), "cache_seqlens must have shape"),
+])
+def test_the_cpp_api_checks_the_cache_vectors(bad, message):
+    """forward_kvcache itself (tilegrid/attention/kvcache.h), called without the Python layer's
+    checks: the vectors' shapes and values are refused with a clear error."""
+    q = torch.randn(2, 1, 2, 16)
+    pool = torch.randn(4, 8, 1, 16)
+    args = dict(seqlen_k=[9, 16], block_table=[[0, 1], [2, 3]])
+    args.update(bad)
+    seqlen_k = torch.tensor(args["seqlen_k"], dtype=torch.int32)
+    table = torch.tensor(args["block_table"], dtype=torch.int32)
+    out = torch.empty_like(q)
+    with pytest.raises(ValueError, match=message):
+        tg._C.flash_attn_kvcache_forward(q, pool, pool, seqlen_k, None, None, table, None, False, -1, -1, 0.0,
+                                         1, out, None)
+
+
 def test_split_bounds_cover_the_keys_and_keep_the_causal_tail_in_the_last_part():
     from tilegrid.split_kv import split_bounds
 
