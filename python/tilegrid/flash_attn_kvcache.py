@@ -93,8 +93,8 @@ def _as_bytes(t: torch.Tensor) -> torch.Tensor:
 def _attend_in_place(q, k_cache, v_cache, seqlen_k, leftpad, cache_batch_idx, block_table, scale, causal,
                      window, softcap, num_splits, learnable_sink, return_lse, longest):
     """Attention over the cache where it lies (tilegrid.attention.forward_kvcache), the cells of
-    sequence b being [leftpad[b], seqlen_k[b]), already checked on the host (so the C++ side
-    neither copies nor checks them again); longest: the keys of the longest sequence."""
+    sequence b being [leftpad[b], seqlen_k[b]), already checked on the host (so on CUDA the C++
+    side neither copies nor checks them again); longest: the keys of the longest sequence."""
     batch, seqlen_q, nheads, d = q.shape
     if num_splits == 0 and q.is_cuda:
         num_splits = _C.decode_num_splits(batch, k_cache.shape[2], seqlen_q * (nheads // k_cache.shape[2]),
