@@ -2,8 +2,11 @@
 // dispatch to the CUDA kernels (cuda/flash_decode_*).
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "attention/attention_row_cpu.h"

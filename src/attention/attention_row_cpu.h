@@ -8,6 +8,7 @@
 // and the output and lse with it.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
