@@ -7,10 +7,10 @@
 // read from memory serves the whole group. The CTA's four warps each take every fourth key
 // tile of the split and run their own two-stage cp.async pipeline and online softmax, so four
 // tiles are in flight per CTA without a CTA-wide barrier in the loop; the warps' partial rows
-// are merged in shared memory at the end. Rows of a cell's key are located one at a time
-// (cache row or page, then the cell), so pages of any size are read in place.
+// are merged in shared memory at the end. Each key's row is located on its own (cache row or
+// page, then the cell), so pages of any size are read in place.
 //
-// The arithmetic is the portable forward's (flash_fwd_kernel.cuh): S = Q K^T and O += P V on
+// The arithmetic is the portable forward's (flash_fwd_tile.cuh): S = Q K^T and O += P V on
 // mma.sync m16n8k16 with float32 accumulation, softcap and masks on S, the softmax in log2
 // units, a row that sees no key written as O = 0, LSE = -inf, and a NaN score reaching O and
 // LSE through the sum.
