@@ -10,7 +10,7 @@ heads into one tile and splits long caches across CTAs, cuda/flash_decode_kernel
 CPU the reference). What that path does not take runs as before, each sequence's keys gathered
 into one packed buffer for tg.flash_attn_varlen_func: inputs that need gradients, float8
 inputs, on CUDA head dims other than 64, 128 and 256, a softmax_scale <= 0 without softcap, and
-tensors whose rows are not 16-byte aligned.
+caches whose rows are not 16-byte aligned (q is copied into an aligned layout where it is not).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from . import _C
 from ._torch import current_stream
 from .attention_fp8 import check_descales, check_fp8, dequantise_varlen
 from .attention_sinks import apply_learnable_sink, check_learnable_sink
-from .flash_attn import _real, _window, check_pack_gqa, flash_attn_varlen_func
+from .flash_attn import _kernel_ready, _real, _window, check_pack_gqa, flash_attn_varlen_func
 from .split_kv import attention_in_parts
 from .varlen_used import ragged_rows
 
@@ -36,9 +36,11 @@ IN_PLACE = True
 
 
 def _rows_aligned(t: torch.Tensor) -> bool:
-    """16-byte aligned data and strides (but the last) in multiples of 8 elements: the CUDA
-    kernel's 16-byte row loads."""
-    return t.data_ptr() % 16 == 0 and t.stride(-1) == 1 and all(s % 8 == 0 for s in t.stride()[:-1])
+    """16-byte aligned data and strides (but the last, and those of extent-1 dimensions) in
+    multiples of 8 elements: the CUDA kernel's 16-byte row loads (a cache, which is written in
+    place, cannot be copied into that layout as q can, flash_attn._kernel_ready)."""
+    return (t.data_ptr() % 16 == 0 and t.stride(-1) == 1
+            and all(s % 8 == 0 or n == 1 for s, n in zip(t.stride()[:-1], t.shape[:-1])))
 
 
 def _in_place_runs(q, k_cache, v_cache, scale, softcap, fp8, wants_grad: bool) -> bool:
@@ -48,12 +50,12 @@ def _in_place_runs(q, k_cache, v_cache, scale, softcap, fp8, wants_grad: bool) -
     if not IN_PLACE or fp8 or wants_grad:
         return False
     if not q.is_cuda:
-        return q.stride(-1) == 1 and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
+        return k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
     d = q.shape[-1]
     # The kernel scales in float32: a scale that rounds to 0 there is not > 0.
     positive = softcap > 0 or scale is None or torch.tensor(scale, dtype=torch.float32).item() > 0
     return (d in (64, 128, 256) and q.dtype in (torch.float16, torch.bfloat16) and positive
-            and all(_rows_aligned(t) for t in (q, k_cache, v_cache)))
+            and _rows_aligned(k_cache) and _rows_aligned(v_cache))
 
 
 def _int32_vector(name: str, t, batch: int, device) -> torch.Tensor:
@@ -95,6 +97,7 @@ def _attend_in_place(q, k_cache, v_cache, seqlen_k, leftpad, cache_batch_idx, bl
     """Attention over the cache where it lies (tilegrid.attention.forward_kvcache), the cells of
     sequence b being [leftpad[b], seqlen_k[b]), already checked on the host (so on CUDA the C++
     side neither copies nor checks them again); longest: the keys of the longest sequence."""
+    q = _kernel_ready(q)
     batch, seqlen_q, nheads, d = q.shape
     if num_splits == 0 and q.is_cuda:
         num_splits = _C.decode_num_splits(batch, k_cache.shape[2], seqlen_q * (nheads // k_cache.shape[2]),

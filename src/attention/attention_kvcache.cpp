@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attention/attention_row_cpu.h"
+#include "attention/attention_validate.h"
 #include "attention/common/mask.h"
 #include "tilegrid/attention/kvcache.h"
 #include "tilegrid/core/checks.h"
@@ -116,14 +117,7 @@ Checked check(const TensorView& q, const KvCache& c, const Params& params, int64
     check_shape(kOp, "lse", *lse, {r.batch, r.heads_q, r.seqlen_q});
     check_contiguous(kOp, "lse", *lse);
   }
-  if (params.softmax_scale)
-    TG_CHECK_VALUE(std::fabs(*params.softmax_scale) <= double(std::numeric_limits<float>::max()), kOp,
-                   ": softmax_scale must be finite in float32, got ", *params.softmax_scale);
-  TG_CHECK_VALUE(params.softcap >= 0 && params.softcap <= double(std::numeric_limits<float>::max()), kOp,
-                 ": softcap must be >= 0 and finite in float32, got ", params.softcap);
-  TG_CHECK_VALUE(params.window_left >= -1 && params.window_right >= -1, kOp,
-                 ": window sizes must be >= -1 (-1: unbounded), got (", params.window_left, ", ",
-                 params.window_right, ")");
+  check_params(kOp, params);
 
   // Each sequence's cells: the vectors' shapes, then (with check_values, and always on the
   // CPU, whose reference reads them) their values on the host before any kernel runs.
@@ -225,13 +219,8 @@ void forward_kvcache_cuda(const TensorView& q, const KvCache& c, const Checked& 
                  ": on CUDA without softcap, softmax_scale must be > 0, got ", r.scale,
                  " (the kernel takes each row's maximum before scaling)");
   for (auto [name, t] : {std::pair{"q", &q}, std::pair{"k_cache", &c.k}, std::pair{"v_cache", &c.v},
-                         std::pair{"out", &out}}) {
-    bool aligned = reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
-    for (int i = 0; i + 1 < t->ndim(); ++i) aligned = aligned && t->stride(i) % 8 == 0;
-    TG_CHECK_VALUE(aligned, kOp, ": on CUDA, ", name,
-                   " must start 16-byte aligned and have strides that are multiples of 8 "
-                   "elements (16-byte row loads), got strides ", t->strides);
-  }
+                         std::pair{"out", &out}})
+    check_row_loads(kOp, name, *t);
   TG_CHECK_VALUE(r.batch <= 65535 && r.heads_kv <= 65535, kOp,
                  ": on CUDA at most 65535 sequences and KV heads, got ", r.batch, " and ", r.heads_kv);
   const int64_t group = r.heads_q / r.heads_kv;

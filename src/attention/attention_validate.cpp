@@ -51,17 +51,6 @@ bool finite_in_float32(double x) {
   return std::fabs(x) <= double(std::numeric_limits<float>::max());
 }
 
-void check_params(const char* op, const Params& p) {
-  if (p.softmax_scale)
-    TG_CHECK_VALUE(finite_in_float32(*p.softmax_scale), op,
-                   ": softmax_scale must be finite in float32 (|scale| <= 3.4e38), got ",
-                   *p.softmax_scale);
-  TG_CHECK_VALUE(finite_in_float32(p.softcap) && p.softcap >= 0, op,
-                 ": softcap must be >= 0 and finite in float32, got ", p.softcap);
-  TG_CHECK_VALUE(p.window_left >= -1 && p.window_right >= -1, op,
-                 ": window sizes must be >= -1 (-1: unbounded), got (", p.window_left, ", ",
-                 p.window_right, ")");
-}
 
 void fill_common(Problem& p, const TensorView& q, const TensorView& k, const TensorView& v,
                  const TensorView& out, const Params& params, bool varlen) {
@@ -124,6 +113,18 @@ std::vector<int64_t> host_offsets(const char* op, const char* name, const Tensor
 
 }  // namespace
 
+void check_params(const char* op, const Params& p) {
+  if (p.softmax_scale)
+    TG_CHECK_VALUE(finite_in_float32(*p.softmax_scale), op,
+                   ": softmax_scale must be finite in float32 (|scale| <= 3.4e38), got ",
+                   *p.softmax_scale);
+  TG_CHECK_VALUE(finite_in_float32(p.softcap) && p.softcap >= 0, op,
+                 ": softcap must be >= 0 and finite in float32, got ", p.softcap);
+  TG_CHECK_VALUE(p.window_left >= -1 && p.window_right >= -1, op,
+                 ": window sizes must be >= -1 (-1: unbounded), got (", p.window_left, ", ",
+                 p.window_right, ")");
+}
+
 void check_like(const char* op, const char* name, const TensorView& t, const char* ref_name,
                 const TensorView& ref) {
   check_same_device(op, name, t, ref_name, ref);
@@ -134,6 +135,15 @@ void check_like(const char* op, const char* name, const TensorView& t, const cha
 
 Operand operand(const TensorView& t, bool varlen) {
   return {t.data, varlen ? 0 : t.stride(0), t.stride(-3), t.stride(-2)};
+}
+
+void check_row_loads(const char* op, const char* name, const TensorView& t) {
+  bool aligned = reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+  for (int i = 0; i + 1 < t.ndim(); ++i) aligned = aligned && (t.stride(i) % 8 == 0 || t.size(i) == 1);
+  TG_CHECK_VALUE(aligned, op, ": on CUDA, ", name,
+                 " must start 16-byte aligned and have strides that are multiples of 8 "
+                 "elements (16-byte row loads), got strides ",
+                 t.strides);
 }
 
 // 16-bit types and 16-byte row loads (cp.async, TMA); scores the kernels can scale.
@@ -156,15 +166,7 @@ void check_cuda_problem(const char* op, const Problem& p, std::initializer_list<
                 ": on CUDA, q, k and v must be float16 or bfloat16 (float32 runs on the CPU "
                 "only), got ",
                 q.dtype);
-  for (auto [name, t] : tensors) {
-    bool aligned = reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
-    for (int i = 0; i + 1 < t->ndim(); ++i)
-      aligned = aligned && (t->stride(i) % 8 == 0 || t->size(i) == 1);
-    TG_CHECK_VALUE(aligned, op, ": on CUDA, ", name,
-                   " must start 16-byte aligned and have strides that are multiples of 8 "
-                   "elements (16-byte row loads), got strides ",
-                   t->strides);
-  }
+  for (auto [name, t] : tensors) check_row_loads(op, name, *t);
   // Grid: query tiles x heads x sequences; sequence lengths in int.
   const TensorView& k = *(tensors.begin() + 1)->second;
   TG_CHECK_VALUE(q.size(-2) <= 65535, op, ": at most 65535 heads of q on CUDA, got ", q.size(-2));

@@ -15,6 +15,13 @@ namespace tilegrid::attention {
 
 using Named = std::pair<const char*, const TensorView*>;
 
+// softmax_scale and softcap finite in float32 (the scores' type), softcap >= 0, windows >= -1.
+void check_params(const char* op, const Params& p);
+
+// On CUDA: data 16-byte aligned and strides (but the last, and those of extent-1 dimensions)
+// multiples of 8 elements, for 16-byte row loads (cp.async, TMA).
+void check_row_loads(const char* op, const char* name, const TensorView& t);
+
 // t has ref's device, dtype and shape, and is contiguous (outputs, gradients).
 void check_like(const char* op, const char* name, const TensorView& t, const char* ref_name,
                 const TensorView& ref);
