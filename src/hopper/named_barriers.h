@@ -7,7 +7,7 @@ namespace tilegrid::hopper {
 
 constexpr int kUserNamedBarriers = 8;
 
-// The attention forward (attention/sm90/flash_fwd_sm90_kernel.cuh).
+// The attention forward (attention/sm90/kernel/flash_fwd_sm90_kernel.cuh and its collectives).
 namespace fwd_barrier {
 // Ping-pong: consumer warpgroup w waits on kTurn + w for its turn to issue its products (up to
 // three consumer warpgroups).

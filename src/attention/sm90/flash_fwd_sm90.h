@@ -1,5 +1,5 @@
 #pragma once
-// The Hopper flash attention forward (internal, sm_90a only; see flash_fwd_sm90_kernel.cuh).
+// The Hopper flash attention forward (internal, sm_90a only; see kernel/flash_fwd_sm90_kernel.cuh).
 // The dispatcher asks `supported` first and runs the portable kernel for everything else.
 #include <cstdint>
 #include <initializer_list>

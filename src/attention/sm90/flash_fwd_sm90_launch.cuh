@@ -9,22 +9,11 @@
 #include <type_traits>
 
 #include "attention/sm90/flash_fwd_sm90.h"
-#include "attention/sm90/flash_fwd_sm90_kernel.cuh"
+#include "attention/sm90/kernel/flash_fwd_sm90_kernel.cuh"
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
 
 namespace tilegrid::attention::sm90 {
-
-// Streaming multiprocessors of the current device (cached per device).
-inline int multiprocessor_count(int device) {
-  constexpr int kMaxDevices = 64;
-  static int cached[kMaxDevices] = {};
-  if (device < kMaxDevices && cached[device] > 0) return cached[device];
-  int count = 0;
-  TG_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  if (device < kMaxDevices) cached[device] = count;
-  return count;
-}
 
 // Persistent tile order: how many (head, sequence) pairs run together so that their K and V
 // (2 * keys * head_dim elements each; a variable-length batch's mean keys per sequence) take
@@ -89,9 +78,9 @@ void launch(const FlashFwdParams& p, int switches, cudaStream_t stream) {
   // the kernel counts tiles in 32 bits, up to the count plus one grid stride.
   const int64_t tiles = int64_t(kp.m_blocks) * p.heads_q * p.batch;
   kp.persistent = Traits::kClusterM == 1 && kp.persistent && tiles < (int64_t(1) << 30);
-  const dim3 grid = kp.persistent
-                        ? dim3(unsigned(std::min<int64_t>(tiles, multiprocessor_count(device))))
-                        : dim3(kp.m_blocks, p.heads_q, p.batch);
+  const int64_t sms = tilegrid::cuda::multiprocessor_count(device);
+  const dim3 grid = kp.persistent ? dim3(unsigned(std::min<int64_t>(tiles, sms)))
+                                  : dim3(kp.m_blocks, p.heads_q, p.batch);
   // Dynamic tiles: a zeroed counter of this call from the stream-ordered pool, freed in
   // stream order after the kernel (both capturable in a CUDA graph).
   if (kp.persistent && (switches & kDynamicTiles) != 0) {

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "grid/conv/sm90/sparse_conv_sm90_params.h"
 #include "grid/conv/sm90/sparse_conv_sm90_steps.h"
 
@@ -48,8 +48,7 @@ bool sparse_conv_weight_partials_sm90(const WeightGrad& g, int device, Stream st
   // 128 x 128 tiles where both channel counts are multiples of 128, else 64 x 64.
   const int tile = g.in_channels % 128 == 0 && g.out_channels % 128 == 0 ? 128 : 64;
   const int64_t tiles = ((g.in_channels + tile - 1) / tile) * ((g.out_channels + tile - 1) / tile);
-  int sms = 0;
-  TG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = tilegrid::cuda::multiprocessor_count(device);
   // About four CTAs an SM (each tap's steps split in `chunks`), and at most 64 MB of partials
   // (27 x 256 x 256 floats are 7 MB a chunk). Depends on the shapes only: the chunk sums are
   // the same bits on every run.
