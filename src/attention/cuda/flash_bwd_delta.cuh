@@ -1,6 +1,6 @@
 #pragma once
 // The portable attention backward's first kernel and what its kernels share (internal):
-// where a sequence of a dense or variable-length batch lies, where its lse rows are, and
+// where a sequence's lse rows are (where the sequence lies: common/sequence.h), and
 //   delta_kernel: D_i = rowsum(dO_i * O_i) - dlse_i, one warp a query row,
 // which the dK/dV and dQ kernels (flash_bwd_dkdv_kernel.cuh, flash_bwd_dq_kernel.cuh) read
 // as dS = P * (dP - D).
@@ -8,21 +8,10 @@
 
 #include <cstdint>
 
+#include "attention/common/sequence.h"
 #include "attention/cuda/flash_bwd_params.h"
 
 namespace tilegrid::attention::flash_bwd {
-
-struct Sequence {
-  int64_t q0, sq, k0, sk;  // first token and length of the queries and of the keys
-};
-
-__device__ __forceinline__ Sequence sequence(const FlashFwdParams& p, int b) {
-  if (p.cu_seqlens_q != nullptr) {
-    const int64_t q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
-    return {q0, p.cu_seqlens_q[b + 1] - q0, k0, p.cu_seqlens_k[b + 1] - k0};
-  }
-  return {0, p.seqlen_q, 0, p.seqlen_k};
-}
 
 // Index of (batch b, head h, token) in lse's layout (and in delta's, which is the same).
 __device__ __forceinline__ int64_t lse_index(const FlashFwdParams& p, int b, int h, int64_t token) {

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "attention/common/mask.h"
+#include "attention/common/sequence.h"
 #include "attention/cuda/flash_fwd_params.h"
 #include "attention/cuda/flash_fwd_tile.cuh"
 #include "attention/cuda/flash_mma_util.cuh"
@@ -101,14 +102,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(const Fl
   const int head = blockIdx.y, batch = blockIdx.z;
   const int tid = threadIdx.x;
 
-  int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
-  int64_t q_token0 = 0, k_token0 = 0;
-  if (p.cu_seqlens_q != nullptr) {
-    q_token0 = p.cu_seqlens_q[batch];
-    k_token0 = p.cu_seqlens_k[batch];
-    seqlen_q = p.cu_seqlens_q[batch + 1] - int(q_token0);
-    seqlen_k = p.cu_seqlens_k[batch + 1] - int(k_token0);
-  }
+  const Sequence seq = sequence(p, batch);
+  const int64_t q_token0 = seq.q0, k_token0 = seq.k0;
+  const int seqlen_q = int(seq.sq), seqlen_k = int(seq.sk);
   const int row0 = m_block * kBlockM;
   if (row0 >= seqlen_q) return;
   const int rows = min(kBlockM, seqlen_q - row0);

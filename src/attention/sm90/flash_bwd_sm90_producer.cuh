@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "attention/common/mask.h"
+#include "attention/common/sequence.h"
 #include "attention/cuda/flash_bwd_params.h"
 #include "attention/sm90/flash_bwd_sm90_config.h"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
@@ -168,16 +169,11 @@ struct KeyTileWork {
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ KeyTileWork key_tile_work(const FlashFwdParams& p, int n_block, int b) {
   KeyTileWork w{};
-  w.q0 = 0;
-  w.sq = p.seqlen_q;
-  w.k0 = 0;
-  w.sk = p.seqlen_k;
-  if (p.cu_seqlens_q != nullptr) {
-    w.q0 = p.cu_seqlens_q[b];
-    w.k0 = p.cu_seqlens_k[b];
-    w.sq = p.cu_seqlens_q[b + 1] - w.q0;
-    w.sk = p.cu_seqlens_k[b + 1] - w.k0;
-  }
+  const Sequence seq = sequence(p, b);
+  w.q0 = seq.q0;
+  w.sq = seq.sq;
+  w.k0 = seq.k0;
+  w.sk = seq.sk;
   w.n0 = n_block * kBlockN;
   w.valid = w.n0 < w.sk;
   if (!w.valid) return w;

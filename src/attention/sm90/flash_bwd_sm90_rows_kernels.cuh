@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/common/sequence.h"
 #include "attention/cuda/flash_bwd_delta.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 
@@ -27,7 +28,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
                       float* delta, float* dq_accum, int* dq_order) {
   const FlashFwdParams& p = g.fwd;
   const int b = blockIdx.z, h = blockIdx.y, lane = threadIdx.x % 32;
-  const flash_bwd::Sequence seq = flash_bwd::sequence(p, b);
+  const Sequence seq = sequence(p, b);
   const int64_t i = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int64_t padded_len = (seq.sq + rows.block_m - 1) / rows.block_m * rows.block_m;
   if (i >= padded_len) return;
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     postprocess_kernel(const FlashBwdParams g, const PaddedRows rows, const float* dq_accum) {
   const FlashFwdParams& p = g.fwd;
   const int b = blockIdx.z, h = blockIdx.y, lane = threadIdx.x % 32;
-  const flash_bwd::Sequence seq = flash_bwd::sequence(p, b);
+  const Sequence seq = sequence(p, b);
   const int64_t i = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (i >= seq.sq) return;
   constexpr DqTileLayout kTile{block_m(kHeadDim), kHeadDim};
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
                                 const float* dq_accum) {
   const FlashFwdParams& p = g.fwd;
   const int b = blockIdx.z, h = blockIdx.y, lane = threadIdx.x % 32;
-  const flash_bwd::Sequence seq = flash_bwd::sequence(p, b);
+  const Sequence seq = sequence(p, b);
   const int64_t i = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int64_t r0 = i / 16 * 16 + i % 8;  // the first of the warp's two rows
   if (r0 >= seq.sq) return;

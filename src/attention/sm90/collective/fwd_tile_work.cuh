@@ -3,6 +3,7 @@
 // covers (TileWork), and the order in which a CTA's tile positions map to them (TileSchedule).
 // The producer and the consumers derive the same values.
 #include "attention/common/mask.h"
+#include "attention/common/sequence.h"
 #include "attention/cuda/flash_fwd_params.h"
 #include "hopper/tile_scheduler.cuh"
 
@@ -25,14 +26,11 @@ __device__ __forceinline__ TileWork tile_work(const FlashFwdParams& p, int m_blo
   w.m_block = m_block;
   w.head = head;
   w.batch = batch;
-  w.seqlen_q = p.seqlen_q;
-  w.seqlen_k = p.seqlen_k;
-  if (p.cu_seqlens_q != nullptr) {
-    w.q_token0 = p.cu_seqlens_q[batch];
-    w.k_token0 = p.cu_seqlens_k[batch];
-    w.seqlen_q = p.cu_seqlens_q[batch + 1] - w.q_token0;
-    w.seqlen_k = p.cu_seqlens_k[batch + 1] - w.k_token0;
-  }
+  const Sequence seq = sequence(p, batch);  // tokens counted in 32 bits here
+  w.q_token0 = int(seq.q0);
+  w.k_token0 = int(seq.k0);
+  w.seqlen_q = int(seq.sq);
+  w.seqlen_k = int(seq.sk);
   w.row0 = m_block * kBlockM;
   w.valid = w.row0 < w.seqlen_q;
   if (!w.valid) return w;  // n_count = 0
