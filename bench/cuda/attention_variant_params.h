@@ -4,7 +4,7 @@
 // [batch, seqlen, heads, head_dim], contiguous, lse [batch, heads, seqlen] float32.
 #include <cstdint>
 
-#include "attention/cuda/flash_fwd_params.h"
+#include "attention/common/flash_fwd_params.h"
 
 namespace tilegrid::attention::variant {
 

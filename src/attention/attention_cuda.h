@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "attention/attention_problem.h"
-#include "attention/cuda/flash_bwd_params.h"
+#include "attention/common/flash_bwd_params.h"
+#include "attention/common/flash_fwd_params.h"
 #include "attention/cuda/flash_decode_params.h"
-#include "attention/cuda/flash_fwd_params.h"
 #include "tilegrid/core/device.h"
 #include "tilegrid/core/dtype.h"
 

@@ -12,9 +12,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/common/flash_bwd_score.cuh"
 #include "attention/common/mask.h"
 #include "attention/cuda/flash_bwd_delta.cuh"
-#include "attention/cuda/flash_bwd_score.cuh"
 #include "attention/cuda/flash_mma_util.cuh"
 
 namespace tilegrid::attention::flash_bwd {

@@ -18,9 +18,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/common/flash_fwd_params.h"
 #include "attention/common/mask.h"
 #include "attention/common/sequence.h"
-#include "attention/cuda/flash_fwd_params.h"
 #include "attention/cuda/flash_fwd_tile.cuh"
 #include "attention/cuda/flash_mma_util.cuh"
 

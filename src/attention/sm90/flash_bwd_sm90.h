@@ -4,7 +4,7 @@
 // everything else (other head dims, strides TMA cannot take).
 #include <cstdint>
 
-#include "attention/cuda/flash_bwd_params.h"
+#include "attention/common/flash_bwd_params.h"
 #include "tilegrid/core/device.h"
 #include "tilegrid/core/dtype.h"
 

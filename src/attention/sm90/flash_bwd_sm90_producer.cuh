@@ -16,9 +16,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "attention/common/flash_bwd_params.h"
 #include "attention/common/mask.h"
 #include "attention/common/sequence.h"
-#include "attention/cuda/flash_bwd_params.h"
 #include "attention/sm90/flash_bwd_sm90_config.h"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 #include "core/cuda_ordered_counter.cuh"

@@ -9,7 +9,7 @@
 // sq(b) + block_m + 1 rows later, past round_up(sq(b), block_m).
 #include <cstdint>
 
-#include "attention/cuda/flash_fwd_params.h"
+#include "attention/common/flash_fwd_params.h"
 #include "tilegrid/core/host_device.h"
 
 namespace tilegrid::attention::sm90_bwd {

@@ -13,8 +13,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/common/flash_bwd_rows.cuh"
+#include "attention/common/flash_bwd_score.cuh"
 #include "attention/common/sequence.h"
-#include "attention/cuda/flash_bwd_delta.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows.h"
 
 namespace tilegrid::attention::sm90_bwd {

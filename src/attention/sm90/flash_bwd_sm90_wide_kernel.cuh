@@ -37,10 +37,10 @@
 
 #include <cstdint>
 
+#include "attention/common/flash_bwd_params.h"
+#include "attention/common/flash_bwd_score.cuh"
+#include "attention/common/flash_bwd_store.cuh"
 #include "attention/common/mask.h"
-#include "attention/cuda/flash_bwd_params.h"
-#include "attention/cuda/flash_bwd_score.cuh"
-#include "attention/cuda/flash_bwd_store.cuh"
 #include "attention/sm90/flash_bwd_sm90_fragments.cuh"
 #include "attention/sm90/flash_bwd_sm90_producer.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows.h"

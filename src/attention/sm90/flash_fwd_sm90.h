@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "attention/cuda/flash_fwd_params.h"
+#include "attention/common/flash_fwd_params.h"
 #include "tilegrid/core/device.h"
 #include "tilegrid/core/dtype.h"
 

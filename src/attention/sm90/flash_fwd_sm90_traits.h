@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "attention/cuda/flash_fwd_params.h"
+#include "attention/common/flash_fwd_params.h"
 #include "hopper/tile_scheduler.cuh"
 
 namespace tilegrid::attention::sm90 {

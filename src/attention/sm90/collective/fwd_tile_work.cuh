@@ -2,9 +2,9 @@
 // The attention forward's tiles (internal, sm_90a): what one (query tile, head, sequence)
 // covers (TileWork), and the order in which a CTA's tile positions map to them (TileSchedule).
 // The producer and the consumers derive the same values.
+#include "attention/common/flash_fwd_params.h"
 #include "attention/common/mask.h"
 #include "attention/common/sequence.h"
-#include "attention/cuda/flash_fwd_params.h"
 #include "hopper/tile_scheduler.cuh"
 
 namespace tilegrid::attention::sm90 {

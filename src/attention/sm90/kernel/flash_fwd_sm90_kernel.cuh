@@ -48,8 +48,8 @@
 #include <cute/arch/cluster_sm90.hpp>
 #include <cute/tensor.hpp>
 
+#include "attention/common/flash_fwd_params.h"
 #include "attention/common/mask.h"
-#include "attention/cuda/flash_fwd_params.h"
 #include "attention/sm90/collective/fwd_epilogue.cuh"
 #include "attention/sm90/collective/fwd_mainloop.cuh"
 #include "attention/sm90/collective/fwd_producer.cuh"

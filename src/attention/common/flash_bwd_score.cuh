@@ -8,7 +8,7 @@
 // carries lse = +inf and gets P = 0.
 #include <cmath>
 
-#include "attention/cuda/flash_bwd_params.h"
+#include "attention/common/flash_bwd_params.h"
 
 namespace tilegrid::attention::flash_bwd {
 

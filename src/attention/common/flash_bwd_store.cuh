@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "attention/cuda/flash_bwd_params.h"
+#include "attention/common/flash_bwd_params.h"
 
 namespace tilegrid::attention::flash_bwd {
 

@@ -1,11 +1,11 @@
 #pragma once
-// What the portable backward kernels read (internal): the forward's parameters (q, k, v, out,
-// lse, lengths, mask, scale) plus dout, the gradients and the row deltas. Strides in elements;
-// last dimensions contiguous. dq, dk and dv have the strides of q, k and v's contiguous
-// layouts (the front end allocates or checks them so).
+// What the backward kernels read (internal; portable and Hopper): the forward's parameters
+// (q, k, v, out, lse, lengths, mask, scale) plus dout, the gradients and the row deltas.
+// Strides in elements; last dimensions contiguous. dq, dk and dv have the strides of q, k and
+// v's contiguous layouts (the front end allocates or checks them so).
 #include <cstdint>
 
-#include "attention/cuda/flash_fwd_params.h"
+#include "attention/common/flash_fwd_params.h"
 
 namespace tilegrid::attention {
 
