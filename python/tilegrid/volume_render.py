@@ -23,33 +23,67 @@ from ._torch import current_stream
 from .jagged_tensor import JaggedTensor
 
 
-class _VolumeRender(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, sigmas, rgbs, deltas, ts, offsets, threshold):
-        rays = offsets.shape[0] - 1
-        rgb = rgbs.new_empty(rays, rgbs.shape[1])
-        depth, opacity = sigmas.new_empty(rays), sigmas.new_empty(rays)
-        weights = torch.empty_like(sigmas)
-        count = torch.empty(rays, dtype=torch.int64, device=sigmas.device)
-        _C.volume_render(sigmas, rgbs, deltas, ts, offsets, threshold, rgb, depth, opacity, weights,
-                         count, current_stream(sigmas))
-        ctx.save_for_backward(sigmas, rgbs, deltas, ts, offsets)
-        ctx.threshold = threshold
-        ctx.mark_non_differentiable(count)
-        return rgb, depth, opacity, weights, count
+# torch.library custom ops with fake kernels, as the library's other ops, so that
+# torch.compile(fullgraph=True) traces a render step as single nodes.
+@torch.library.custom_op("tilegrid::volume_render", mutates_args=())
+def _volume_render(sigmas: torch.Tensor, rgbs: torch.Tensor, deltas: torch.Tensor,
+                   ts: torch.Tensor, offsets: torch.Tensor, threshold: float
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    rgb, depth, opacity, weights, count = _volume_render_outputs(sigmas, rgbs, offsets)
+    _C.volume_render(sigmas, rgbs, deltas, ts, offsets, threshold, rgb, depth, opacity, weights,
+                     count, current_stream(sigmas))
+    return rgb, depth, opacity, weights, count
 
-    @staticmethod
-    def backward(ctx, d_rgb, d_depth, d_opacity, d_weights, _):
-        sigmas, rgbs, deltas, ts, offsets = ctx.saved_tensors
-        rays = offsets.shape[0] - 1
-        d_rgb = d_rgb.contiguous() if d_rgb is not None else rgbs.new_zeros(rays, rgbs.shape[1])
-        d_depth = d_depth.contiguous() if d_depth is not None else sigmas.new_zeros(rays)
-        d_opacity = d_opacity.contiguous() if d_opacity is not None else sigmas.new_zeros(rays)
-        d_weights = d_weights.contiguous() if d_weights is not None else None
-        grads = [torch.empty_like(t) for t in (sigmas, rgbs, deltas, ts)]
-        _C.volume_render_backward(sigmas, rgbs, deltas, ts, offsets, ctx.threshold, d_rgb, d_depth,
-                                  d_opacity, d_weights, *grads, current_stream(sigmas))
-        return (*grads, None, None)
+
+def _volume_render_outputs(sigmas, rgbs, offsets):
+    rays = offsets.shape[0] - 1
+    return (rgbs.new_empty(rays, rgbs.shape[1]), sigmas.new_empty(rays), sigmas.new_empty(rays),
+            torch.empty_like(sigmas), torch.empty(rays, dtype=torch.int64, device=sigmas.device))
+
+
+@_volume_render.register_fake
+def _(sigmas, rgbs, deltas, ts, offsets, threshold):
+    return _volume_render_outputs(sigmas, rgbs, offsets)
+
+
+@torch.library.custom_op("tilegrid::volume_render_backward", mutates_args=())
+def _volume_render_backward(sigmas: torch.Tensor, rgbs: torch.Tensor, deltas: torch.Tensor,
+                            ts: torch.Tensor, offsets: torch.Tensor, threshold: float,
+                            d_rgb: torch.Tensor, d_depth: torch.Tensor, d_opacity: torch.Tensor,
+                            d_weights: torch.Tensor | None
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    grads = [torch.empty_like(t) for t in (sigmas, rgbs, deltas, ts)]
+    _C.volume_render_backward(sigmas, rgbs, deltas, ts, offsets, threshold, d_rgb, d_depth,
+                              d_opacity, d_weights, *grads, current_stream(sigmas))
+    return tuple(grads)
+
+
+@_volume_render_backward.register_fake
+def _(sigmas, rgbs, deltas, ts, offsets, threshold, d_rgb, d_depth, d_opacity, d_weights):
+    return tuple(torch.empty_like(t) for t in (sigmas, rgbs, deltas, ts))
+
+
+def _volume_render_setup(ctx, inputs, output):
+    sigmas, rgbs, deltas, ts, offsets, threshold = inputs
+    ctx.save_for_backward(sigmas, rgbs, deltas, ts, offsets)
+    ctx.threshold = threshold
+    ctx.mark_non_differentiable(output[4])
+
+
+def _volume_render_grad(ctx, d_rgb, d_depth, d_opacity, d_weights, _d_count):
+    sigmas, rgbs, deltas, ts, offsets = ctx.saved_tensors
+    rays = offsets.shape[0] - 1
+    # An output that took no part in the loss may come as None: its gradient is zero.
+    d_rgb = d_rgb.contiguous() if d_rgb is not None else rgbs.new_zeros(rays, rgbs.shape[1])
+    d_depth = d_depth.contiguous() if d_depth is not None else sigmas.new_zeros(rays)
+    d_opacity = d_opacity.contiguous() if d_opacity is not None else sigmas.new_zeros(rays)
+    d_weights = d_weights.contiguous() if d_weights is not None else None
+    grads = _volume_render_backward(sigmas, rgbs, deltas, ts, offsets, ctx.threshold, d_rgb,
+                                    d_depth, d_opacity, d_weights)
+    return (*grads, None, None)
+
+
+_volume_render.register_autograd(_volume_render_grad, setup_context=_volume_render_setup)
 
 
 def volume_render(sigmas, rgbs, deltas, ts, joffsets, transmittance_threshold: float = 0.0):
@@ -79,4 +113,5 @@ def volume_render(sigmas, rgbs, deltas, ts, joffsets, transmittance_threshold: f
     sigmas, rgbs, deltas, ts = (t.contiguous() for t in data)
     if rgbs.dim() == 1:
         raise ValueError(f"volume_render: rgbs must be [S, C], got shape {list(rgbs.shape)}")
-    return _VolumeRender.apply(sigmas, rgbs, deltas, ts, joffsets.contiguous(), float(transmittance_threshold))
+    return _volume_render(sigmas, rgbs, deltas, ts, joffsets.contiguous(),
+                          float(transmittance_threshold))

@@ -60,6 +60,27 @@ def test_gradcheck():
     assert torch.autograd.gradcheck(fn, args)
 
 
+def test_compiles_as_one_graph_with_its_backward():
+    """torch.compile(fullgraph=True) fails on a graph break; aot_eager traces the backward too.
+    The compiled step gives eager's values and gradients, with a threshold and a second batch
+    of rays of another count (no recompilation needed for correctness)."""
+    def step(sigmas, rgbs, deltas, ts, offsets):
+        rgb, depth, opacity, weights, _ = tg.volume_render(sigmas, rgbs, deltas, ts, offsets, 1e-3)
+        return rgb.square().sum() + depth.sum() + opacity.sum() + weights.square().sum()
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for counts in ([5, 0, 17], [9, 3, 3, 40]):
+        inputs = random_samples(counts, channels=3)
+        eager = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in inputs]
+        traced = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in inputs]
+        want, got = step(*eager), compiled(*traced)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        want.backward()
+        got.backward()
+        for a, b in zip(traced[:4], eager[:4]):
+            torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_transmittance_early_exit(device):
     sigmas, rgbs, deltas, ts, offsets = random_samples([50, 50], channels=3)
