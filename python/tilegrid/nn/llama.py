@@ -212,15 +212,17 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def _to_pairs(w: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """q or k rows from Hugging Face's rotate-half heads (dims j and j + D/2 rotate together)
-    to interleaved ones (dims 2j and 2j + 1, the epilogue's pairs): row h D + t D/2 + j moves
-    to h D + 2j + t. A copy; differentiable."""
-    return w.reshape(-1, 2, head_dim // 2, w.shape[-1]).transpose(1, 2).reshape(w.shape)
+    """q or k rows (of a weight, or entries of a bias) from Hugging Face's rotate-half heads
+    (dims j and j + D/2 rotate together) to interleaved ones (dims 2j and 2j + 1, the
+    epilogue's pairs): row h D + t D/2 + j moves to h D + 2j + t. A copy; differentiable."""
+    rows = w.reshape(w.shape[0], -1)
+    return rows.reshape(-1, 2, head_dim // 2, rows.shape[1]).transpose(1, 2).reshape(w.shape)
 
 
 def _from_pairs(w: torch.Tensor, head_dim: int) -> torch.Tensor:
     """_to_pairs' inverse: interleaved-pair rows back to Hugging Face's rotate-half order."""
-    return w.reshape(-1, head_dim // 2, 2, w.shape[-1]).transpose(1, 2).reshape(w.shape)
+    rows = w.reshape(w.shape[0], -1)
+    return rows.reshape(-1, head_dim // 2, 2, rows.shape[1]).transpose(1, 2).reshape(w.shape)
 
 
 def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -237,16 +239,20 @@ def _fused_programs_run_on(x: torch.Tensor) -> bool:
 
 
 class _QkvRope(torch.autograd.Function):
-    """q, k, v = x w^T split by columns, with RoPE on the q and k columns (interleaved pairs) in
-    the product's epilogue (`rope > store`). The three outputs are column blocks of one buffer,
-    so that the backward receives their gradients apart and writes the product's gradient in
-    one pass: dq and dk rotated back into their columns (tg.rope_rotate), dv copied into its
-    own; then the two products."""
+    """q, k, v = x w^T (+ bias) split by columns, with RoPE on the q and k columns (interleaved
+    pairs) in the product's epilogue (`rope > store`, or `per_column(add) > rope > store` with
+    a bias). The three outputs are column blocks of one buffer, so that the backward receives
+    their gradients apart and writes the product's gradient in one pass: dq and dk rotated
+    back into their columns (tg.rope_rotate), dv copied into its own; then the two products,
+    and the bias's gradient as that gradient's column sums (float32)."""
 
     @staticmethod
-    def forward(ctx, x, w, positions, frequencies, inv_freq, widths):
+    def forward(ctx, x, w, bias, positions, frequencies, inv_freq, widths):
         out = x.new_empty(x.shape[0], w.shape[0])
-        epilogue.matmul(x, w.t(), epilogue.Program().rope(positions, frequencies).store(out))
+        program = epilogue.Program()
+        if bias is not None:
+            program = program.per_column(bias, "add")
+        epilogue.matmul(x, w.t(), program.rope(positions, frequencies).store(out))
         ctx.save_for_backward(x, w, positions, inv_freq)
         ctx.widths = widths
         ctx.set_materialize_grads(False)  # an unused output's gradient is None: zeros below
@@ -272,13 +278,15 @@ class _QkvRope(torch.autograd.Function):
                 cols.copy_(grad)
         dx = matmul(d, w) if ctx.needs_input_grad[0] else None
         dw = matmul(d.t(), x) if ctx.needs_input_grad[1] else None
-        return dx, dw, None, None, None, None
+        dbias = d.sum(0, dtype=torch.float32).to(d.dtype) if ctx.needs_input_grad[2] else None
+        return dx, dw, dbias, None, None, None, None
 
 
 class LlamaAttention(torch.nn.Module):
-    """Hugging Face's LlamaAttention (q/k/v/o_proj, no bias, GQA, rotary positions, causal)
-    with the core as tg.flash_attn_func. Input [batch, seq, hidden]. state_dict keys:
-    q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight.
+    """Hugging Face's LlamaAttention (q/k/v/o_proj, biases with attention_bias, GQA, rotary
+    positions, causal) with the core as tg.flash_attn_func. Input [batch, seq, hidden].
+    state_dict keys: q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight (and .bias of
+    each with attention_bias).
 
     The q, k and v projections are one parameter, qkv_weight [(heads + 2 kv_heads) head_dim,
     hidden], in the layout the fused QKV product reads: q's rows, then k's, each head's rows in
@@ -297,7 +305,10 @@ class LlamaAttention(torch.nn.Module):
         head_dim: Each head's dimension, even; None (default): hidden_size //
             num_attention_heads.
         rope_theta: The rotary embedding's base; default 10000.0.
-        attention_bias: Must be False (True raises NotImplementedError).
+        attention_bias: Biases on the q, k, v and o projections (Qwen2 has them on q, k and
+            v; Llama's attention_bias puts them on all four); default False. q, k and v's are
+            one parameter, qkv_bias, in qkv_weight's row order, added in the fused product's
+            epilogue before the rotation.
         device: The parameters' device.
         dtype: The parameters' dtype.
     """
@@ -306,8 +317,6 @@ class LlamaAttention(torch.nn.Module):
                  head_dim: Optional[int] = None, rope_theta: float = 10000.0, attention_bias: bool = False,
                  device=None, dtype=None):
         super().__init__()
-        if attention_bias:
-            raise NotImplementedError("LlamaAttention: attention_bias=True is not supported")
         self.hidden_size = hidden_size
         self.num_heads = num_attention_heads
         self.num_kv_heads = num_key_value_heads or num_attention_heads
@@ -319,11 +328,14 @@ class LlamaAttention(torch.nn.Module):
             raise ValueError(f"LlamaAttention: head_dim must be even (RoPE rotates pairs of dims), "
                              f"got {self.head_dim}")
         self.rope_theta = rope_theta
-        kw = dict(bias=False, device=device, dtype=dtype)
+        kw = dict(bias=attention_bias, device=device, dtype=dtype)
         q = torch.nn.Linear(hidden_size, self.num_heads * self.head_dim, **kw)
         k = torch.nn.Linear(hidden_size, self.num_kv_heads * self.head_dim, **kw)
         v = torch.nn.Linear(hidden_size, self.num_kv_heads * self.head_dim, **kw)
         self.qkv_weight = torch.nn.Parameter(self._pack(q.weight.data, k.weight.data, v.weight.data))
+        # q, k and v's biases as one vector in qkv_weight's row order, or None.
+        self.qkv_bias = (torch.nn.Parameter(self._pack(q.bias.data, k.bias.data, v.bias.data))
+                         if attention_bias else None)
         self.o_proj = torch.nn.Linear(self.num_heads * self.head_dim, hidden_size, **kw)
         self.register_load_state_dict_pre_hook(LlamaAttention._load_hook)
         self.register_state_dict_post_hook(LlamaAttention._save_hook)
@@ -333,11 +345,12 @@ class LlamaAttention(torch.nn.Module):
                 self.num_kv_heads * self.head_dim)
 
     def _pack(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Hugging Face's q, k, v weights as qkv_weight."""
+        """Hugging Face's q, k, v weights (or biases) as qkv_weight (qkv_bias)."""
         return torch.cat([_to_pairs(q, self.head_dim), _to_pairs(k, self.head_dim), v])
 
     def _unpack(self, w: torch.Tensor):
-        """qkv_weight (or its gradient) as Hugging Face's q, k, v weights."""
+        """qkv_weight or qkv_bias (or their gradients) as Hugging Face's q, k, v weights
+        (biases)."""
         q, k, v = w.split(self._widths())
         return _from_pairs(q, self.head_dim), _from_pairs(k, self.head_dim), v
 
@@ -353,31 +366,43 @@ class LlamaAttention(torch.nn.Module):
     def v_weight(self) -> torch.Tensor:
         return self.qkv_weight.split(self._widths())[2]
 
-    _HF_NAMES = ("q_proj.weight", "k_proj.weight", "v_proj.weight")
+    _HF_PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 
     @staticmethod
     def _load_hook(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                    error_msgs):
-        names = [prefix + n for n in LlamaAttention._HF_NAMES]
-        if not all(n in state_dict for n in names):
-            return
         hidden = module.qkv_weight.shape[1]
-        weights = [state_dict.pop(n) for n in names]
-        fits = True
-        for name, w, width in zip(names, weights, module._widths()):
-            if w.shape != (width, hidden):
-                fits = False
-                error_msgs.append(f"size mismatch for {name}: copying a param with shape {w.shape} from "
-                                  f"checkpoint, the shape in current model is {torch.Size((width, hidden))}.")
-        if fits:
-            state_dict[prefix + "qkv_weight"] = module._pack(*weights)
+        kinds = [("weight", "qkv_weight", lambda width: (width, hidden))]
+        if module.qkv_bias is not None:
+            kinds.append(("bias", "qkv_bias", lambda width: (width,)))
+        for kind, packed, shape in kinds:
+            names = [f"{prefix}{p}.{kind}" for p in LlamaAttention._HF_PROJECTIONS]
+            if not all(n in state_dict for n in names):
+                continue
+            tensors = [state_dict.pop(n) for n in names]
+            fits = True
+            for name, t, width in zip(names, tensors, module._widths()):
+                if t.shape != shape(width):
+                    fits = False
+                    error_msgs.append(f"size mismatch for {name}: copying a param with shape {t.shape} "
+                                      f"from checkpoint, the shape in current model is "
+                                      f"{torch.Size(shape(width))}.")
+            if fits:
+                state_dict[prefix + packed] = module._pack(*tensors)
 
     @staticmethod
     def _save_hook(module, state_dict, prefix, local_metadata):
         q, k, v = module._unpack(state_dict.pop(prefix + "qkv_weight"))
         # v is a view of the parameter's rows: cloned, so that a saved v holds only its own.
-        for name, w in zip(LlamaAttention._HF_NAMES, (q, k, v.clone())):
-            state_dict[prefix + name] = w
+        weights = (q, k, v.clone())
+        biases = (None,) * 3
+        if prefix + "qkv_bias" in state_dict:
+            qb, kb, vb = module._unpack(state_dict.pop(prefix + "qkv_bias"))
+            biases = (qb, kb, vb.clone())
+        for p, w, b in zip(LlamaAttention._HF_PROJECTIONS, weights, biases):
+            state_dict[f"{prefix}{p}.weight"] = w
+            if b is not None:
+                state_dict[f"{prefix}{p}.bias"] = b
         # Hugging Face's order: q, k, v, then o.
         for name in [n for n in state_dict if n.startswith(prefix + "o_proj.")]:
             state_dict[name] = state_dict.pop(name)
@@ -394,17 +419,27 @@ class LlamaAttention(torch.nn.Module):
             position_ids = torch.arange(s, device=x.device).expand(b, s)
         if _fused_programs_run_on(x):
             return self._fused_forward(x, position_ids, residual)
-        wq, wk, wv = self._unpack(self.qkv_weight)
-        q = project(x, wq).view(b, s, self.num_heads, self.head_dim)
-        k = project(x, wk).view(b, s, self.num_kv_heads, self.head_dim)
-        v = project(x, wv).view(b, s, self.num_kv_heads, self.head_dim)
+        q, k, v = self._project_qkv(x)
+        q = q.view(b, s, self.num_heads, self.head_dim)
+        k = k.view(b, s, self.num_kv_heads, self.head_dim)
+        v = v.view(b, s, self.num_kv_heads, self.head_dim)
         cos, sin = rotary_cos_sin(position_ids, self.head_dim, self.rope_theta, x.dtype)
         cos, sin = cos[:, :, None, :], sin[:, :, None, :]
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         out = flash_attn_func(q, k, v, causal=True)
-        out = project(out.reshape(b, s, self.num_heads * self.head_dim), self.o_proj.weight)
+        out = self._project_out(out.reshape(b, s, self.num_heads * self.head_dim))
         return out if residual is None else residual + out
+
+    def _project_qkv(self, x: torch.Tensor):
+        """q, k and v in Hugging Face's layout, off the fused path (biases added)."""
+        biases = self._unpack(self.qkv_bias) if self.qkv_bias is not None else (None,) * 3
+        return tuple(project(x, w) if b is None else project(x, w) + b
+                     for w, b in zip(self._unpack(self.qkv_weight), biases))
+
+    def _project_out(self, out: torch.Tensor) -> torch.Tensor:
+        o = self.o_proj
+        return project(out, o.weight) if o.bias is None else project(out, o.weight) + o.bias
 
     def _fused_forward(self, x: torch.Tensor, position_ids: torch.Tensor,
                        residual: Optional[torch.Tensor]) -> torch.Tensor:
@@ -417,11 +452,13 @@ class LlamaAttention(torch.nn.Module):
         frequencies = torch.cat([inv_freq.repeat(hq + hkv), inv_freq.new_zeros(hkv * d // 2)])
         rows = x.reshape(b * s, -1).contiguous()
         positions = position_ids.expand(b, s).reshape(-1).to(torch.int64).contiguous()  # [1, s] too
-        q, k, v = _QkvRope.apply(rows, self.qkv_weight, positions, frequencies, inv_freq, self._widths())
+        q, k, v = _QkvRope.apply(rows, self.qkv_weight, self.qkv_bias, positions, frequencies, inv_freq,
+                                 self._widths())
         out = flash_attn_func(q.view(b, s, hq, d), k.view(b, s, hkv, d), v.view(b, s, hkv, d),
                               causal=True)
-        if residual is None:
-            return linear(out.reshape(b, s, hq * d), self.o_proj.weight)
+        if residual is None or self.o_proj.bias is not None:
+            out = self._project_out(out.reshape(b, s, hq * d))
+            return out if residual is None else residual + out
         h = _LinearAddResidual.apply(out.reshape(b * s, hq * d), self.o_proj.weight,
                                      residual.reshape(b * s, -1).to(x.dtype))
         return h.view(b, s, -1)

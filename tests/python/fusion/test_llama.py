@@ -90,10 +90,11 @@ def hf_grads(module, heads, kv_heads):
         base = name.rpartition(".")[0] + "." if "." in name else ""
         if name.endswith("gate_up_weight"):
             grads[base + "gate_proj.weight"], grads[base + "up_proj.weight"] = p.grad[0::2], p.grad[1::2]
-        elif name.endswith("qkv_weight"):
+        elif name.endswith("qkv_weight") or name.endswith("qkv_bias"):
             d = p.shape[0] // (heads + 2 * kv_heads)
+            kind = "weight" if name.endswith("qkv_weight") else "bias"
             for n, g in zip("qkv", qkv_to_hf(p.grad, heads, kv_heads, d)):
-                grads[f"{base}{n}_proj.weight"] = g
+                grads[f"{base}{n}_proj.{kind}"] = g
         else:
             grads[name] = p.grad
     return grads
@@ -301,6 +302,67 @@ def test_attention_with_position_ids_matches_rotate_half_rope(monkeypatch, devic
             assert rel(got[n].float(), ref[n].grad) < 4e-2, n
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fused", [True, False])
+def test_attention_bias_matches_biased_projections(monkeypatch, device, fused):
+    """attention_bias=True (Qwen2's q/k/v biases; o's too, as Llama's flag has it): forward and
+    every weight's and bias's gradient against a float32 reference on Hugging Face's layouts.
+    Fused, the q/k/v biases are added in the product's epilogue before the rotation
+    (`per_column(add) > rope > store`); unfused, after the three products."""
+    if not fused:
+        monkeypatch.setattr(tg.nn.llama, "_fused_programs_run_on", lambda x: False)
+    torch.manual_seed(4)
+    attn = tg.nn.LlamaAttention(64, 4, 2, attention_bias=True).to(device, torch.bfloat16)
+    with torch.no_grad():  # Linear's default biases are small: make them matter
+        attn.qkv_bias.normal_(0, 0.5)
+        attn.o_proj.bias.normal_(0, 0.5)
+    x = torch.randn(2, 24, 64, device=device, dtype=torch.bfloat16)
+    position_ids = torch.arange(24, device=device)[None] + 3
+    y = attn(x, position_ids)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    got = hf_grads(attn, 4, 2)
+    ref = {n: w.float().requires_grad_() for n, w in attn.state_dict().items()}
+    assert set(got) == set(ref) == {f"{n}_proj.{k}" for n in "qkvo" for k in ("weight", "bias")}
+    b, s = x.shape[:2]
+
+    def proj(n, heads):
+        return (x.float() @ ref[f"{n}_proj.weight"].t() + ref[f"{n}_proj.bias"]).view(b, s, heads, 16)
+
+    q, k, v = proj("q", 4), proj("k", 2), proj("v", 2)
+    cos, sin = tg.nn.llama.rotary_cos_sin(position_ids.expand(b, s), 16, 10000.0, torch.float32)
+    cos, sin = cos[:, :, None], sin[:, :, None]
+    q = q * cos + tg.nn.llama._rotate_half(q) * sin
+    k = k * cos + tg.nn.llama._rotate_half(k) * sin
+    o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                       is_causal=True, enable_gqa=True).transpose(1, 2)
+    want = o.reshape(b, s, 64) @ ref["o_proj.weight"].t() + ref["o_proj.bias"]
+    want.backward(dy.float())
+    assert rel(y.float(), want) < 2e-2
+    for n in got:
+        assert rel(got[n].float(), ref[n].grad) < 4e-2, n
+
+
+def test_attention_bias_checkpoints_round_trip_under_hugging_face_names():
+    torch.manual_seed(6)
+    attn = tg.nn.LlamaAttention(64, 4, 2, attention_bias=True)
+    sd = attn.state_dict()
+    assert list(sd) == [f"{n}_proj.{k}" for n in "qkvo" for k in ("weight", "bias")]
+    fresh = tg.nn.LlamaAttention(64, 4, 2, attention_bias=True)
+    fresh.load_state_dict(sd)
+    for (name, p), (_, q) in zip(attn.named_parameters(), fresh.named_parameters()):
+        assert torch.equal(p, q), name
+    # q's bias entries follow q's rows into the pair layout.
+    hq, _, _ = qkv_to_hf(attn.qkv_bias.detach()[:, None], 4, 2, 16)
+    assert torch.equal(hq[:, 0], sd["q_proj.bias"])
+    sd["k_proj.bias"] = sd["k_proj.bias"][:-2]
+    with pytest.raises(RuntimeError, match=r"size mismatch for k_proj\.bias"):
+        fresh.load_state_dict(sd)
+    # A checkpoint without biases does not load into a module with them (strict).
+    with pytest.raises(RuntimeError, match="qkv_bias"):
+        fresh.load_state_dict(tg.nn.LlamaAttention(64, 4, 2).state_dict())
+
+
 def test_qkv_weight_stacks_q_and_k_interleaved_and_v_as_it_is():
     """Loading Hugging Face's q, k and v weights: row (h, j, t) of a q or k head in qkv_weight
     is Hugging Face's row h D + t D/2 + j (dims j and j + D/2 rotate together there, 2j and
@@ -365,7 +427,7 @@ def test_qkv_rope_gradients_when_outputs_go_unused(device, used):
     positions = torch.randint(0, 512, (tokens,), device=device)
     inv_freq = tg.nn.llama.rotary_frequencies(d, 10000.0, device)
     frequencies = torch.cat([inv_freq.repeat(hq + hkv), inv_freq.new_zeros(hkv * d // 2)])
-    outs = tg.nn.llama._QkvRope.apply(x, w, positions, frequencies, inv_freq, widths)
+    outs = tg.nn.llama._QkvRope.apply(x, w, None, positions, frequencies, inv_freq, widths)
     assert [tuple(o.shape) for o in outs] == [(tokens, n) for n in widths]
     weights = [torch.randn(tokens, n, device=device) for n in widths]
     loss = sum((o.float() * g).sum() for o, g, name in zip(outs, weights, "qkv") if name in used)

@@ -65,6 +65,26 @@ def test_rope_on_qkv_output():
     torch.testing.assert_close(out.double(), rotated, rtol=1e-6, atol=1e-5)
 
 
+def test_bias_then_rope_on_qkv_output():
+    """per_column(add) > rope: the bias (Qwen2's q/k/v biases) added before the rotation."""
+    hq, hkv, d, m = 4, 2, 16, 29
+    n = (hq + 2 * hkv) * d
+    a, b, ref = product(m, n, 24)
+    bias = torch.randn(n, dtype=torch.bfloat16)
+    positions = torch.arange(m) * 5 + 2
+    inv = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    freqs = torch.cat([inv.repeat(hq + hkv), torch.zeros(hkv * d // 2, dtype=torch.float64)])
+    out = empty(m, n)
+    prog = tg.epilogue.Program().per_column(bias, "add").rope(positions, freqs.float()).store(out)
+    assert prog.signature() == "per_column(add, bfloat16) > rope > store(float32)"
+    tg.epilogue.matmul(a, b, prog)
+    biased = ref + bias.double()
+    angle = positions.double()[:, None] * freqs.float().double()[None, :]
+    rotated = torch.view_as_real(torch.view_as_complex(biased.reshape(m, n // 2, 2).contiguous())
+                                 * torch.polar(torch.ones_like(angle), angle)).reshape(m, n)
+    torch.testing.assert_close(out.double(), rotated, rtol=1e-6, atol=1e-5)
+
+
 def test_gradients_match_autograd():
     m, w = 19, 16
     a, b, dy = product(m, w, 24)  # the incoming gradient
@@ -254,6 +274,27 @@ def test_fused_rope(m, n, k, position_dtype, inverse, dt):
     # Pairs with frequency 0 are the plain product, rounded once.
     v = slice(2 * (2 * pairs // 3), n)
     torch.testing.assert_close(gpu[0][:, v].float(), (a @ b)[:, v].float().cpu(), **BF16)
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_fused_bias_rope(m, n, k, dt):
+    """per_column(add, T) > rope > store(T), the Hopper program against the CPU evaluator."""
+    a, b = cuda_product(m, n, k, dt)
+    bias = torch.randn(n, dtype=dt, device="cuda")
+    positions = torch.randint(0, 2048, (m,), device="cuda")
+    inv = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float32) / 8)
+    pairs = n // 2
+    freqs = inv.repeat(pairs // 4 + 1)[:pairs].clone()
+    freqs[2 * pairs // 3:] = 0
+    freqs = freqs.cuda()
+    build = Builder(lambda bias, pos, f, out: tg.epilogue.Program().per_column(bias, "add")
+                    .rope(pos, f).store(out), bias, positions, freqs)
+    out = torch.empty(m, n, dtype=dt, device="cuda")
+    assert build(out).signature() == f"per_column(add, {NAME[dt]}) > rope > store({NAME[dt]})"
+    gpu, cpu = run_both(a, b, build, [out])
+    torch.testing.assert_close(gpu[0].float(), cpu[0].float(), **BF16)
 
 
 @requires_hopper

@@ -104,6 +104,17 @@ def test_patched_model_within_bfloat16_noise(device, model_type):
         assert_within_noise(patched(ids).logits, unpatched(ids).logits, exact(ids).logits, "logits")
 
 
+def test_qwen2_attention_takes_the_fused_product_with_its_biases():
+    """Qwen2's q/k/v biases go into the fused Q/K/V + RoPE product's epilogue (the bfloat16
+    comparisons above check its values); its checkpoint names stay transformers'."""
+    model = tiny_model("qwen2", "cpu", torch.bfloat16)
+    names = set(model.state_dict())
+    tgt.apply_tilegrid_to_qwen2(model)
+    attn = model.model.layers[0].self_attn
+    assert isinstance(attn, tgt.TilegridAttention) and attn.qkv_bias is not None
+    assert set(model.state_dict()) == names
+
+
 def test_fused_loss_forms_no_logits_in_training_and_counts_items_as_the_trainer_does():
     model = tiny_model("llama", "cpu", torch.bfloat16)
     reference = copy.deepcopy(model)

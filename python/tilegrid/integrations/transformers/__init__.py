@@ -22,8 +22,8 @@ and the checkpoint names (tilegrid.integrations.transformers.layers has the deta
 | piece | Llama, Mistral | Qwen2 | Qwen3 |
 | --- | --- | --- | --- |
 | attention core | tilegrid ("tilegrid" implementation) | same | same |
-| Q/K/V projections + RoPE | one product, RoPE in its epilogue | transformers' (q/k/v biases) | transformers' (q/k norms) |
-| residual additions | in the O and down products' epilogues | in torch | in torch |
+| Q/K/V projections + RoPE | one product, RoPE in its epilogue | one product, q/k/v biases and RoPE in its epilogue | transformers' (q/k norms) |
+| residual additions | in the O and down products' epilogues | same | in torch |
 | RMSNorm | tilegrid | tilegrid | tilegrid (q/k norms too) |
 | MLP | gate/up product with SwiGLU in its epilogue | same | same |
 | loss in training | tg.linear_cross_entropy (no logits) | same | same |

@@ -5,9 +5,10 @@ weights: the pieces that apply_tilegrid_to_llama and its siblings swap in.
 - The gated MLP becomes tg.nn.LlamaMLP: gate and up as one product whose epilogue applies the
   activation, the down product's data gradient carrying the activation's backward; its gate and
   up weights become one parameter (interleaved rows) and its down projection is the model's own.
-- Attention without q/k norms or q/k/v biases (Llama, Mistral) becomes TilegridAttention: Q, K
-  and V as one product with RoPE in its epilogue, on one parameter in the layout that product
-  reads (tg.nn.LlamaAttention's), the KV cache updated as transformers does, the core called
+- Attention without q/k norms (Llama, Mistral, and Qwen2 with its q/k/v biases) becomes
+  TilegridAttention: Q, K and V as one product with the biases and RoPE in its epilogue, on
+  one parameter in the layout that product reads (tg.nn.LlamaAttention's; the biases one
+  more), the KV cache updated as transformers does, the core called
   through transformers' attention interface (``config._attn_implementation``), and the output
   projection with the residual added in its epilogue.
 - The decoder layer adds each residual in the epilogue of the product before it and each
@@ -78,12 +79,12 @@ def mlp_from(module: torch.nn.Module, hidden_act: str) -> Optional[_TgLlamaMLP]:
 
 
 def attention_fits(module: torch.nn.Module) -> bool:
-    """Whether TilegridAttention can stand in for `module`: q/k/v/o Linear projections, no
-    q/k/v bias, no q/k norm, an even head dim."""
+    """Whether TilegridAttention can stand in for `module`: q/k/v/o Linear projections, q, k
+    and v all with biases (Qwen2) or none, no q/k norm, an even head dim."""
     names = ("q_proj", "k_proj", "v_proj", "o_proj")
     if any(not isinstance(getattr(module, n, None), torch.nn.Linear) for n in names):
         return False
-    if any(getattr(module, n).bias is not None for n in names[:3]):
+    if len({getattr(module, n).bias is None for n in names[:3]}) != 1:
         return False
     if getattr(module, "q_norm", None) is not None or getattr(module, "k_norm", None) is not None:
         return False
@@ -103,6 +104,9 @@ class TilegridAttention(_TgLlamaAttention):
         self = cls(q.in_features, q.out_features // d, k.out_features // d, d, device="meta")
         self.qkv_weight = torch.nn.Parameter(self._pack(q.weight.data, k.weight.data, v.weight.data),
                                              requires_grad=q.weight.requires_grad)
+        self.qkv_bias = (None if q.bias is None else
+                         torch.nn.Parameter(self._pack(q.bias.data, k.bias.data, v.bias.data),
+                                            requires_grad=q.bias.requires_grad))
         self.o_proj = o
         self.config, self.layer_idx = config, module.layer_idx
         self.scaling = module.scaling
@@ -139,16 +143,15 @@ class TilegridAttention(_TgLlamaAttention):
             frequencies = torch.cat([inv_freq.repeat(hq + hkv), inv_freq.new_zeros(hkv * d // 2)])
             positions = position_ids.expand(b, s).reshape(-1).to(torch.int64).contiguous()
             rows = x.reshape(b * s, -1).contiguous()
-            q, k, v = _QkvRope.apply(rows, self.qkv_weight, positions, frequencies, inv_freq, self._widths())
+            q, k, v = _QkvRope.apply(rows, self.qkv_weight, self.qkv_bias, positions, frequencies,
+                                     inv_freq, self._widths())
             q, k, v = q.view(b, s, hq, d), k.view(b, s, hkv, d), v.view(b, s, hkv, d)
         else:
             if position_embeddings is None:
                 raise ValueError("TilegridAttention: position_embeddings (cos, sin) are needed off the "
                                  "fused path (transformers' decoder layers pass them)")
-            wq, wk, wv = self._unpack(self.qkv_weight)
-            q = project(x, wq).view(b, s, hq, d)
-            k = project(x, wk).view(b, s, hkv, d)
-            v = project(x, wv).view(b, s, hkv, d)
+            q, k, v = self._project_qkv(x)
+            q, k, v = q.view(b, s, hq, d), k.view(b, s, hkv, d), v.view(b, s, hkv, d)
             cos, sin = (t.unsqueeze(2) for t in position_embeddings)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
@@ -166,10 +169,7 @@ class TilegridAttention(_TgLlamaAttention):
         if residual is not None and fused and o.bias is None:
             res = residual.reshape(b * s, -1).to(x.dtype)
             return _LinearAddResidual.apply(out.contiguous(), o.weight, res).view(b, s, -1), weights
-        out = project(out, o.weight)
-        if o.bias is not None:
-            out = out + o.bias
-        out = out.view(b, s, -1)
+        out = self._project_out(out).view(b, s, -1)
         return (out if residual is None else residual + out), weights
 
 
