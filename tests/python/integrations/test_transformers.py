@@ -2,9 +2,10 @@
 same config and weights: attention registration (padding, packed sequences, generation), and
 apply_tilegrid_to_* (logits, loss, every parameter's gradient, checkpoints, generate()).
 
-bfloat16 bound: the patched model's error against a float32 copy of the same weights is at
-most twice the unpatched bfloat16 model's error plus 2 bfloat16 ulps of the largest value
-(2 * 2^-8 relative): "within bfloat16 noise" of the model it replaces.
+bfloat16 and float16 bound: the patched model's error against a float32 copy of the same
+weights is at most twice the unpatched 16-bit model's error plus 2 ulps of the largest value
+(2 * 2^-8 relative for bfloat16, 2 * 2^-11 for float16): "within the noise" of the model it
+replaces.
 """
 
 import copy
@@ -54,10 +55,11 @@ def loss_and_grads(model, ids, labels):
     return out.loss.detach().double(), grads_by_checkpoint_name(model)
 
 
-def assert_within_noise(got, unpatched, exact, what):
-    """got (patched) against exact (float32), allowed twice unpatched's error plus 2 ulps."""
+def assert_within_noise(got, unpatched, exact, what, ulp=2**-8):
+    """got (patched) against exact (float32), allowed twice unpatched's error plus 2 ulps
+    (bfloat16's by default; float16's is 2^-11)."""
     got, unpatched, exact = got.double(), unpatched.double(), exact.double()
-    allowed = 2 * (unpatched - exact).abs().max().item() + 2 * 2**-8 * exact.abs().max().item() + 1e-6
+    allowed = 2 * (unpatched - exact).abs().max().item() + 2 * ulp * exact.abs().max().item() + 1e-6
     err = (got - exact).abs().max().item()
     assert err <= allowed, f"{what}: error {err:.3g} > allowed {allowed:.3g}"
 
@@ -85,27 +87,30 @@ def test_patched_model_matches_unpatched_float32(model_type):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
-def test_patched_model_within_bfloat16_noise(device, model_type):
-    """The bfloat16 path is the fused one: Q/K/V + RoPE in one product (Llama, Mistral), the
-    residuals in the epilogues, the loss by tg.linear_cross_entropy without logits."""
+@pytest.mark.parametrize("dtype, ulp", [(torch.bfloat16, 2**-8), (torch.float16, 2**-11)])
+def test_patched_model_within_half_precision_noise(device, model_type, dtype, ulp):
+    """The 16-bit path is the fused one: Q/K/V + RoPE in one product (Llama, Mistral, Qwen2
+    with its biases), the residuals in the epilogues, the loss by tg.linear_cross_entropy
+    without logits; bfloat16 and float16 alike."""
     exact = tiny_model(model_type, device)
-    unpatched = copy.deepcopy(exact).to(torch.bfloat16)
+    unpatched = copy.deepcopy(exact).to(dtype)
     patched = tgt.apply_tilegrid(copy.deepcopy(unpatched))
     ids = torch.randint(0, VOCAB, (2, 48), device=device)
     want_loss, want_grads = loss_and_grads(exact, ids, ids)
-    bf_loss, bf_grads = loss_and_grads(unpatched, ids, ids)
+    half_loss, half_grads = loss_and_grads(unpatched, ids, ids)
     loss, grads = loss_and_grads(patched, ids, ids)
-    assert_within_noise(loss, bf_loss, want_loss, "loss")
+    assert_within_noise(loss, half_loss, want_loss, "loss", ulp)
     for name, want in want_grads.items():
-        assert_within_noise(grads[name], bf_grads[name], want, f"gradient of {name}")
+        assert_within_noise(grads[name], half_grads[name], want, f"gradient of {name}", ulp)
     for m in (exact, unpatched, patched):
         m.eval()
     with torch.no_grad():
-        assert_within_noise(patched(ids).logits, unpatched(ids).logits, exact(ids).logits, "logits")
+        assert_within_noise(patched(ids).logits, unpatched(ids).logits, exact(ids).logits, "logits",
+                            ulp)
 
 
 def test_qwen2_attention_takes_the_fused_product_with_its_biases():
-    """Qwen2's q/k/v biases go into the fused Q/K/V + RoPE product's epilogue (the bfloat16
+    """Qwen2's q/k/v biases go into the fused Q/K/V + RoPE product's epilogue (the 16-bit
     comparisons above check its values); its checkpoint names stay transformers'."""
     model = tiny_model("qwen2", "cpu", torch.bfloat16)
     names = set(model.state_dict())
