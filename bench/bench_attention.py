@@ -32,6 +32,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from attention_switch_variants import SWITCH_VARIANTS, runs_at  # noqa: E402
 
 import tilegrid as tg  # noqa: E402
 from tilegrid import _C  # noqa: E402
@@ -100,7 +101,7 @@ def tilegrid_kernel(kernel, sm90_switches=-1):
 # with its default variant on compute capability 9.0). There the portable kernel runs too, and
 # - in bfloat16, the only dtype with every combination compiled - the Hopper kernel once per
 # other variant, so the table shows what ping-pong, conditional rescaling and software exp2
-# are each worth. Bits: 1 conditional rescaling, 2 software exp2, 4 ping-pong (8, 16, 32 below).
+# are each worth (the variants and their bits: attention_switch_variants.py).
 SYSTEMS = [
     ("tilegrid", tilegrid_kernel(requested_kernel("attention"))),
     ("torch SDPA cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
@@ -108,46 +109,11 @@ SYSTEMS = [
 ] + ([(FA3, flash_attention_3)] if fa3 is not None else []) \
   + ([(FA4, flash_attention_4)] if fa4 is not None else [])
 SM90_SYSTEMS = [("tilegrid portable", tilegrid_kernel("portable"))]
-SM90_SWITCH_SYSTEMS = [
-    ("sm90 plain", tilegrid_kernel("sm90", 0)),
-    ("sm90 rescale", tilegrid_kernel("sm90", 1)),
-    ("sm90 ping-pong", tilegrid_kernel("sm90", 4)),
-    ("sm90 ping-pong+rescale", tilegrid_kernel("sm90", 5)),
-    ("sm90 ping-pong+exp2", tilegrid_kernel("sm90", 6)),
-    ("sm90 ping-pong+both", tilegrid_kernel("sm90", 7)),
-    # Bit 8: three consumer warpgroups, head dim 64 only; bit 16: wider key tiles, 176 at head
-    # dim 128 and 80 at 256 (their rows are skipped at other head dims).
-    ("sm90 3wg", tilegrid_kernel("sm90", 8)),
-    ("sm90 3wg+ping-pong", tilegrid_kernel("sm90", 12)),
-    ("sm90 wide-n", tilegrid_kernel("sm90", 16)),
-    ("sm90 wide-n+ping-pong", tilegrid_kernel("sm90", 20)),
-    # Bit 32: persistent CTAs looping over tiles (every head dim).
-    ("sm90 persistent", tilegrid_kernel("sm90", 32)),
-    ("sm90 ping-pong+persistent", tilegrid_kernel("sm90", 36)),
-    # Bit 64, with persistent CTAs: dynamic tiles (each CTA takes the next untaken tile).
-    ("sm90 persistent+dynamic", tilegrid_kernel("sm90", 96)),
-    ("sm90 ping-pong+persistent+dynamic", tilegrid_kernel("sm90", 100)),
-    ("sm90 3wg+ping-pong+persistent+dynamic", tilegrid_kernel("sm90", 108)),
-    ("sm90 wide-n+persistent", tilegrid_kernel("sm90", 48)),
-    # Bit 128: clusters of two CTAs sharing K/V loads (head dims 128 and 256; applies without
-    # a mask and with an even number of query tiles, else runs as without it: its causal rows
-    # are the kernel without the bit).
-    ("sm90 kv-multicast", tilegrid_kernel("sm90", 128)),
-    ("sm90 wide-n+kv-multicast", tilegrid_kernel("sm90", 144)),
-    ("sm90 wide-n+kv-multicast+ping-pong", tilegrid_kernel("sm90", 148)),
-    ("sm90 3wg+ping-pong+persistent", tilegrid_kernel("sm90", 44)),
-    # Bit 512: the output from registers (global stores) where the kernel would stage it in
-    # shared memory and store it by TMA (two consumer warpgroups, head dim 64 or 128 with
-    # 128-key tiles), for a same-run comparison.
-    ("sm90 direct-store-o", tilegrid_kernel("sm90", 512)),
-    ("sm90 persistent+direct-store-o", tilegrid_kernel("sm90", 544)),
-]
-ONLY_AT_HEAD_DIM = {"3wg": (64,), "wide-n": (128, 256), "kv-multicast": (128, 256)}
+SM90_SWITCH_SYSTEMS = [(name, tilegrid_kernel("sm90", bits)) for name, bits in SWITCH_VARIANTS]
 
 
 def systems_for(head_dim):
-    return [(n, fn) for n, fn in SYSTEMS
-            if all(head_dim in dims for key, dims in ONLY_AT_HEAD_DIM.items() if key in n)]
+    return [(n, fn) for n, fn in SYSTEMS if runs_at(n, head_dim)]
 
 
 def flops(batch, heads, seqlen, head_dim, causal):

@@ -61,9 +61,11 @@ enum Switches : int {
   kDefaultCompileTimeSwitches = kNoSwitches,
 };
 
-// The variant `auto` runs, the fastest measured on an H200 (16k tokens a batch; the bits
-// against each other in one run, bench/results/2026-12-01_h200_attention_scheduler_variants.json,
-// "scheduler variants" below; earlier files where a choice was made before):
+// The variant `auto` runs: kDefaultVariants, a table written by
+// bench/attention_defaults_table.py (flash_fwd_sm90_defaults.inc). Its rows are the fastest
+// measured on an H200 (16k tokens a batch; the bits against each other in one run,
+// bench/results/2026-12-01_h200_attention_scheduler_variants.json, "scheduler variants" below;
+// earlier files where a choice was made before):
 // - head dim 64: three consumer warpgroups with ping-pong (+12% over two at 16k tokens); up to
 //   1k queries also persistent (+4% at 512 over two persistent warpgroups). With a mask that
 //   ends rows early (causal, window: tiles of unequal length) up to 2k queries two
@@ -84,20 +86,25 @@ enum Switches : int {
 //   beyond, 128 x 80 tiles in clusters of two (where the cluster applies; the tiles alone
 //   otherwise): kv_multicast file, against the plain kernel, +2-5% without a mask from 1k to
 //   16k (694 vs 663 at 16k); with a causal mask equal at 1k-4k and +2-4% at 8k-16k.
+struct DefaultVariant {
+  int head_dim;
+  bool masked;
+  int64_t max_seqlen_q;  // the class's upper bound; 0: any longer
+  int switches;
+};
+inline constexpr DefaultVariant kDefaultVariants[] = {
+#include "attention/sm90/flash_fwd_sm90_defaults.inc"
+};
+
+// The first row of the head dim and mask whose class holds max_seqlen_q; kNoSwitches for a
+// head dim without rows.
 constexpr int default_switches(int head_dim, int64_t max_seqlen_q, bool masked) {
-  if (head_dim == 64) {
-    if (masked && max_seqlen_q <= 2048) return kPersistent | kDynamicTiles;
-    if (!masked && max_seqlen_q <= 1024)
-      return kThreeConsumerWarpgroups | kPingPong | kPersistent;
-    return kThreeConsumerWarpgroups | kPingPong;
+  for (const DefaultVariant& row : kDefaultVariants) {
+    if (row.head_dim == head_dim && row.masked == masked &&
+        (row.max_seqlen_q == 0 || max_seqlen_q <= row.max_seqlen_q))
+      return row.switches;
   }
-  if (head_dim == 128) {
-    if (!masked && max_seqlen_q <= 1024) return kPersistent;
-    if (masked && max_seqlen_q <= 4096) return kPersistent | kDynamicTiles;
-    return (!masked && max_seqlen_q >= 8192) ? (kWideKeyTiles | kKeyValueMulticast) : kPingPong;
-  }
-  if (max_seqlen_q <= 1024) return masked ? (kPingPong | kPersistent | kDynamicTiles) : kPingPong;
-  return kWideKeyTiles | kKeyValueMulticast;
+  return kNoSwitches;
 }
 
 // Whether bit kKeyValueMulticast applies: clusters of two neighbouring query tiles of
