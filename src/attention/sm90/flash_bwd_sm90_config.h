@@ -54,14 +54,8 @@ namespace tilegrid::attention::sm90_bwd {
 //   the consumers' loops fit 232 without spilling. Measured on an H100 at 2k and 16k tokens,
 //   bf16 (bench/results/2026-12-06_h100_attention_backward_producer_registers.json): 40 is
 //   1.09-1.11x at 256, 1.01-1.02x at 128, 0.96-1.00x at 64 (where the consumers spill more).
-// kHeadSplit (head dim 256): which main kernel. 0: flash_bwd_sm90_wide_kernel.cuh, whose two
-//   consumer warpgroups split a step by gradient (S^T, P^T and dV in one; dP^T, dS^T and dK in
-//   the other, which waits for P^T every step). 1: flash_bwd_sm90_head_split_kernel.cuh, where
-//   both form P and dS for half of the keys and then take half of the head dim of dV, dK and
-//   dQ (FlashAttention-3's split at this head dim), so neither waits on the other's pointwise
-//   work. -1: the default, 0 until the two are measured side by side.
 template <bool kFastExp2_ = true, int kDqAtomic_ = 0, int kStages_ = 0, int kStatsEarly_ = -1,
-          int kSplitExp_ = -1, int kProducerRegisters_ = 0, int kHeadSplit_ = -1>
+          int kSplitExp_ = -1, int kProducerRegisters_ = 0>
 struct BwdConfig {
   static_assert(kDqAtomic_ >= 0 && kDqAtomic_ <= 2, "kDqAtomic: 0, 1 or 2");
   static constexpr bool kFastExp2 = kFastExp2_;
@@ -70,7 +64,6 @@ struct BwdConfig {
   static constexpr int kStatsEarly = kStatsEarly_;
   static constexpr int kSplitExp = kSplitExp_;
   static constexpr int kProducerRegisters = kProducerRegisters_;
-  static constexpr int kHeadSplit = kHeadSplit_;
   static_assert(kProducerRegisters == 0 ||
                     (kProducerRegisters % 8 == 0 && kProducerRegisters >= 24 &&
                      kProducerRegisters <= 80),

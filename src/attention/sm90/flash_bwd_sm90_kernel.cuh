@@ -1,6 +1,6 @@
 #pragma once
 // Hopper flash attention backward (sm_90a), the main kernel at head dims 64 and 128 (256:
-// flash_bwd_sm90_wide_kernel.cuh): one CTA per (key tile of 128, K/V head, sequence), a
+// flash_bwd_sm90_head_split_kernel.cuh): one CTA per (key tile of 128, K/V head, sequence), a
 // producer warpgroup (flash_bwd_sm90_producer.cuh) and two consumer warpgroups of 64 keys each.
 //  - The producer lowers its registers to 24. One thread issues TMA loads: the CTA's K and
 //    V once, then per step the Q and dO tiles of kBlockM queries into a kStages-deep ring

@@ -2,7 +2,6 @@
 // Builds the TMA descriptors of one backward call on the host and launches its three kernels
 // for one (dtype, head dim) (internal); included once per head dimension by
 // flash_bwd_sm90_hdim<d>.cu. Head dims 64 and 128 run flash_bwd_sm90_kernel.cuh, 256 runs
-// flash_bwd_sm90_wide_kernel.cuh or, with the config's kHeadSplit,
 // flash_bwd_sm90_head_split_kernel.cuh.
 #include <cuda_runtime.h>
 
@@ -13,7 +12,6 @@
 #include "attention/sm90/flash_bwd_sm90_head_split_kernel.cuh"
 #include "attention/sm90/flash_bwd_sm90_kernel.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows_kernels.cuh"
-#include "attention/sm90/flash_bwd_sm90_wide_kernel.cuh"
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
 
@@ -25,25 +23,16 @@ inline unsigned tiles(int64_t n, int64_t tile) {
 
 // The main kernel of a head dimension and configuration (flash_bwd_sm90_config.h), and its
 // traits.
-template <class Config>
-constexpr bool head_split_of() {
-  return Config::kHeadSplit > 0;
-}
 template <class Element, int kHeadDim, class Config>
-using TraitsOf = std::conditional_t<
-    (kHeadDim > 128),
-    std::conditional_t<head_split_of<Config>(), BwdHeadSplitTraits<Element, kHeadDim, Config>,
-                       BwdWideTraits<Element, kHeadDim, Config>>,
-    BwdTraits<Element, kHeadDim, Config>>;
+using TraitsOf = std::conditional_t<(kHeadDim > 128), BwdHeadSplitTraits<Element, kHeadDim, Config>,
+                                    BwdTraits<Element, kHeadDim, Config>>;
 template <class Element, int kHeadDim, class Config>
 constexpr auto main_kernel() {
   using Traits = TraitsOf<Element, kHeadDim, Config>;
   if constexpr (kHeadDim <= 128)
     return &flash_bwd_sm90_kernel<Traits>;
-  else if constexpr (head_split_of<Config>())
-    return &flash_bwd_sm90_head_split_kernel<Traits>;
   else
-    return &flash_bwd_sm90_wide_kernel<Traits>;
+    return &flash_bwd_sm90_head_split_kernel<Traits>;
 }
 
 template <class Element, int kHeadDim, class Config = BwdConfig<>>

@@ -1,6 +1,6 @@
 #pragma once
 // What both Hopper attention backward kernels (flash_bwd_sm90_kernel.cuh, head dims 64 and 128;
-// flash_bwd_sm90_wide_kernel.cuh, head dim 256) share (internal, sm_90a): the kernel
+// flash_bwd_sm90_head_split_kernel.cuh, head dim 256) share (internal, sm_90a): the kernel
 // parameters, the keys and query tiles of a CTA, the order of the dQ additions under
 // deterministic=True, the Q/dO pipeline's set-up and the producer warpgroup (its loading thread
 // and its dQ writer warp). A kernel's traits name its tile sizes, shared-memory layouts and

@@ -1,7 +1,7 @@
 """The Hopper attention backward (sm_90a: TMA, wgmma, dK/dV on chip, dQ summed in float32)
 against the float64 reference by FlashAttention's criterion, gradients poisoned first: head
-dims 64, 128 and 256 (the wide kernel: 64-key tiles, dV and dK in different warpgroups), both
-dtypes, tiles cut by the sequence ends, causal masks with seqlen_q !=
+dims 64, 128 and 256 (its own kernel: 64-key tiles, each consumer warpgroup half the keys and
+then half the head-dim columns), both dtypes, tiles cut by the sequence ends, causal masks with seqlen_q !=
 seqlen_k, windows, softcap, GQA and MQA, variable lengths with empty sequences. Runs only on a
 GPU of compute capability 9.0, where `auto` picks the kernel, deterministic=True included."""
 import pytest
@@ -133,7 +133,7 @@ DETERMINISTIC_CASES = [
     (2, 513, 900, 4, 1, 64, False, (200, 64)),
     (1, 300, 1100, 4, 2, 128, True, (-1, -1)),   # bottom-right causal, keys before every query
     (1, 1100, 300, 2, 1, 64, True, (-1, -1)),    # bottom-right causal, fully masked rows
-    (2, 500, 700, 4, 2, 256, True, (-1, -1)),    # the wide kernel's 64-key tiles
+    (2, 500, 700, 4, 2, 256, True, (-1, -1)),    # head dim 256's 64-key tiles
 ]
 
 
