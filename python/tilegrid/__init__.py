@@ -20,23 +20,23 @@ from .flash_attn_packed import (
     flash_attn_varlen_qkvpacked_func,
 )
 from .gemm import describe_matmul, linear, matmul
-from .grid_batch import GridBatch, gcat, jcat
-from .grid_single import Grid
-from .grid_serialize import hilbert_codes as hilbert, morton_codes as morton
-from .grid_metrics import voxel_chamfer_distance, voxel_iou
-from .grid_io import load, save
-from .jagged_losses import jagged_binary_cross_entropy_with_logits
-from .jagged_tensor import JaggedTensor
+from .grid.batch import GridBatch, gcat, jcat
+from .grid.single import Grid
+from .grid.serialize import hilbert_codes as hilbert, morton_codes as morton
+from .grid.metrics import voxel_chamfer_distance, voxel_iou
+from .grid.nvdb_io import load, save
+from .grid.jagged_losses import jagged_binary_cross_entropy_with_logits
+from .grid.jagged_tensor import JaggedTensor
+from .grid.mesh_io import MeshFormatError, read_mesh, read_off, read_ply
+from .grid.sparse_conv import ConvolutionPlan
+from .grid.volume_render import volume_render
 from .linear_cross_entropy import linear_cross_entropy
-from .mesh_io import MeshFormatError, read_mesh, read_off, read_ply
 from .rms_norm import rms_norm, rms_norm_keep_input
 from .rope_rotate import rope_rotate
-from .sparse_conv import ConvolutionPlan
-from .volume_render import volume_render
 # fVDB's torch-compatible functions (tg.relu, tg.add, tg.sum, ...: torch's, for tensors and
 # JaggedTensors alike). Kept out of __all__: a star import would shadow sum, all, any, round
 # and pow.
-from .torch_jagged import *  # noqa: E402,F401,F403
+from .grid.torch_jagged import *  # noqa: E402,F401,F403
 
 from ._version import __version__
 

@@ -9,8 +9,9 @@ Outcomes: clear_error (the documented error naming the file), unclear_error (any
 exception), crash (the worker died), hang (over --timeout seconds or past --memory-gb),
 loaded (returned data that passes the harness's checks; for a mutated input that may be a
 valid file or a corruption no reader can see) and silently_wrong (returned data that fails
-them, or loaded a hand-made bad file). --mesh-io reads meshes with another mesh_io.py, to
-count what an older reader did with the same inputs.
+them, or loaded a hand-made bad file). --mesh-io reads meshes with another mesh_io.py (this
+tree's is python/tilegrid/grid/mesh_io.py), to count what an older reader did with the same
+inputs.
 """
 
 from __future__ import annotations

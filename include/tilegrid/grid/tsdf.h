@@ -10,7 +10,7 @@
 //   image; 0 leaves the voxel as it is):
 //   tsdf <- (w tsdf + w_obs min(sdf, truncation)) / (w + w_obs),  w <- w + w_obs.
 // The TSDF is in world units (clamped to [-truncation, truncation]). Growing the grid to the
-// band around the measured surface is the caller's (python/tilegrid/grid_tsdf.py does it with
+// band around the measured surface is the caller's (python/tilegrid/grid/tsdf.py does it with
 // from_points and from_ijk). float32 or float64 depths, tsdf and weights (one dtype for all);
 // computed in double; CPU or GPU (the same code).
 #include <optional>

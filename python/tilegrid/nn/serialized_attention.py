@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import torch
 
-from .. import grid_serialize
 from ..flash_attn import flash_attn_varlen_func
-from ..jagged_tensor import JaggedTensor
+from ..grid import serialize
+from ..grid.jagged_tensor import JaggedTensor
 
 
 def serialized_patches(grid, order: str, patch_size: int):
     """(perm, cu_seqlens, max_len): rows of the batch sorted grid by grid along the curve, and
     the int32 offsets of the patches of patch_size rows (each within one grid) in that order."""
-    codes = {"morton": grid_serialize.morton, "hilbert": grid_serialize.hilbert}[order](grid)
+    codes = {"morton": serialize.morton, "hilbert": serialize.hilbert}[order](grid)
     key = codes.jdata
     perm = torch.argsort(key, stable=True)
     perm = perm[torch.argsort(codes.jidx.long()[perm], stable=True)]  # grid-major, curve-minor

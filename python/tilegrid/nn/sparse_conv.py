@@ -8,8 +8,8 @@ import math
 import torch
 from torch import nn
 
-from ..jagged_tensor import JaggedTensor
-from ..sparse_conv import ConvolutionPlan, vec3
+from ..grid.jagged_tensor import JaggedTensor
+from ..grid.sparse_conv import ConvolutionPlan, vec3
 
 
 class _SparseConvBase(nn.Module):

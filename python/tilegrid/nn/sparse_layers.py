@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..jagged_tensor import JaggedTensor
-from ..sparse_conv import vec3
+from ..grid.jagged_tensor import JaggedTensor
+from ..grid.sparse_conv import vec3
 
 
 class _OnFeatureRows:

@@ -18,8 +18,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ..jagged_tensor import JaggedTensor
-from ..sparse_conv import ConvolutionPlan
+from ..grid.jagged_tensor import JaggedTensor
+from ..grid.sparse_conv import ConvolutionPlan
 from .sparse_conv import SparseConv3d, SparseConvTranspose3d
 from .sparse_layers import BatchNorm
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import tilegrid as tg
-import tilegrid.torch_jagged as tj
+import tilegrid.grid.torch_jagged as tj
 from conftest import DEVICES
 
 

@@ -1,4 +1,4 @@
-"""fVDB's GridBatch selection, construction and bookkeeping (grid_indexing.py and GridBatch):
+"""fVDB's GridBatch selection, construction and bookkeeping (grid/indexing.py and GridBatch):
 grid[i] and its other index forms, from_cat, from_zero_grids / from_zero_voxels,
 from_dense_axis_aligned_bounds, ijk_to_inv_index, the transform matrices, leaf and byte counts,
 and the Morton / Hilbert codes with an offset or transposed, each against a reference written
@@ -184,7 +184,7 @@ def test_morton_codes_with_an_offset_and_transposed(device):
     assert grid.morton(offset=offset).jdata.cpu().tolist() == [interleave(c) for c in shifted]
     assert grid.morton_zyx(offset=offset).jdata.cpu().tolist() == [interleave(c[::-1]) for c in shifted]
     # Without an offset: relative to each grid's lowest corner, as morton() has always been.
-    assert torch.equal(grid.morton().jdata, tg.grid_serialize.morton(grid).jdata)
+    assert torch.equal(grid.morton().jdata, tg.grid.serialize.morton(grid).jdata)
     with pytest.raises(ValueError, match=r"ijk \+ offset must lie in \[0, 2097152\)"):
         grid.morton(offset=0)
     with pytest.raises(ValueError, match="an int or three ints"):

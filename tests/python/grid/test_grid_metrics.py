@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tilegrid as tg
-import tilegrid.grid_metrics as grid_metrics
+import tilegrid.grid.metrics as grid_metrics
 from conftest import DEVICES
 
 

@@ -1,4 +1,4 @@
-"""Cubes and rays against a GridBatch's active voxels (grid_queries.py, fVDB's names):
+"""Cubes and rays against a GridBatch's active voxels (grid/queries.py, fVDB's names):
 cubes_in_grid and cubes_intersect_grid against an explicit enumeration of the voxels each cube
 covers (Python loops over a set of the active voxels), both of the module's ways of counting
 (looking up a box's voxels, comparing the grid's voxels with a box) and its chunking;
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tilegrid as tg
-import tilegrid.grid_queries as grid_queries
+import tilegrid.grid.queries as grid_queries
 from conftest import DEVICES
 from points_near_voxels import points_near_voxels
 

@@ -1,4 +1,4 @@
-"""Spline sampling and splatting with spatial gradients (grid_spline.py, fVDB's names):
+"""Spline sampling and splatting with spatial gradients (grid/spline.py, fVDB's names):
 sample_trilinear_with_grad, sample_bezier, sample_bezier_with_grad and splat_bezier, each
 against a float64 reference written here (Python loops over each point's voxels and a
 dictionary of the active ones), the gradients against central differences of that reference,

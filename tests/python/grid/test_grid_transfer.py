@@ -1,4 +1,4 @@
-"""Features between grids, points, coordinates and dense volumes (grid_transfer.py, fVDB's
+"""Features between grids, points, coordinates and dense volumes (grid/transfer.py, fVDB's
 names): sample_nearest, neighbor_indexes, inject_from / inject_to / inject_from_ijk, the dense
 injections, merged_grid, clip / clipped_grid and from_dense with a mask, each against a
 brute-force reference written here (Python loops over a dictionary of the active voxels) on

@@ -147,5 +147,5 @@ def test_a_sampling_op_on_a_grid_that_is_gone_says_so():
     import gc
     gc.collect()
     with pytest.raises(ValueError, match="no longer exists"):
-        tg.grid_sampling.sample_trilinear(handle, torch.zeros(1, 3, dtype=torch.float64),
+        tg.grid.sampling.sample_trilinear(handle, torch.zeros(1, 3, dtype=torch.float64),
                                           torch.tensor([0, 1]), torch.zeros(8, 1, dtype=torch.float64))

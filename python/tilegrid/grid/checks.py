@@ -1,5 +1,5 @@
 """Argument checks shared by the grid ops written as torch ops over the grid's lookups
-(grid_spline.py, grid_queries.py)."""
+(spline.py, queries.py)."""
 
 from __future__ import annotations
 

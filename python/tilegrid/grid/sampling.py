@@ -17,9 +17,9 @@ import weakref
 
 import torch
 
-from . import _C
-from ._torch import current_stream
-from ._torch import dlpack_pair as _capsules
+from .. import _C
+from .._torch import current_stream
+from .._torch import dlpack_pair as _capsules
 
 _GRIDS: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
 _NEXT_HANDLE = itertools.count()

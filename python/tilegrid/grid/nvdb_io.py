@@ -17,8 +17,8 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from . import _C
-from .grid_batch import GridBatch
+from .. import _C
+from .batch import GridBatch
 from .jagged_tensor import JaggedTensor
 
 Features = Union[None, JaggedTensor, torch.Tensor, Sequence[Union[JaggedTensor, torch.Tensor]]]

@@ -18,10 +18,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from . import _C, _deprecation
-from . import grid_derived, grid_indexing, grid_pooling, grid_rays, grid_sampling, grid_serialize
-from . import grid_transfer, grid_tsdf
-from ._torch import current_stream, dlpack_pair
+from .. import _C, _deprecation
+from . import derived, indexing, pooling, rays, sampling, serialize, transfer
+from . import tsdf as _tsdf  # as _tsdf: integrate_tsdf has an argument named tsdf
+from .._torch import current_stream, dlpack_pair
 from .jagged_tensor import JaggedTensor, _batch_index, jcat_jagged
 from .sparse_conv import vec3
 
@@ -127,7 +127,7 @@ def gcat(grids: Sequence["GridBatch"]) -> "GridBatch":
     Args:
         grids: The GridBatches (at least one).
     """
-    return grid_indexing.concatenated(grids)
+    return indexing.concatenated(grids)
 
 
 def _pool_stride(stride):
@@ -189,8 +189,8 @@ class GridBatch:
     def __init__(self, impl: "_C.GridBatch"):
         self._impl = impl
         # Plain values for the ops that torch.compile traces (it cannot read the C++ object):
-        # the sampling ops' handle (grid_sampling.register_grid), the voxel count and offsets.
-        self._handle = grid_sampling.register_grid(self)
+        # the sampling ops' handle (sampling.register_grid), the voxel count and offsets.
+        self._handle = sampling.register_grid(self)
         self._total_voxels = impl.total_voxels
         self._voxel_offsets = torch.from_dlpack(impl.voxel_offsets())
 
@@ -307,7 +307,7 @@ class GridBatch:
             ))
         # On a GPU, or under a mask, the box's coordinates are made on the device and built like
         # any other ijk set.
-        box = grid_transfer.dense_ijk(dims, low, mask, device)
+        box = transfer.dense_ijk(dims, low, mask, device)
         ijk = JaggedTensor.from_data_and_offsets(
             box.repeat(int(num_grids), 1),
             torch.arange(int(num_grids) + 1, device=device, dtype=torch.int64) * box.shape[0],
@@ -321,7 +321,7 @@ class GridBatch:
         Args:
             device: Where the (empty) tree lives; default the CPU.
         """
-        return grid_indexing.zero_grids(device)
+        return indexing.zero_grids(device)
 
     @classmethod
     def from_zero_voxels(cls, device="cpu", voxel_sizes=1, origins=0) -> "GridBatch":
@@ -332,7 +332,7 @@ class GridBatch:
             voxel_sizes: A number or [3] (one grid), or [B, 3] (B grids); default 1.
             origins: As voxel_sizes; default 0.
         """
-        return grid_indexing.zero_voxel_grids(device, voxel_sizes, origins)
+        return indexing.zero_voxel_grids(device, voxel_sizes, origins)
 
     @classmethod
     def from_cat(cls, grids: Sequence["GridBatch"]) -> "GridBatch":
@@ -341,7 +341,7 @@ class GridBatch:
         Args:
             grids: The GridBatches (at least one).
         """
-        return grid_indexing.concatenated(grids)
+        return indexing.concatenated(grids)
 
     @classmethod
     def from_dense_axis_aligned_bounds(cls, num_grids: int, dense_dims, bounds_min=0, bounds_max=1,
@@ -358,7 +358,7 @@ class GridBatch:
                 (voxel size (max - min) / (dense_dims - 1), dense_dims >= 2).
             device: Where the tree lives; default the CPU.
         """
-        return grid_indexing.dense_over_bounds(num_grids, dense_dims, bounds_min, bounds_max, voxel_center,
+        return indexing.dense_over_bounds(num_grids, dense_dims, bounds_min, bounds_max, voxel_center,
                                                device)
 
     @property
@@ -476,8 +476,8 @@ class GridBatch:
         """The grids `index` names, as a new batch (fVDB's indexing): an int (negative from
         the end), a slice, a list of ints or a boolean mask, or such a tensor. The voxels
         keep their order: grid[i]'s features are rows joffsets[i]:joffsets[i + 1] of the
-        batch's (grid_indexing.py)."""
-        return grid_indexing.select_grids(self, index)
+        batch's (indexing.py)."""
+        return indexing.select_grids(self, index)
 
     def __iter__(self):
         for b in range(self.num_grids):
@@ -655,7 +655,7 @@ class GridBatch:
         """
         if not isinstance(ijk, JaggedTensor):
             raise TypeError(f"GridBatch.ijk_to_inv_index: ijk must be a JaggedTensor, got {type(ijk).__name__}")
-        return grid_indexing.inverse_index(self, ijk, cumulative)
+        return indexing.inverse_index(self, ijk, cumulative)
 
     def world_to_voxel(self, points: JaggedTensor) -> JaggedTensor:
         """Continuous voxel coordinates of world points (voxel centres at integers)."""
@@ -690,7 +690,7 @@ class GridBatch:
         pts, low = points.jdata, flat.dtype in (torch.float16, torch.bfloat16)
         if low:  # half-precision features: weights and sums in float32, result in their dtype
             flat, pts = flat.float(), pts.float()
-        out = grid_sampling.sample_trilinear(self._handle, pts, points.joffsets, flat)
+        out = sampling.sample_trilinear(self._handle, pts, points.joffsets, flat)
         if low:
             out = out.to(data.dtype)
         return points.jagged_like(out.reshape(points.jdata.shape[0], *data.shape[1:]))
@@ -714,59 +714,59 @@ class GridBatch:
         pts, low = points.jdata, flat.dtype in (torch.float16, torch.bfloat16)
         if low:
             flat, pts = flat.float(), pts.float()
-        out = grid_sampling.splat_trilinear(self._handle, self.total_voxels, pts, points.joffsets, flat)
+        out = sampling.splat_trilinear(self._handle, self.total_voxels, pts, points.joffsets, flat)
         if low:
             out = out.to(data.dtype)
         return JaggedTensor._from_trusted(out.reshape(-1, *data.shape[1:]), self.voxel_offsets)
 
-    # fVDB's spline sampling and region queries (grid_spline.py, grid_queries.py).
+    # fVDB's spline sampling and region queries (spline.py, queries.py).
 
     def sample_trilinear_with_grad(self, points: JaggedTensor, voxel_data):
         """(values, gradients): voxel_data (``[total_voxels, *C]``) trilinearly interpolated at the
         world points (one [N_b, 3] tensor a grid), and the field's gradient with respect to the
-        world position, ``[N, *C, 3]`` (grid_spline.py). Differentiable in voxel_data and points."""
-        from . import grid_spline
-        return grid_spline.sample_trilinear_with_grad(self, points, voxel_data)
+        world position, ``[N, *C, 3]`` (spline.py). Differentiable in voxel_data and points."""
+        from . import spline
+        return spline.sample_trilinear_with_grad(self, points, voxel_data)
 
     def sample_bezier(self, points: JaggedTensor, voxel_data) -> JaggedTensor:
         """voxel_data (``[total_voxels, *C]``) interpolated at the world points with fVDB's
-        quadratic B-spline ("Bezier") weights over the 3x3x3 voxels around each (grid_spline.py);
+        quadratic B-spline ("Bezier") weights over the 3x3x3 voxels around each (spline.py);
         inactive voxels count as zero. Differentiable in voxel_data and points."""
-        from . import grid_spline
-        return grid_spline.sample_bezier(self, points, voxel_data)
+        from . import spline
+        return spline.sample_bezier(self, points, voxel_data)
 
     def sample_bezier_with_grad(self, points: JaggedTensor, voxel_data):
         """(values, gradients): sample_bezier(points, voxel_data) and the field's gradient with
-        respect to the world position, ``[N, *C, 3]`` (grid_spline.py)."""
-        from . import grid_spline
-        return grid_spline.sample_bezier_with_grad(self, points, voxel_data)
+        respect to the world position, ``[N, *C, 3]`` (spline.py)."""
+        from . import spline
+        return spline.sample_bezier_with_grad(self, points, voxel_data)
 
     def splat_bezier(self, points: JaggedTensor, points_data) -> JaggedTensor:
         """points_data (``[N, *C]``, a row a point of points) spread over the voxels with
         sample_bezier's weights, the adjoint of sample_bezier: ``[total_voxels, *C]``
-        (grid_spline.py). Differentiable in points_data and points."""
-        from . import grid_spline
-        return grid_spline.splat_bezier(self, points, points_data)
+        (spline.py). Differentiable in points_data and points."""
+        from . import spline
+        return spline.splat_bezier(self, points, points_data)
 
     def cubes_in_grid(self, cube_centers: JaggedTensor, cube_min=0, cube_max=0) -> JaggedTensor:
         """bool [N]: whether each cube (world centres cube_centers, corners at cube_min and
         cube_max from it: a number or three, default 0) lies wholly in active voxels
-        (grid_queries.py)."""
-        from . import grid_queries
-        return grid_queries.cubes_in_grid(self, cube_centers, cube_min, cube_max)
+        (queries.py)."""
+        from . import queries
+        return queries.cubes_in_grid(self, cube_centers, cube_min, cube_max)
 
     def cubes_intersect_grid(self, cube_centers: JaggedTensor, cube_min=0, cube_max=0) -> JaggedTensor:
         """bool [N]: whether each cube (world centres cube_centers, corners at cube_min and
         cube_max from it: a number or three, default 0) touches an active voxel
-        (grid_queries.py)."""
-        from . import grid_queries
-        return grid_queries.cubes_intersect_grid(self, cube_centers, cube_min, cube_max)
+        (queries.py)."""
+        from . import queries
+        return queries.cubes_intersect_grid(self, cube_centers, cube_min, cube_max)
 
     def rays_intersect_voxels(self, ray_origins, ray_directions, eps: float = 0.0) -> JaggedTensor:
         """bool [N]: whether each ray (ray_origins + t * ray_directions, t >= 0) crosses an
-        active voxel over more than eps of t (grid_queries.py)."""
-        from . import grid_queries
-        return grid_queries.rays_intersect_voxels(self, ray_origins, ray_directions, eps)
+        active voxel over more than eps of t (queries.py)."""
+        from . import queries
+        return queries.rays_intersect_voxels(self, ray_origins, ray_directions, eps)
 
     def conv_grid(self, kernel_size, stride=1) -> "GridBatch":
         """The voxels a convolution of this grid writes (every output that some active voxel
@@ -793,39 +793,39 @@ class GridBatch:
         fVDB's argument names (kernel_size= warns).
         A window starts at stride * o for every pool_factor, as fVDB's (a convolution's kernel
         starts (K - 1) // 2 before)."""
-        return grid_pooling.max_pool(self, pool_factor, data, _pool_stride(stride), coarse_grid)
+        return pooling.max_pool(self, pool_factor, data, _pool_stride(stride), coarse_grid)
 
     @_deprecation.renamed_arguments("GridBatch.avg_pool", kernel_size="pool_factor")
     def avg_pool(self, pool_factor, data, stride=0, coarse_grid=None):
         """(features, coarse grid): the mean of each window over its active voxels, windows as
         max_pool's. fVDB's argument names (kernel_size= warns)."""
-        return grid_pooling.avg_pool(self, pool_factor, data, _pool_stride(stride), coarse_grid)
+        return pooling.avg_pool(self, pool_factor, data, _pool_stride(stride), coarse_grid)
 
     def voxels_along_rays(self, ray_origins, ray_directions, max_voxels: int, eps: float = 0.0,
                           return_ijk: bool = True, cumulative: bool = False):
-        """(voxels, times) of the active voxels each ray crosses, in order (grid_rays.py): their
+        """(voxels, times) of the active voxels each ray crosses, in order (rays.py): their
         int32 ijk (return_ijk=True, the default, as fVDB's), or with return_ijk=False their
         rows (within their grid, or in the batch with cumulative=True), and [n, 2] entry/exit
         t, one JaggedTensor entry a ray."""
-        return grid_rays.voxels_along_rays(self, ray_origins, ray_directions, max_voxels, eps,
+        return rays.voxels_along_rays(self, ray_origins, ray_directions, max_voxels, eps,
                                            return_ijk, cumulative)
 
     def segments_along_rays(self, ray_origins, ray_directions, max_segments: int,
                             eps: float = 0.0) -> JaggedTensor:
         """[n, 2] start/end t of the runs of consecutive active voxels along each ray."""
-        return grid_rays.segments_along_rays(self, ray_origins, ray_directions, max_segments, eps)
+        return rays.segments_along_rays(self, ray_origins, ray_directions, max_segments, eps)
 
     def uniform_ray_samples(self, ray_origins, ray_directions, t_min, t_max, step_size: float,
                             cone_angle: float = 0.0, include_end_segments: bool = True,
                             return_midpoints: bool = False, eps: float = 0.0) -> JaggedTensor:
-        """Sample intervals along each ray inside its active segments (grid_rays.py)."""
-        return grid_rays.uniform_ray_samples(self, ray_origins, ray_directions, t_min, t_max, step_size,
+        """Sample intervals along each ray inside its active segments (rays.py)."""
+        return rays.uniform_ray_samples(self, ray_origins, ray_directions, t_min, t_max, step_size,
                                              cone_angle, include_end_segments, return_midpoints, eps)
 
     def ray_implicit_intersection(self, ray_origins, ray_directions, grid_scalars,
                                   eps: float = 0.0) -> JaggedTensor:
-        """t of each ray's first zero crossing of a per-voxel field, -1 if none (grid_rays.py)."""
-        return grid_rays.ray_implicit_intersection(self, ray_origins, ray_directions, grid_scalars, eps)
+        """t of each ray's first zero crossing of a per-voxel field, -1 if none (rays.py)."""
+        return rays.ray_implicit_intersection(self, ray_origins, ray_directions, grid_scalars, eps)
 
     def marching_cubes(self, field, level: float = 0.0):
         """(vertices, faces, normals), one JaggedTensor entry a grid: the surface where the
@@ -845,8 +845,8 @@ class GridBatch:
                        cam_to_world_matrices: torch.Tensor, tsdf, weights, depth_images: torch.Tensor,
                        weight_images=None):
         """(grid, tsdf, weights): depth image b fused into grid b, the grid grown by the
-        truncation band around the measured surface (grid_tsdf.py; C++: grid/tsdf.h)."""
-        return grid_tsdf.integrate_tsdf(self, truncation_distance, projection_matrices, cam_to_world_matrices,
+        truncation band around the measured surface (tsdf.py; C++: grid/tsdf.h)."""
+        return _tsdf.integrate_tsdf(self, truncation_distance, projection_matrices, cam_to_world_matrices,
                                         tsdf, weights, depth_images, weight_images)
 
     def save_nanovdb(self, path, data=None, names=None, name: Optional[str] = None, compressed: bool = False,
@@ -862,7 +862,7 @@ class GridBatch:
             compressed: Must be False: tilegrid writes uncompressed files (no Blosc).
             verbose: Print what was written.
         """
-        from .grid_io import save
+        from .nvdb_io import save
 
         if compressed:
             raise NotImplementedError("GridBatch.save_nanovdb: compressed (Blosc) .nvdb files are not written; "
@@ -879,7 +879,7 @@ class GridBatch:
                 added to every ijk first (fVDB's argument), which must leave them in
                 [0, 2^21).
         """
-        return grid_serialize.morton(self, offset)
+        return serialize.morton(self, offset)
 
     def morton_zyx(self, offset=None) -> JaggedTensor:
         """Z-order codes with the axes swapped, k in the highest bit (fVDB's transposed order).
@@ -887,7 +887,7 @@ class GridBatch:
         Args:
             offset: As morton's.
         """
-        return grid_serialize.morton(self, offset, zyx=True)
+        return serialize.morton(self, offset, zyx=True)
 
     def hilbert(self, offset=None) -> JaggedTensor:
         """Hilbert-curve codes (int64) of the voxels' ijk.
@@ -895,7 +895,7 @@ class GridBatch:
         Args:
             offset: As morton's.
         """
-        return grid_serialize.hilbert(self, offset)
+        return serialize.hilbert(self, offset)
 
     def hilbert_zyx(self, offset=None) -> JaggedTensor:
         """Hilbert-curve codes with the axes swapped (fVDB's transposed order).
@@ -903,13 +903,13 @@ class GridBatch:
         Args:
             offset: As morton's.
         """
-        return grid_serialize.hilbert(self, offset, zyx=True)
+        return serialize.hilbert(self, offset, zyx=True)
 
     @_deprecation.renamed_arguments("GridBatch.coarsened_grid", factor="coarsening_factor")
     def coarsened_grid(self, coarsening_factor) -> "GridBatch":
         """Voxels of coarsening_factor^3 blocks merged (an int or three; voxel size x the
         factor, centred on the block). fVDB's argument name (factor= warns)."""
-        return grid_derived.coarsened(self, coarsening_factor)
+        return derived.coarsened(self, coarsening_factor)
 
     @_deprecation.renamed_arguments("GridBatch.refined_grid", factor="subdiv_factor")
     def refined_grid(self, subdiv_factor, mask=None) -> "GridBatch":
@@ -917,7 +917,7 @@ class GridBatch:
         or with mask (bool [total_voxels]) only the voxels where it is set (fVDB's
         arguments; factor= still works, with a DeprecationWarning)."""
         grid = self if mask is None else self.pruned_grid(mask)
-        return grid_derived.refined(grid, subdiv_factor)
+        return derived.refined(grid, subdiv_factor)
 
     def refine(self, subdiv_factor, data, mask=None, fine_grid: Optional["GridBatch"] = None):
         """(fine data, fine grid): nearest-neighbour upsampling, as fVDB's refine. Each fine
@@ -928,7 +928,7 @@ class GridBatch:
         if fine_grid is None:
             fine_grid = self.refined_grid(subdiv_factor, mask)
         values = data.jdata if isinstance(data, JaggedTensor) else data
-        fine = grid_derived.refine_features(self, fine_grid, values, subdiv_factor)
+        fine = derived.refine_features(self, fine_grid, values, subdiv_factor)
         return JaggedTensor._from_trusted(fine, fine_grid.voxel_offsets), fine_grid
 
     def dual_grid(self, exclude_border: bool = False) -> "GridBatch":
@@ -940,25 +940,25 @@ class GridBatch:
         the primal voxels ijk + {0,1}^3 are all active, as fVDB's rule, so the result's
         coordinates are a subset of the primal's (a 2x2x2 block gives one dual voxel, an
         isolated voxel none)."""
-        return grid_derived.dual(self, exclude_border)
+        return derived.dual(self, exclude_border)
 
     @_deprecation.renamed_arguments("GridBatch.dilated_grid", n="dilation")
     def dilated_grid(self, dilation: int) -> "GridBatch":
         """Every voxel within dilation voxels (in each axis) of an active voxel. fVDB's
         argument name (n= warns)."""
-        return grid_derived.dilated(self, dilation)
+        return derived.dilated(self, dilation)
 
     def pruned_grid(self, mask) -> "GridBatch":
         """Only the voxels where mask (bool [total_voxels]) is true."""
-        return grid_derived.pruned(self, mask)
+        return derived.pruned(self, mask)
 
     def coarsen_features(self, coarse_grid: "GridBatch", features, factor, reduce: str = "mean"):
         """This grid's features pooled into `coarse_grid` (this grid coarsened by factor)."""
-        return grid_derived.coarsen_features(self, coarse_grid, features, factor, reduce)
+        return derived.coarsen_features(self, coarse_grid, features, factor, reduce)
 
     def refine_features(self, fine_grid: "GridBatch", features, factor):
         """This grid's features copied to `fine_grid` (this grid refined by factor)."""
-        return grid_derived.refine_features(self, fine_grid, features, factor)
+        return derived.refine_features(self, fine_grid, features, factor)
 
     def _rounded_voxel_coordinates(self, op: str, points) -> tuple[JaggedTensor, torch.Tensor]:
         """(points, float64 [N, 3]): the coordinates of the voxel containing each point, rounded
@@ -1056,53 +1056,53 @@ class GridBatch:
 
     def sample_nearest(self, points: JaggedTensor, voxel_data) -> JaggedTensor:
         """The features (voxel_data, [total_voxels, ...]) of the active voxel nearest each
-        world point among the 8 around it, zero where none is (grid_transfer.py).
+        world point among the 8 around it, zero where none is (transfer.py).
         Differentiable in voxel_data."""
-        return grid_transfer.sample_nearest(self, points, voxel_data)
+        return transfer.sample_nearest(self, points, voxel_data)
 
     def neighbor_indexes(self, ijk: JaggedTensor, extent: int, bitshift: int = 0) -> JaggedTensor:
         """int64 [N, 2 extent + 1, 2 extent + 1, 2 extent + 1]: the rows (within their grid, -1
         where inactive) of the voxels within extent of each coordinate of ijk, shifted left by
-        bitshift bits first (grid_transfer.py)."""
-        return grid_transfer.neighbor_indexes(self, ijk, extent, bitshift)
+        bitshift bits first (transfer.py)."""
+        return transfer.neighbor_indexes(self, ijk, extent, bitshift)
 
     def inject_from(self, src_grid: "GridBatch", src, dst=None, default_value=0):
         """This batch's features with src_grid's features src copied in at the voxels both
-        have: into dst in place, or a new tensor of default_value (grid_transfer.inject).
+        have: into dst in place, or a new tensor of default_value (transfer.inject).
         Differentiable in src and dst."""
-        return grid_transfer.inject(self, src_grid, src, dst, default_value)
+        return transfer.inject(self, src_grid, src, dst, default_value)
 
     def inject_to(self, dst_grid: "GridBatch", src, dst=None, default_value=0):
         """This batch's features src copied into dst_grid's voxels that this batch has: into
         dst (dst_grid's features) in place, or a new tensor of default_value
-        (grid_transfer.inject). Differentiable in src and dst."""
-        return grid_transfer.inject(dst_grid, self, src, dst, default_value)
+        (transfer.inject). Differentiable in src and dst."""
+        return transfer.inject(dst_grid, self, src, dst, default_value)
 
     def inject_from_ijk(self, src_ijk: JaggedTensor, src, dst=None, default_value=0):
         """This batch's features with src (features at the coordinates src_ijk) copied in at
         those that are active: into dst in place, or a new tensor of default_value
-        (grid_transfer.py). Differentiable in src and dst."""
-        return grid_transfer.inject_from_ijk(self, src_ijk, src, dst, default_value)
+        (transfer.py). Differentiable in src and dst."""
+        return transfer.inject_from_ijk(self, src_ijk, src, dst, default_value)
 
     def inject_to_dense_cminor(self, sparse_data, min_coord=None, grid_size=None) -> torch.Tensor:
         """The features sparse_data (``[total_voxels, *C]``) in dense volumes ``[B, X, Y, Z, *C]``
         whose index (0, 0, 0) is voxel min_coord (default total_bbox's lowest corner), of
         grid_size (default total_bbox's extent); zeros elsewhere. Differentiable."""
-        return grid_transfer.inject_to_dense(self, sparse_data, min_coord, grid_size, True)
+        return transfer.inject_to_dense(self, sparse_data, min_coord, grid_size, True)
 
     def inject_to_dense_cmajor(self, sparse_data, min_coord=None, grid_size=None) -> torch.Tensor:
         """As inject_to_dense_cminor, channels first: ``[B, *C, X, Y, Z]``."""
-        return grid_transfer.inject_to_dense(self, sparse_data, min_coord, grid_size, False)
+        return transfer.inject_to_dense(self, sparse_data, min_coord, grid_size, False)
 
     def inject_from_dense_cminor(self, dense_data: torch.Tensor, dense_origins=0) -> JaggedTensor:
         """The voxels' features read from dense volumes dense_data ``[B, X, Y, Z, *C]`` whose index
         (0, 0, 0) is voxel dense_origins (default 0, as fVDB's); zeros for voxels outside.
         Differentiable."""
-        return grid_transfer.inject_from_dense(self, dense_data, dense_origins, True)
+        return transfer.inject_from_dense(self, dense_data, dense_origins, True)
 
     def inject_from_dense_cmajor(self, dense_data: torch.Tensor, dense_origins=0) -> JaggedTensor:
         """As inject_from_dense_cminor, from channels-first volumes ``[B, *C, X, Y, Z]``."""
-        return grid_transfer.inject_from_dense(self, dense_data, dense_origins, False)
+        return transfer.inject_from_dense(self, dense_data, dense_origins, False)
 
     def inject_to_dense(self, features, min_coord=None, size=None) -> torch.Tensor:
         """Deprecated: inject_to_dense_cminor (fVDB's name). Here a size left out reaches from
@@ -1113,7 +1113,7 @@ class GridBatch:
             lo = torch.as_tensor(min_coord, dtype=torch.int64).to(self.device)
             size = (self.total_bbox[1].long() - lo + 1).tolist()
         data = features.jdata if isinstance(features, JaggedTensor) else features
-        return grid_transfer.inject_to_dense(self, data, min_coord, size, True)
+        return transfer.inject_to_dense(self, data, min_coord, size, True)
 
     def inject_from_dense(self, dense: torch.Tensor, min_coord=None) -> torch.Tensor:
         """Deprecated: inject_from_dense_cminor (fVDB's name), whose dense_origins default 0;
@@ -1121,22 +1121,22 @@ class GridBatch:
         _deprecation.warn("GridBatch.inject_from_dense is deprecated: use inject_from_dense_cminor "
                           "(fVDB's name), whose dense_origins default to 0")
         lo = self.total_bbox[0] if min_coord is None else min_coord
-        return grid_transfer.inject_from_dense(self, dense, lo, True).jdata
+        return transfer.inject_from_dense(self, dense, lo, True).jdata
 
     def merged_grid(self, other: "GridBatch") -> "GridBatch":
         """The union of this batch's and other's voxels, grid b with grid b, with this batch's
-        voxel sizes and origins (grid_transfer.py)."""
-        return grid_transfer.merged_grid(self, other)
+        voxel sizes and origins (transfer.py)."""
+        return transfer.merged_grid(self, other)
 
     def clipped_grid(self, ijk_min, ijk_max) -> "GridBatch":
         """The voxels inside the box [ijk_min, ijk_max] (inclusive; an int, three ints or
-        [B, 3] a grid), in this batch's order (grid_transfer.py)."""
-        return grid_transfer.clipped_grid(self, ijk_min, ijk_max)
+        [B, 3] a grid), in this batch's order (transfer.py)."""
+        return transfer.clipped_grid(self, ijk_min, ijk_max)
 
     def clip(self, features, ijk_min, ijk_max):
         """(features, grid): clipped_grid(ijk_min, ijk_max) and the rows of features
         ([total_voxels, ...]) of the voxels it keeps. Differentiable in features."""
-        return grid_transfer.clip(self, features, ijk_min, ijk_max)
+        return transfer.clip(self, features, ijk_min, ijk_max)
 
     def __repr__(self) -> str:
         return (

@@ -54,7 +54,7 @@ def _grid_ids(op: str, count: int, index) -> list[int]:
 
 def select_grids(grid, index):
     """The grids of `grid` that `index` names, as a new batch (see _grid_ids)."""
-    from .grid_batch import GridBatch
+    from .batch import GridBatch
 
     ids = _grid_ids("GridBatch[...]", grid.num_grids, index)
     if not ids:
@@ -66,7 +66,7 @@ def select_grids(grid, index):
 
 def zero_grids(device="cpu"):
     """A batch that holds no grid, on `device`."""
-    from .grid_batch import GridBatch
+    from .batch import GridBatch
 
     device = torch.device(device)
     empty = JaggedTensor.from_data_and_offsets(torch.zeros(0, 3, dtype=torch.int32, device=device),
@@ -87,7 +87,7 @@ def _rows(op: str, name: str, value) -> int:
 def zero_voxel_grids(device="cpu", voxel_sizes=1, origins=0):
     """Grids with no active voxel, one for each row of voxel_sizes / origins (one if neither
     has rows)."""
-    from .grid_batch import GridBatch
+    from .batch import GridBatch
 
     op = "GridBatch.from_zero_voxels"
     n_sizes, n_origins = _rows(op, "voxel_sizes", voxel_sizes), _rows(op, "origins", origins)
@@ -102,7 +102,7 @@ def zero_voxel_grids(device="cpu", voxel_sizes=1, origins=0):
 
 def concatenated(grids: Sequence):
     """One batch of the grids of every batch in `grids`, in order (fVDB's from_cat)."""
-    from .grid_batch import GridBatch, jcat
+    from .batch import GridBatch, jcat
 
     grids = list(grids)
     if not grids:
@@ -117,7 +117,7 @@ def dense_over_bounds(num_grids, dense_dims, bounds_min=0, bounds_max=1, voxel_c
     """num_grids dense grids of dense_dims voxels spanning [bounds_min, bounds_max] in world
     space: the bounds are the outer faces of the end voxels, or with voxel_center the centres
     of the end voxels."""
-    from .grid_batch import GridBatch
+    from .batch import GridBatch
 
     op = "GridBatch.from_dense_axis_aligned_bounds"
     dims = torch.as_tensor(dense_dims, dtype=torch.int64).expand(3).clone()

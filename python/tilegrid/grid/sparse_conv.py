@@ -25,9 +25,9 @@ from typing import Optional, Union
 
 import torch
 
-from . import _C
-from ._torch import current_stream, dlpack
-from .gemm import matmul
+from .. import _C
+from .._torch import current_stream, dlpack
+from ..gemm import matmul
 from .jagged_tensor import JaggedTensor
 
 
@@ -257,7 +257,7 @@ def _kernel_weight(weights: torch.Tensor, cout: int, cin: int, volume: int,
 
 def _check_grids(source_grid, target_grid) -> None:
     """TypeError unless source_grid is a GridBatch and target_grid one or None."""
-    from .grid_batch import GridBatch  # grid_batch imports this module
+    from .batch import GridBatch  # batch.py imports this module
 
     for name, grid in (("source_grid", source_grid), ("target_grid", target_grid)):
         if not isinstance(grid, GridBatch) and not (name == "target_grid" and grid is None):
@@ -284,7 +284,7 @@ class ConvolutionPlan:
                  _row_orders: bool = True, _pooling: bool = False):
         """_row_orders=False leaves the GPU row orders empty (rows in order), for users of the
         maps alone (pooling), which would not read them. _pooling=True starts the taps at
-        o * stride (pad 0), as pooling windows do (grid_pooling.py)."""
+        o * stride (pad 0), as pooling windows do (pooling.py)."""
         _check_grids(source_grid, target_grid)
         if source_grid.device != target_grid.device:
             raise ValueError(

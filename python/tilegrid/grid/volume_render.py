@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from . import _C
-from ._torch import current_stream
+from .. import _C
+from .._torch import current_stream
 from .jagged_tensor import JaggedTensor
 
 

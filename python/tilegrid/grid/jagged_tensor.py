@@ -14,8 +14,8 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
-from . import _C
-from ._torch import current_stream
+from .. import _C
+from .._torch import current_stream
 from .jagged_tensor_methods import JaggedTensorMethods
 
 

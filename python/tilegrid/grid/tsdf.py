@@ -28,8 +28,8 @@ import math
 
 import torch
 
-from . import _C
-from ._torch import current_stream
+from .. import _C
+from .._torch import current_stream
 from .jagged_tensor import JaggedTensor
 
 _OP = "GridBatch.integrate_tsdf"

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from . import _C
-from ._torch import current_stream, dlpack_pair
+from .. import _C
+from .._torch import current_stream, dlpack_pair
 from .jagged_tensor import JaggedTensor
 
 

@@ -12,7 +12,7 @@ two, both included. With the default offsets 0 a cube is its centre's voxel.
 Cubes are answered with torch tensor ops over the grid's lookups (ijk_to_index), so they run
 on the grid's device, CPU or CUDA: each cube either looks up every voxel of its box or, where
 the box holds more voxels than its grid, compares the grid's voxels with the box, in chunks of
-about 4 million lookups. Rays use the march of voxels_along_rays (grid_rays.py).
+about 4 million lookups. Rays use the march of voxels_along_rays (rays.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import numbers
 
 import torch
 
-from . import grid_rays
-from .grid_checks import FAR, check_vectors
+from . import rays
+from .checks import FAR, check_vectors
 from .jagged_tensor import JaggedTensor
 
 
@@ -226,7 +226,7 @@ def rays_intersect_voxels(grid, ray_origins, ray_directions, eps: float = 0.0) -
     """
     op = "GridBatch.rays_intersect_voxels"
     origins, directions = (
-        check_vectors(op, name, grid, grid_rays._rays(grid, op, name, value))
+        check_vectors(op, name, grid, rays._rays(grid, op, name, value))
         for name, value in (("ray_origins", ray_origins), ("ray_directions", ray_directions)))
     if directions.jdata.dtype != origins.jdata.dtype:
         raise TypeError(f"{op}: ray_origins and ray_directions must have one dtype, got "
@@ -239,6 +239,6 @@ def rays_intersect_voxels(grid, ray_origins, ray_directions, eps: float = 0.0) -
         raise TypeError(f"{op}: eps must be a number, got {eps!r}")
     if not math.isfinite(eps) or eps < 0:
         raise ValueError(f"{op}: eps must be a finite number >= 0, got {eps!r}")
-    _, times = grid_rays.voxels_along_rays(grid, origins, directions, 1, float(eps), False, True)
+    _, times = rays.voxels_along_rays(grid, origins, directions, 1, float(eps), False, True)
     hit = times.joffsets.diff() > 0
     return origins.jagged_like(hit.to(origins.jdata.device))

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import torch
 
-from .grid_batch import GridBatch, _int_arg
+from .batch import GridBatch, _int_arg
 from .jagged_tensor import JaggedTensor
 
 
@@ -303,7 +303,7 @@ class Grid:
             tensor [0] when the file stores none, as fVDB's) and the grid's name. A file that
             stores several feature arrays is refused: read it with tg.load.
         """
-        from .grid_io import load
+        from .nvdb_io import load
 
         op = "from_nanovdb"
         batch, features, names = load(path, device=device)

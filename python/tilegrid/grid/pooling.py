@@ -18,8 +18,8 @@ import math
 
 import torch
 
-from . import _C
-from ._torch import current_stream
+from .. import _C
+from .._torch import current_stream
 from .jagged_tensor import JaggedTensor
 from .sparse_conv import ConvolutionPlan, _check_jagged_like, vec3
 
@@ -126,7 +126,7 @@ def _pooled_rows(op, plan: ConvolutionPlan, features: torch.Tensor) -> torch.Ten
 def _plan(op: str, fine_grid, kernel_size, stride, coarse_grid) -> ConvolutionPlan:
     kernel_size = vec3(f"{op}: kernel_size", kernel_size)
     stride = kernel_size if stride is None else vec3(f"{op}: stride", stride)
-    from .grid_batch import GridBatch  # grid_batch imports this module
+    from .batch import GridBatch  # batch.py imports this module
 
     if coarse_grid is not None and not isinstance(coarse_grid, GridBatch):
         raise TypeError(f"{op}: coarse_grid must be a GridBatch or None, got "

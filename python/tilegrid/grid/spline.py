@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from .grid_checks import FAR, check_vectors, on_device
+from .checks import FAR, check_vectors, on_device
 from .jagged_tensor import JaggedTensor
 
 
