@@ -48,10 +48,20 @@ class PythonAllocator final : public Allocator {
     return reinterpret_cast<void*>(nb::cast<uintptr_t>(ptr));
   }
 
-  void deallocate(void* ptr, size_t, Device, Stream) override {
+  // Runs from destructors, also while a Python exception propagates (a frame's tensors
+  // released as it unwinds): calling free_ with that exception set fails with SystemError, and
+  // a C++ exception out of a destructor ends the process. So the pending exception is set
+  // aside for the call and restored after it, and a failure of free_ itself is reported as
+  // unraisable (as Python reports an exception in __del__) instead of thrown.
+  void deallocate(void* ptr, size_t, Device, Stream) noexcept override {
     if (!Py_IsInitialized()) return;  // interpreter gone: the process is exiting
     nb::gil_scoped_acquire gil;
-    free_(reinterpret_cast<uintptr_t>(ptr));
+    nb::error_scope pending;
+    try {
+      free_(reinterpret_cast<uintptr_t>(ptr));
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable("tilegrid: returning CUDA memory to the allocator");
+    }
   }
 
  private:

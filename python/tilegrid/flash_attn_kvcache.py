@@ -294,7 +294,7 @@ def flash_attn_with_kvcache(
     else:
         pages_h = where_h.view(batch, -1)
         used = (lengths_h + seqlen_new + page - 1) // page  # pages each sequence reaches
-        reached = torch.arange(pages_h.shape[1]) < used[:, None]
+        reached = torch.arange(pages_h.shape[1], device="cpu") < used[:, None]
         bad = reached & ((pages_h < 0) | (pages_h >= pool))
         if bad.any():
             b = int(bad.any(dim=1).nonzero()[0])

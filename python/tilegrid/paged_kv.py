@@ -60,7 +60,7 @@ def gather_paged_kv(op: str, k: torch.Tensor, v: torch.Tensor, block_table, cu_s
         b = int(pages_needed.argmax())
         raise ValueError(f"{op}: sequence {b} has {int(lengths_h[b])} keys, {int(pages_needed[b])} pages of "
                          f"{page}, but block_table has {block_table.shape[1]} a row")
-    used = torch.arange(block_table.shape[1]) < pages_needed[:, None]
+    used = torch.arange(block_table.shape[1], device="cpu") < pages_needed[:, None]
     table_h = block_table.cpu().to(torch.int64)
     bad = used & ((table_h < 0) | (table_h >= num_blocks))
     if bool(bad.any()):

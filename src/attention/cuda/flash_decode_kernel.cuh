@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "attention/common/mask.h"
+#include "attention/common/softmax_base.cuh"
 #include "attention/cuda/flash_decode_params.h"
 #include "attention/cuda/flash_fwd_tile.cuh"
 #include "attention/cuda/flash_mma_util.cuh"
@@ -253,7 +254,7 @@ __global__ void __launch_bounds__(Traits::kThreads) flash_decode_kernel(const Fl
     const int row = thread_row[r];
     const float sum = quad_sum(row_sum[r]);
     if (lane % 4 == 0) {
-      merge_max[warp * kRows + row] = row_max[r] == kNegInf ? kNegInf : row_max[r] * scale_log2;
+      merge_max[warp * kRows + row] = row_max[r] == kNegInf ? kNegInf : exp2_base(row_max[r], scale_log2);
       merge_sum[warp * kRows + row] = sum;
     }
     CUTE_UNROLL

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "attention/common/mask.h"
+#include "attention/common/softmax_base.cuh"
 #include "attention/cuda/flash_mma_util.cuh"
 
 namespace tilegrid::attention::flash {
@@ -69,8 +70,8 @@ __device__ __forceinline__ void online_softmax(AccS& acc_s, AccO& acc_o, float (
       tile_max = fmaxf(tile_max, acc_s(2 * r + 1, 0, n8));
     }
     tile_max = quad_max(tile_max);
-    const float base = tile_max == -INFINITY ? 0.f : tile_max * scale_log2;
-    const float rescale = exp2f(row_max[r] * scale_log2 - base);
+    const float base = tile_max == -INFINITY ? 0.f : exp2_base(tile_max, scale_log2);
+    const float rescale = exp2f(exp2_base(row_max[r], scale_log2) - base);
     row_max[r] = tile_max;
     row_sum[r] *= rescale;
     CUTE_UNROLL

@@ -239,6 +239,36 @@ def test_a_scale_not_finite_in_float32_is_refused_before_any_kernel(scale):
         tg.flash_attn_func(q, q, q, softcap=abs(scale))
 
 
+def _hard_maximum(q, k, v):
+    """Each query's v row at its best key (scores in float64), as [b, sq, h, d]."""
+    best = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double()).argmax(-1)  # [b, h, sq]
+    rows = best[..., None].expand(-1, -1, -1, v.shape[-1])
+    return torch.gather(v.double().transpose(1, 2), 2, rows).transpose(1, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernels")
+@pytest.mark.parametrize("kernel", ["auto", "portable"])
+@pytest.mark.parametrize("head_dim", [4, 64, 96, 128, 256])
+def test_a_huge_scale_gives_the_hard_maximum_on_cuda(kernel, head_dim):
+    """softmax_scale 1e30: each row is v at its best key, the limit torch's math backend and
+    the CPU reference give. The kernels round the exponent base up
+    (src/attention/common/softmax_base.cuh); rounded to the nearest, the best key's own
+    exponent was the product's rounding error (~1e23 here), 2^x overflowed and rows were NaN.
+    The decode kernel (flash_attn_with_kvcache, one query) shares that base."""
+    from tilegrid import kernel_choice
+    g = torch.Generator().manual_seed(head_dim)
+    q, k, v = (torch.randn(2, 40, 2, head_dim, generator=g).half().cuda() for _ in range(3))
+    want = _hard_maximum(q, k, v)
+    with kernel_choice.override("attention", kernel):
+        out, lse = tg.flash_attn_func(q, k, v, softmax_scale=1e30, return_lse=True)
+    assert torch.equal(out.double(), want)  # P is exactly 1 at the best key, 0 elsewhere
+    s_max = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()).amax(-1)
+    torch.testing.assert_close(lse, s_max * 1e30, rtol=1e-5, atol=0)
+    if head_dim in (64, 128, 256):
+        one = tg.flash_attn_with_kvcache(q[:, :1], k, v, softmax_scale=1e30)
+        assert torch.equal(one.double(), want[:, :1])
+
+
 # ---- NaN and infinity: propagated as torch's math backend propagates them ----------------------
 
 

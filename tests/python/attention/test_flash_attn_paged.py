@@ -118,3 +118,22 @@ def test_pools_and_offsets_of_the_wrong_form_get_clear_errors():
                                   block_table=table)
     with pytest.raises(TypeError, match="cu_seqlens_k must be an int32"):
         tg.flash_attn_varlen_func(q, k_pool, v_pool, cu_q, [0, 5], 2, 5, block_table=table)
+
+
+def test_pages_outside_the_pool_are_named_under_another_default_device():
+    """torch.set_default_device("cuda") made the host-side check of the pages build its range
+    on the GPU beside host tensors: a device-mismatch RuntimeError instead of the error that
+    names the page. The host ranges name their device; "meta" stands in for CUDA here."""
+    k_pool, v_pool, table, _, _ = paged_problem([20, 3], 16, "cpu", torch.float32, num_blocks=8)
+    q = torch.randn(4, 4, 32)
+    cu_q, cu_k = offsets([2, 2], "cpu"), offsets([20, 3], "cpu")
+    cache = torch.randn(2, 8, 2, 16)
+    torch.set_default_device("meta")
+    try:
+        with pytest.raises(ValueError, match="block_table\\[0, 0\\] = 99 is outside the pool"):
+            tg.flash_attn_varlen_func(q, k_pool, v_pool, cu_q, cu_k, 2, 20, block_table=table.clone().fill_(99))
+        with pytest.raises(ValueError, match="block_table.*9"):
+            tg.flash_attn_with_kvcache(torch.randn(2, 1, 2, 16, device="cpu"), cache, cache, cache_seqlens=3,
+                                       block_table=torch.tensor([[0], [9]], dtype=torch.int32, device="cpu"))
+    finally:
+        torch.set_default_device(None)

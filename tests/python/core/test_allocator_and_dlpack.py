@@ -69,3 +69,23 @@ def test_shapes_whose_bytes_overflow_are_refused():
     with pytest.raises(ValueError, match=r"shape \[4611686018427387904, 2\] and dtype float32 "
                        r"would take more than 2\^63 bytes"):
         _C.empty([2**62, 2], "float32", "cpu")
+
+
+@requires_cuda
+@pytest.mark.gpu
+def test_an_error_raised_beside_cuda_grids_is_raised_not_fatal():
+    """A derived grid refused on CUDA (refined_grid past int32 rows) raised a ValueError while
+    the grid's CUDA memory went back to torch's allocator: the free callback ran with the
+    exception set, failed with SystemError, and the C++ exception left a destructor
+    (std::terminate, the process gone). Run in a child process so that a crash fails the test."""
+    import subprocess
+    import sys
+
+    code = ("import tilegrid as tg\n"
+            "try:\n"
+            "    (lambda: tg.GridBatch.from_dense(1, [3, 3, 3], device='cuda').refined_grid(10**5))()\n"
+            "except ValueError as e:\n"
+            "    print('ValueError:', e)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "ValueError: refined_grid" in run.stdout

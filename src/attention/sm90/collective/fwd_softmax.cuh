@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "attention/common/mask.h"
+#include "attention/common/softmax_base.cuh"
 #include "attention/sm90/collective/fwd_tile_work.cuh"
 #include "tilegrid/attention/exp2_poly.h"
 
@@ -127,7 +128,7 @@ struct FwdSoftmax {
       row_max[r] = new_max;
       row_sum[r] *= o_scale[r];
       if constexpr (Traits::kConditionalRescale) row_sum_p[r] *= o_scale[r];
-      base[r] = new_max == kNegInf ? 0.f : new_max * scale_log2;
+      base[r] = new_max == kNegInf ? 0.f : exp2_base(new_max, scale_log2);
     }
     // Two partial sums a row (the column pairs), each a chain of N / 16 additions.
     float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
@@ -204,7 +205,7 @@ struct FwdSoftmax {
   // Row r's log-sum-exp (natural log) from its finished sum: -inf for a row with no visible
   // key (sum 0), NaN for a NaN sum (a NaN or +inf score).
   __device__ __forceinline__ float lse(int r, float sum) const {
-    return sum == 0.f ? kNegInf : (row_max[r] * scale_log2 + log2f(sum)) * float(M_LN2);
+    return sum == 0.f ? kNegInf : (exp2_base(row_max[r], scale_log2) + log2f(sum)) * float(M_LN2);
   }
 };
 
