@@ -23,11 +23,11 @@ systems=(tilegrid)
 $PY -c 'import flash_attn_interface' 2>/dev/null && systems+=(FlashAttention-3)
 [ -n "${PROFILE_SYSTEMS:-}" ] && read -ra systems <<<"$PROFILE_SYSTEMS"
 # PROFILE_BACKWARD=1 profiles the backward's main kernel instead of the forward (tilegrid's
-# flash_bwd_sm90_kernel / flash_bwd_sm90_head_split_kernel, FlashAttention-3's FlashAttnBwdSm90).
+# flash_bwd_sm90_kernel, FlashAttention-3's FlashAttnBwdSm90).
 kernels='regex:flash_fwd_sm90_kernel|FlashAttnFwdSm90'
 pass=()
 if [ "${PROFILE_BACKWARD:-0}" = 1 ]; then
-  kernels='regex:flash_bwd_sm90_kernel|flash_bwd_sm90_head_split_kernel|FlashAttnBwdSm90'
+  kernels='regex:flash_bwd_sm90_kernel|FlashAttnBwdSm90'
   pass=(--backward)
 fi
 # PROFILE_SOURCE=1 also writes OUTDIR/ncu_source.csv: ncu's source page, every SASS

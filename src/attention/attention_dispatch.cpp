@@ -100,7 +100,7 @@ int hopper_switches(const Problem& p, const FlashFwdParams& k, int device) {
 // Whether the Hopper backward runs this call: as the forward (the attention request, the
 // device, what the kernel supports), unless the attention_backward request is one of the
 // portable kernels (portable, simt). deterministic=True runs it too, with its dQ additions
-// taken in a fixed order (flash_bwd_sm90_kernel.cuh).
+// taken in a fixed order (sm90/kernel/flash_bwd_sm90_kernel.cuh).
 bool sm90_backward(const Problem& p, const FlashBwdParams& b, int device) {
   return requested_kernel(KernelFamily::AttentionBackward) == KernelPath::Auto &&
          sm90_chosen(device) && sm90::backward_supported(b, p.dtype, int(p.head_dim));

@@ -2,7 +2,7 @@
 // Register fragments of the Hopper attention backward (internal, sm_90a): which scores of a
 // thread's fragment are visible, the float32 score fragments converted to 16 bits, and dS^T
 // written to shared memory for the dQ product.
-// Both kernels (flash_bwd_sm90_kernel.cuh, flash_bwd_sm90_head_split_kernel.cuh) form P (or
+// Both mainloops (collective/bwd_mainloop_key_rows.cuh, bwd_mainloop_head_split.cuh) form P (or
 // P^T) and dS in float32 accumulators and need them as 16-bit register operands and as a shared
 // tile.
 #include <cutlass/numeric_conversion.h>

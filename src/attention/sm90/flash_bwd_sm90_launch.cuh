@@ -1,17 +1,18 @@
 #pragma once
 // Builds the TMA descriptors of one backward call on the host and launches its three kernels
 // for one (dtype, head dim) (internal); included once per head dimension by
-// flash_bwd_sm90_hdim<d>.cu. Head dims 64 and 128 run flash_bwd_sm90_kernel.cuh, 256 runs
-// flash_bwd_sm90_head_split_kernel.cuh.
+// flash_bwd_sm90_hdim<d>.cu. The main kernel is kernel/flash_bwd_sm90_kernel.cuh at every head
+// dim; its traits (and mainloop) are BwdTraits at 64 and 128, BwdHeadSplitTraits at 256.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <type_traits>
 
 #include "attention/sm90/flash_bwd_sm90.h"
-#include "attention/sm90/flash_bwd_sm90_head_split_kernel.cuh"
-#include "attention/sm90/flash_bwd_sm90_kernel.cuh"
+#include "attention/sm90/collective/bwd_mainloop_head_split.cuh"
+#include "attention/sm90/collective/bwd_mainloop_key_rows.cuh"
 #include "attention/sm90/flash_bwd_sm90_rows_kernels.cuh"
+#include "attention/sm90/kernel/flash_bwd_sm90_kernel.cuh"
 #include "core/cuda_check.h"
 #include "core/cuda_launch.h"
 
@@ -28,11 +29,7 @@ using TraitsOf = std::conditional_t<(kHeadDim > 128), BwdHeadSplitTraits<Element
                                     BwdTraits<Element, kHeadDim, Config>>;
 template <class Element, int kHeadDim, class Config>
 constexpr auto main_kernel() {
-  using Traits = TraitsOf<Element, kHeadDim, Config>;
-  if constexpr (kHeadDim <= 128)
-    return &flash_bwd_sm90_kernel<Traits>;
-  else
-    return &flash_bwd_sm90_head_split_kernel<Traits>;
+  return &flash_bwd_sm90_kernel<TraitsOf<Element, kHeadDim, Config>>;
 }
 
 template <class Element, int kHeadDim, class Config = BwdConfig<>>

@@ -1,11 +1,13 @@
 #pragma once
-// What both Hopper attention backward kernels (flash_bwd_sm90_kernel.cuh, head dims 64 and 128;
-// flash_bwd_sm90_head_split_kernel.cuh, head dim 256) share (internal, sm_90a): the kernel
+// What the Hopper attention backward kernel (kernel/flash_bwd_sm90_kernel.cuh) and both of its
+// consumer mainloops (collective/bwd_mainloop_key_rows.cuh, head dims 64 and 128;
+// collective/bwd_mainloop_head_split.cuh, head dim 256) share (internal, sm_90a): the kernel
 // parameters, the keys and query tiles of a CTA, the order of the dQ additions under
 // deterministic=True, the Q/dO pipeline's set-up and the producer warpgroup (its loading thread
-// and its dQ writer warp). A kernel's traits name its tile sizes, shared-memory layouts and
-// storage (SharedStorage with k, v, q, dout, dq, lse, delta, pipeline, barrier_kv), TMA types
-// and named barriers; the two kernels differ only in their consumer warpgroups.
+// and its dQ writer warp). The traits of a head-dim family name its tile sizes, shared-memory
+// layouts and storage (SharedStorage with k, v, q, dout, dq, lse, delta, pipeline,
+// barrier_kv), TMA types, named barriers and its Mainloop; the families differ only in their
+// consumer warpgroups.
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/cutlass.h>
