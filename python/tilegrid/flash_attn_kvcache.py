@@ -53,7 +53,7 @@ def _in_place_runs(q, k_cache, v_cache, scale, softcap, fp8, wants_grad: bool) -
         return k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
     d = q.shape[-1]
     # The kernel scales in float32: a scale that rounds to 0 there is not > 0.
-    positive = softcap > 0 or scale is None or torch.tensor(scale, dtype=torch.float32).item() > 0
+    positive = softcap > 0 or scale is None or torch.tensor(scale, dtype=torch.float32, device="cpu").item() > 0
     return (d in (64, 128, 256) and q.dtype in (torch.float16, torch.bfloat16) and positive
             and _rows_aligned(k_cache) and _rows_aligned(v_cache))
 

@@ -32,7 +32,7 @@ def split_bounds(counts: torch.Tensor, splits: int, seqlen_q: int, causal: bool)
     no part but the last starts after the keys every query sees (count - seqlen_q + 1), so that
     parts before the last may be empty."""
     counts = counts.to(torch.int64).cpu()
-    steps = torch.arange(splits + 1, dtype=torch.int64)
+    steps = torch.arange(splits + 1, dtype=torch.int64, device="cpu")
     bounds = counts[:, None] * steps[None, :] // splits
     if causal and seqlen_q > 1:
         seen_by_all = (counts - (seqlen_q - 1)).clamp(min=0)
@@ -87,7 +87,7 @@ def attention_in_parts(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     batch, heads, d = counts.numel(), q.shape[1], q.shape[2]
     counts = counts.to(torch.int64).cpu()
     bounds = split_bounds(counts, splits, seqlen_q, causal)
-    first_key = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(counts, 0)[:-1]])
+    first_key = torch.cat([torch.zeros(1, dtype=torch.int64, device="cpu"), torch.cumsum(counts, 0)[:-1]])
     starts = first_key[:, None] + bounds[:, :splits]
     lengths = bounds[:, 1:] - bounds[:, :splits]
     if not causal or seqlen_q <= 1:

@@ -30,7 +30,7 @@ def _per_grid(values, n: int, name: str) -> list:
     if values is None:
         return []
     try:
-        t = torch.as_tensor(values, dtype=torch.float64)
+        t = torch.as_tensor(values, dtype=torch.float64, device="cpu")
     except (TypeError, ValueError, RuntimeError, OverflowError):
         # torch's messages here (e.g. "Could not infer dtype of str", "int too large to
         # convert to float") do not say which argument; a list that is not a grid of numbers
@@ -534,7 +534,7 @@ class GridBatch:
         """float32 [B, 4, 4] on the grid's device (fVDB's): world = M @ (i, j, k, 1), the
         voxel size on the diagonal and the origin in the last column."""
         sizes, origins = self.voxel_sizes, self.origins
-        m = torch.zeros(self.num_grids, 4, 4, dtype=torch.float64)
+        m = torch.zeros(self.num_grids, 4, 4, dtype=torch.float64, device="cpu")
         m[:, [0, 1, 2], [0, 1, 2]] = sizes
         m[:, :3, 3] = origins
         m[:, 3, 3] = 1
@@ -545,7 +545,7 @@ class GridBatch:
         """float32 [B, 4, 4] on the grid's device (fVDB's): the inverses of
         voxel_to_world_matrices ((i, j, k, 1) = M @ world)."""
         sizes, origins = self.voxel_sizes, self.origins
-        m = torch.zeros(self.num_grids, 4, 4, dtype=torch.float64)
+        m = torch.zeros(self.num_grids, 4, 4, dtype=torch.float64, device="cpu")
         m[:, [0, 1, 2], [0, 1, 2]] = 1 / sizes
         m[:, :3, 3] = -origins / sizes
         m[:, 3, 3] = 1
@@ -599,13 +599,13 @@ class GridBatch:
     @property
     def voxel_sizes(self) -> torch.Tensor:
         """float64 [B, 3] on the CPU: each grid's voxel size along each axis."""
-        return torch.tensor(self._impl.voxel_sizes, dtype=torch.float64)
+        return torch.tensor(self._impl.voxel_sizes, dtype=torch.float64, device="cpu")
 
     @property
     def origins(self) -> torch.Tensor:
         """float64 [B, 3] on the CPU: the world position of each grid's voxel (0, 0, 0)'s
         centre."""
-        return torch.tensor(self._impl.origins, dtype=torch.float64)
+        return torch.tensor(self._impl.origins, dtype=torch.float64, device="cpu")
 
     @property
     def tree_bytes(self) -> int:

@@ -21,7 +21,7 @@ from .sparse_conv import vec3
 def _factor(name: str, factor) -> torch.Tensor:
     """A positive int or three (each at most 2**31 - 1) as int64 [3]; a float or a bool raises
     a TypeError rather than being truncated."""
-    return torch.tensor(vec3(f"{name}: factor", factor), dtype=torch.int64)
+    return torch.tensor(vec3(f"{name}: factor", factor), dtype=torch.int64, device="cpu")
 
 
 # Rows are int32 in the maps and lookups (ConvolutionPlan refuses larger batches), so a
@@ -39,7 +39,7 @@ def _offsets(name: str, grid, extent: torch.Tensor) -> torch.Tensor:
             f"{name}: {grid.total_voxels} voxels x {count} offsets each would make "
             f"{grid.total_voxels * count} candidate voxels, more than 2**31 - 1 (rows are int32)")
     ranges = [range(int(e)) for e in extent]
-    return torch.tensor(list(itertools.product(*ranges)), dtype=torch.int32).reshape(-1, 3)
+    return torch.tensor(list(itertools.product(*ranges)), dtype=torch.int32, device="cpu").reshape(-1, 3)
 
 
 def _parents(ijk: JaggedTensor, factor: torch.Tensor) -> JaggedTensor:
@@ -89,7 +89,7 @@ def dual(grid, exclude_border: bool = False):
     if not isinstance(exclude_border, bool):
         raise TypeError(
             f"dual_grid: exclude_border must be a bool, got {type(exclude_border).__name__}")
-    offsets = _offsets("dual_grid", grid, torch.tensor([2, 2, 2]))
+    offsets = _offsets("dual_grid", grid, torch.tensor([2, 2, 2], device="cpu"))
     if exclude_border:
         # fVDB's rule, index for index: dual voxel ijk stays only where the primal voxels
         # ijk + {0,1}^3 are all active (the primal grid eroded by its 2x2x2 upper octant), so
@@ -98,11 +98,11 @@ def dual(grid, exclude_border: bool = False):
         # fVDB has it so that the same grid gives the same coordinates in both libraries.
         ijk = grid.ijk
         n = ijk.jdata.shape[0]
-        neighbours = _expand(ijk, offsets, torch.ones(3, dtype=torch.int64))
+        neighbours = _expand(ijk, offsets, torch.ones(3, dtype=torch.int64, device="cpu"))
         found = grid.ijk_to_index(neighbours).jdata.reshape(n, offsets.shape[0]) >= 0
         corners = _kept(ijk, found.all(1), grid.num_grids)
     else:
-        corners = _expand(grid.ijk, offsets, torch.ones(3, dtype=torch.int64))
+        corners = _expand(grid.ijk, offsets, torch.ones(3, dtype=torch.int64, device="cpu"))
     origins = grid.origins - grid.voxel_sizes / 2
     return type(grid).from_ijk(corners, voxel_sizes=grid.voxel_sizes.tolist(), origins=origins.tolist())
 
@@ -116,8 +116,8 @@ def dilated(grid, n: int):
         raise TypeError(f"dilated_grid: n must be an int, got {type(n).__name__} ({n!r})") from None
     if not 0 <= n < 2**31:
         raise ValueError(f"dilated_grid: n must be in [0, 2**31 - 1], got {n}")
-    shifts = _offsets("dilated_grid", grid, torch.tensor([2 * n + 1] * 3)) - n
-    grown = _expand(grid.ijk, shifts, torch.ones(3, dtype=torch.int64))
+    shifts = _offsets("dilated_grid", grid, torch.tensor([2 * n + 1] * 3, device="cpu")) - n
+    grown = _expand(grid.ijk, shifts, torch.ones(3, dtype=torch.int64, device="cpu"))
     return type(grid).from_ijk(grown, voxel_sizes=grid.voxel_sizes.tolist(), origins=grid.origins.tolist())
 
 

@@ -76,7 +76,7 @@ def zero_grids(device="cpu"):
 
 def _rows(op: str, name: str, value) -> int:
     """How many grids a per-grid value describes: 1 for a number or a [3], B for a [B, 3]."""
-    t = torch.as_tensor(value, dtype=torch.float64)
+    t = torch.as_tensor(value, dtype=torch.float64, device="cpu")
     if t.dim() <= 1:
         return 1
     if t.dim() != 2 or t.shape[1] != 3:
@@ -120,9 +120,9 @@ def dense_over_bounds(num_grids, dense_dims, bounds_min=0, bounds_max=1, voxel_c
     from .batch import GridBatch
 
     op = "GridBatch.from_dense_axis_aligned_bounds"
-    dims = torch.as_tensor(dense_dims, dtype=torch.int64).expand(3).clone()
-    low = torch.as_tensor(bounds_min, dtype=torch.float64).expand(3).clone()
-    high = torch.as_tensor(bounds_max, dtype=torch.float64).expand(3).clone()
+    dims = torch.as_tensor(dense_dims, dtype=torch.int64, device="cpu").expand(3).clone()
+    low = torch.as_tensor(bounds_min, dtype=torch.float64, device="cpu").expand(3).clone()
+    high = torch.as_tensor(bounds_max, dtype=torch.float64, device="cpu").expand(3).clone()
     if bool((dims < 1).any()):
         raise ValueError(f"{op}: dense_dims must be positive, got {dims.tolist()}")
     if not bool((high > low).all()):

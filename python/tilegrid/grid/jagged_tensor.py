@@ -121,7 +121,7 @@ class JaggedTensor(JaggedTensorMethods):
                 raise ValueError(
                     f"JaggedTensor: element {i} is on {t.device}, element 0 on {tensors[0].device}"
                 )
-        sizes = torch.tensor([0] + [t.shape[0] for t in tensors], dtype=torch.int64)
+        sizes = torch.tensor([0] + [t.shape[0] for t in tensors], dtype=torch.int64, device="cpu")
         self._jdata = torch.cat(tensors, dim=0)
         self._joffsets = torch.cumsum(sizes, 0).to(self._jdata.device)
         self._jidx = None

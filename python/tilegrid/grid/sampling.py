@@ -29,7 +29,7 @@ def register_grid(grid) -> torch.Tensor:
     """A handle for `grid` (a GridBatch, held weakly): int64 0-d CPU tensor."""
     handle = next(_NEXT_HANDLE)
     _GRIDS[handle] = grid
-    return torch.tensor(handle, dtype=torch.int64)
+    return torch.tensor(handle, dtype=torch.int64, device="cpu")
 
 
 def _impl(op: str, handle: torch.Tensor):

@@ -27,7 +27,7 @@ def _local_ijk(grid, offset=None, zyx: bool = False) -> JaggedTensor:
     ijk = grid.ijk
     data = ijk.jdata.long()
     if offset is not None:
-        shift = torch.as_tensor(offset)
+        shift = torch.as_tensor(offset, device="cpu")
         if shift.is_floating_point() or shift.numel() not in (1, 3) or shift.dim() > 1:
             raise ValueError(f"serialization: offset must be an int or three ints, got {offset!r}")
         local = data + shift.to(torch.int64).to(data.device).expand(3)

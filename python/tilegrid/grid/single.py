@@ -69,7 +69,7 @@ def _vec3(op: str, name: str, value):
         raise TypeError(f"Grid.{op}: {name} must be a number or three numbers, got "
                         f"{_kind(value)}")
     try:
-        t = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+        t = value if isinstance(value, torch.Tensor) else torch.as_tensor(value, device="cpu")
     except (TypeError, ValueError, RuntimeError, OverflowError):
         raise TypeError(f"Grid.{op}: {name} must be a number or three numbers, got "
                         f"{value!r}") from None

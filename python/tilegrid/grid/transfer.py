@@ -21,7 +21,8 @@ from .sparse_conv import vec3
 # sample_nearest's corners of the cell around a point, in the order whose first wins a tie of
 # distances (fVDB's: one coordinate changed from one corner to the next).
 _CELL_CORNERS = torch.tensor([[0, 0, 0], [0, 0, 1], [0, 1, 1], [0, 1, 0],
-                              [1, 0, 0], [1, 0, 1], [1, 1, 1], [1, 1, 0]], dtype=torch.int64)
+                              [1, 0, 0], [1, 0, 1], [1, 1, 1], [1, 1, 0]], dtype=torch.int64,
+                             device="cpu")
 
 # Voxel coordinates further out than this are in no grid (int32 coordinates); continuous
 # coordinates are clamped to it before they are floored into int64.
@@ -63,7 +64,7 @@ def _nonneg_int(op: str, name: str, value) -> int:
 
 def _per_grid_ints(op: str, name: str, value, grid) -> torch.Tensor:
     """An int, three ints or [B, 3] ints as int64 [B, 3] on the grid's device."""
-    t = torch.as_tensor(value)
+    t = torch.as_tensor(value, device="cpu")
     if t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
         raise TypeError(f"{op}: {name} must be ints, got {value!r}")
     t = t.to(torch.int64)

@@ -87,9 +87,9 @@ class PagedLayer(CacheLayerMixin):
         self.v_pool = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.next_page = _SCRATCH + 1
         # Host copies of the table and lengths: allocation decisions need no device sync.
-        self.table_host = torch.zeros(batch, 0, dtype=torch.int32)
-        self.pages_of_row = torch.zeros(batch, dtype=torch.int64)
-        self.lengths = torch.zeros(batch, dtype=torch.int64)
+        self.table_host = torch.zeros(batch, 0, dtype=torch.int32, device="cpu")
+        self.pages_of_row = torch.zeros(batch, dtype=torch.int64, device="cpu")
+        self.lengths = torch.zeros(batch, dtype=torch.int64, device="cpu")
         self.block_table = self.table_host.to(self.device)
         self._upload_lengths()
         self.is_initialized = True
@@ -165,7 +165,7 @@ class PagedLayer(CacheLayerMixin):
         self._grow_pool(self.next_page + int(extra.sum()))
         for row in extra.nonzero().flatten().tolist():
             first, count = int(self.pages_of_row[row]), int(extra[row])
-            self.table_host[row, first:first + count] = torch.arange(self.next_page, self.next_page + count)
+            self.table_host[row, first:first + count] = torch.arange(self.next_page, self.next_page + count, device="cpu")
             self.next_page += count
         self.pages_of_row += extra
         if changed:
