@@ -47,7 +47,8 @@ def _camera_matrices(name: str, m: torch.Tensor, shape: tuple, B: int) -> torch.
 
 def _check_intrinsics(K: torch.Tensor) -> None:
     last = K[:, 2].cpu()
-    if not bool((last == torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64, device="cpu")).all()) or bool((K[:, 1, 0] != 0).any()):
+    pinhole = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64, device="cpu")
+    if not bool((last == pinhole).all()) or bool((K[:, 1, 0] != 0).any()):
         raise ValueError(f"{_OP}: projection_matrices must be pinhole intrinsics [[fx, s, cx], [0, fy, cy], "
                          f"[0, 0, 1]], got rows {K[0].tolist()} (first camera)")
     if not bool(((K[:, 0, 0] > 0) & (K[:, 1, 1] > 0)).all()):

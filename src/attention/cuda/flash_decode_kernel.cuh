@@ -254,7 +254,8 @@ __global__ void __launch_bounds__(Traits::kThreads) flash_decode_kernel(const Fl
     const int row = thread_row[r];
     const float sum = quad_sum(row_sum[r]);
     if (lane % 4 == 0) {
-      merge_max[warp * kRows + row] = row_max[r] == kNegInf ? kNegInf : exp2_base(row_max[r], scale_log2);
+      merge_max[warp * kRows + row] =
+          row_max[r] == kNegInf ? kNegInf : exp2_base(row_max[r], scale_log2);
       merge_sum[warp * kRows + row] = sum;
     }
     CUTE_UNROLL

@@ -254,7 +254,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_kernel(const Fl
             o_ptr + (int64_t(row0) + row) * p.out_row_stride + col) = pair;
       }
       if (lse_ptr != nullptr && tid % 4 == 0)
-        lse_ptr[row] = sum == 0.f ? kNegInf : (exp2_base(row_max[r], scale_log2) + log2f(sum)) * float(M_LN2);
+        lse_ptr[row] =
+            sum == 0.f ? kNegInf : (exp2_base(row_max[r], scale_log2) + log2f(sum)) * float(M_LN2);
     }
   }
 }

@@ -1,5 +1,6 @@
 #pragma once
-// The Hopper flash attention backward (internal, sm_90a only; see kernel/flash_bwd_sm90_kernel.cuh).
+// The Hopper flash attention backward (internal, sm_90a only; see
+// kernel/flash_bwd_sm90_kernel.cuh).
 // The dispatcher asks `backward_supported` first and runs the portable backward for
 // everything else (other head dims, strides TMA cannot take).
 #include <cstdint>

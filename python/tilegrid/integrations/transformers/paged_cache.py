@@ -165,7 +165,8 @@ class PagedLayer(CacheLayerMixin):
         self._grow_pool(self.next_page + int(extra.sum()))
         for row in extra.nonzero().flatten().tolist():
             first, count = int(self.pages_of_row[row]), int(extra[row])
-            self.table_host[row, first:first + count] = torch.arange(self.next_page, self.next_page + count, device="cpu")
+            self.table_host[row, first:first + count] = torch.arange(
+                self.next_page, self.next_page + count, device="cpu")
             self.next_page += count
         self.pages_of_row += extra
         if changed:
