@@ -4,8 +4,8 @@
 // tile of 128, K/V head, sequence), a producer warpgroup (flash_bwd_sm90_producer.cuh) and two
 // consumer warpgroups of 64 keys each, keys as the rows of every product (head dim 256:
 // bwd_mainloop_head_split.cuh).
-//  - The producer lowers its registers to 24. One thread issues TMA loads: the CTA's K and
-//    V once, then per step the Q and dO tiles of kBlockM queries into a kStages-deep ring
+//  - The producer lowers its registers (kProducerRegisters: 24 at head dim 64, 40 at 128). One
+//    thread issues TMA loads: the CTA's K and V once, then per step the Q and dO tiles of kBlockM queries into a kStages-deep ring
 //    (CUTLASS's PipelineTmaAsync: a "full" barrier counting the bytes, an "empty" one the
 //    consumer warpgroups arrive on), each stage with the log2-unit lse and the row deltas of
 //    its queries (one bulk copy each from the padded rows the preprocess wrote; read from
