@@ -5,13 +5,13 @@
 // consumer warpgroups of 64 keys each, keys as the rows of every product (head dim 256:
 // bwd_mainloop_head_split.cuh).
 //  - The producer lowers its registers (kProducerRegisters: 24 at head dim 64, 40 at 128). One
-//    thread issues TMA loads: the CTA's K and V once, then per step the Q and dO tiles of kBlockM queries into a kStages-deep ring
-//    (CUTLASS's PipelineTmaAsync: a "full" barrier counting the bytes, an "empty" one the
-//    consumer warpgroups arrive on), each stage with the log2-unit lse and the row deltas of
-//    its queries (one bulk copy each from the padded rows the preprocess wrote; read from
-//    global memory by the consumers instead, their 2 x kBlockM / 8 float2 a thread made ptxas
-//    spill 1.5 KB at head dim 64). Its second warp adds each step's dQ into the float32 sums
-//    from shared memory with bulk (TMA) additions (write_dq_sums).
+//    thread issues TMA loads: the CTA's K and V once, then per step the Q and dO tiles of kBlockM
+//    queries into a kStages-deep ring (CUTLASS's PipelineTmaAsync: a "full" barrier counting the
+//    bytes, an "empty" one the consumer warpgroups arrive on), each stage with the log2-unit lse
+//    and the row deltas of its queries (one bulk copy each from the padded rows the preprocess
+//    wrote; read from global memory by the consumers instead, their 2 x kBlockM / 8 float2 a thread
+//    made ptxas spill 1.5 KB at head dim 64). Its second warp adds each step's dQ into the float32
+//    sums from shared memory with bulk (TMA) additions (write_dq_sums).
 //  - A step, per consumer warpgroup and its 64 keys (keys as the rows of every product, so
 //    that P^T and dS^T leave the accumulators as the register A operand of the next one):
 //      S^T = K Q^T, dP^T = V dO^T          wgmma from shared memory, fp32 accumulators, two
