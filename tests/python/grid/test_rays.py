@@ -314,24 +314,26 @@ def sphere_grid(radius=6.0, pad=3):
 
 def first_sign_change(rows, times, values):
     """fVDB's rule on one ray's voxels in order (rows, [n, 2] times): (index of the voxel
-    ending the search, whether the signed voxel before it touches it), or None."""
-    reference, last_exit = None, None
+    ending the search, whether the active voxel before it touches it, whatever its value), or
+    None. Touching voxels (a run of active voxels, unsigned ones included) let
+    ray_implicit_intersection place the crossing on the trilinear field; after inactive
+    voxels it takes the entry."""
+    reference = None
     for j, (row, (t0, t1)) in enumerate(zip(rows.tolist(), times.tolist())):
         v = float(values[row])
         if v == 0 or v != v:
             continue
         if reference is not None and (v > 0) != reference:
-            return j, t0 == last_exit
+            return j, j > 0 and t0 == float(times[j - 1, 1])
         reference = v > 0 if reference is None else reference
-        last_exit = t1
     return None
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_ray_implicit_intersection_follows_the_voxel_values_rule(device):
     """Every crossing that the voxels along each ray show is found (fVDB's rule: 0 and NaN
-    are gaps, the first signed voxel sets the sign), at the entry after a gap, and between
-    touching voxels near the bracketing pair."""
+    carry no sign, the first signed voxel sets the sign), at the entry after inactive voxels,
+    and within a run of touching voxels (unsigned ones included) near the bracketing pair."""
     grid, ijk = random_grids(num_grids=2, voxels=1500)
     o, d = random_rays(grid, [300, 200])
     n = grid.total_voxels
