@@ -138,6 +138,8 @@ def rms_norm(
     output has x's dtype; elementwise math is float32. A row's sum of squares is float32 on
     the GPU, as torch's (values of magnitude above about 1e19 overflow it, giving zeros; a row
     of values below about 1e-19 underflows it, giving inf with eps=0), and float64 on the CPU.
+    A row holding +-inf gives 0 for its finite values and NaN for the infinite ones on both
+    devices (x / inf, as torch's CPU kernel; torch's CUDA kernel makes the whole row NaN).
     A hidden size of 0 gives an empty output, as torch's.
     """
     eps = _check_arguments("rms_norm", x, weight, eps)
