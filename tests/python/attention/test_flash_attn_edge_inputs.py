@@ -253,7 +253,8 @@ def test_a_huge_scale_gives_the_hard_maximum_on_cuda(kernel, head_dim):
     """softmax_scale 1e30: each row is v at its best key, the limit torch's math backend and
     the CPU reference give. The kernels round the exponent base up
     (src/attention/common/softmax_base.cuh); rounded to the nearest, the best key's own
-    exponent was the product's rounding error (~1e23 here), 2^x overflowed and rows were NaN.
+    exponent would be the product's rounding error (~1e23 here), 2^x would overflow and the
+    row would be NaN.
     The decode kernel (flash_attn_with_kvcache, one query) shares that base."""
     from tilegrid import kernel_choice
     g = torch.Generator().manual_seed(head_dim)

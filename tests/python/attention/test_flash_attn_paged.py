@@ -121,9 +121,9 @@ def test_pools_and_offsets_of_the_wrong_form_get_clear_errors():
 
 
 def test_pages_outside_the_pool_are_named_under_another_default_device():
-    """torch.set_default_device("cuda") made the host-side check of the pages build its range
-    on the GPU beside host tensors: a device-mismatch RuntimeError instead of the error that
-    names the page. The host ranges name their device; "meta" stands in for CUDA here."""
+    """The host-side check of the pages builds its range on the CPU whatever the default
+    device, so a bad page gets the error that names it, not torch's device-mismatch error.
+    "meta" stands in for CUDA here."""
     k_pool, v_pool, table, _, _ = paged_problem([20, 3], 16, "cpu", torch.float32, num_blocks=8)
     q = torch.randn(4, 4, 32)
     cu_q, cu_k = offsets([2, 2], "cpu"), offsets([20, 3], "cpu")

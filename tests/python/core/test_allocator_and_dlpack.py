@@ -74,10 +74,10 @@ def test_shapes_whose_bytes_overflow_are_refused():
 @requires_cuda
 @pytest.mark.gpu
 def test_an_error_raised_beside_cuda_grids_is_raised_not_fatal():
-    """A derived grid refused on CUDA (refined_grid past int32 rows) raised a ValueError while
-    the grid's CUDA memory went back to torch's allocator: the free callback ran with the
-    exception set, failed with SystemError, and the C++ exception left a destructor
-    (std::terminate, the process gone). Run in a child process so that a crash fails the test."""
+    """A derived grid refused on CUDA (refined_grid past int32 rows) raises a ValueError while
+    the grid's CUDA memory goes back to torch's allocator: the free callback runs with that
+    exception pending, and must neither fail on it nor throw out of a destructor (which would
+    end the process). Run in a child process so that a crash fails the test."""
     import subprocess
     import sys
 

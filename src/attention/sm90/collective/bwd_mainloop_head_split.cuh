@@ -18,9 +18,8 @@
 //   dQ_w = dS K_w                   (64 queries x 128 head-dim columns, K = keys)
 // Both warpgroups do half of each of the step's five 64 x 64 x 256 products and half of its
 // exponentials, at the same time: nothing of one waits on the other's pointwise work. (Giving
-// S^T and P^T to one warpgroup and dP^T and dS^T to the other, which then waits for P^T every
-// step, was 0.84-0.90x this kernel's speed on an H100, bf16, 2k and 16k tokens, causal or not:
-// bench/results/2026-12-07_h100_attention_backward_hd256_split.json.) dK^T and dV^T (64
+// S^T and P^T to one warpgroup and dP^T and dS^T to the other makes the second wait for P^T
+// every step: 0.84-0.90x this split's speed on an H100, bf16, 2k and 16k tokens.) dK^T and dV^T (64
 // accumulators a thread each) stay in registers over every step and are stored transposed at the
 // end. The single P/dS buffer is rewritten at step s + 1 only after both warpgroups passed a
 // barrier that each reaches once its products of step s have completed.
