@@ -6,6 +6,10 @@ shipped configuration ("default") in FlashAttention-3's setup: 16k tokens a batc
 
     python bench/bench_attention_backward_variants.py LIBDIR [--head-dims 64 128 256]
                                                       [--seqlens 2048 16384] [--out FILE.json]
+                                                      [--deterministic]
+
+--deterministic also times every variant with deterministic=True ("<name> det"), beside the
+default runs of the same problem.
 
 Correctness, per variant, before any timing counts:
   - FlashAttention's criterion (tests/python/attention/test_flash_attn_backward.py): on a small
@@ -253,6 +257,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--head-dims", type=int, nargs="*", default=[64, 128, 256])
     parser.add_argument("--seqlens", type=int, nargs="*", default=[2048, 16384])
     parser.add_argument("--out")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="also time each variant with deterministic=True")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     print(f"device: {torch.cuda.get_device_name()}", flush=True)
@@ -306,13 +312,14 @@ def main() -> None:
                                         torch.bfloat16)
                 runs, verdicts, names, configs = [], [], [], []
                 for v in variants:
-                    run, grads = v.prepare(q, k, v_, out, dout, lse, causal)
-                    run()
-                    good, err, _ = criterion([g[one] for g in grads], plain, exact)
-                    verdicts.append(good and ok[v.name])
-                    runs.append(run)
-                    names.append(v.name)
-                    configs.append(v.describe())
+                    for det in (False, True) if args.deterministic else (False,):
+                        run, grads = v.prepare(q, k, v_, out, dout, lse, causal, deterministic=det)
+                        run()
+                        good, err, _ = criterion([g[one] for g in grads], plain, exact)
+                        verdicts.append(good and ok[v.name])
+                        runs.append(run)
+                        names.append(f"{v.name} det" if det else v.name)
+                        configs.append(v.describe() + (", deterministic" if det else ""))
                 if fa3 is not None:
                     run, grads = prepare_fa3(q, k, v_, dout, causal)
                     run()
