@@ -72,8 +72,8 @@ void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_
     };
     // deterministic=True: whether a K/V head's key tiles (gridDim.x CTAs, launched one after
     // another) can all be resident at once, which lets them wait for key tiles launched after
-    // them (rotated_dq_order). The SM count is the device's; a partition of it smaller than that
-    // (a green context) is not seen here.
+    // them (rotated_dq_order, key_tile_of_cta). The SM count is the device's; a partition of it
+    // smaller than that (a green context) is not seen here.
     const unsigned key_tiles = tiles(max_seqlen_k, Traits::kBlockN);
     bool co_resident = false;
     if (ws.dq_order != nullptr) {

@@ -208,9 +208,9 @@ __device__ __forceinline__ KeyTileWork key_tile_work(const FlashFwdParams& p, in
 // query tile m's counter. The key tiles add into a query tile last key tile first. Under a causal
 // or windowed mask (query ranges that start later for later keys) a later key tile reaches each
 // query tile at an earlier step of its own, so it is also the order in which they get there (in
-// key order, key tile n would wait at its first query tile for key tile 0 to get there). The
-// key tiles also launch last first (key_tile_of_cta), so that a key tile waits only for ones
-// launched before it.
+// key order, key tile n would wait at its first query tile for key tile 0 to get there). Where
+// they cannot all be resident at once, the key tiles also launch last first (key_tile_of_cta),
+// so that a key tile waits only for ones launched before it.
 // The turn is the number of key tiles after n_block (same K/V head, same sequence) that add
 // into m: they are consecutive and their query ranges grow with them (common/mask.h), so the
 // last of them is found by bisection over [n_block, num_key_tiles).
