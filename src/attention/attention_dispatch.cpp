@@ -170,17 +170,12 @@ void backward_cuda(const Problem& p, const Gradients& g, int device, Stream stre
     if (g.deterministic)
       dq_order = Tensor::empty({sm90::backward_dq_order_counters(b.fwd, int(p.head_dim))},
                                DType::Int32, on, stream);
-    // A variable-length batch runs its sequences longest first (the preprocess orders them).
-    const bool ordered = b.fwd.cu_seqlens_q != nullptr && p.batch > 1;
-    Tensor sequence_order;
-    if (ordered) sequence_order = Tensor::empty({p.batch}, DType::Int32, on, stream);
     set_last_cuda_kernel(g.deterministic ? "sm90 deterministic" : "sm90");
     return sm90::backward(b,
                           {static_cast<float*>(lse_log2.data()),
                            static_cast<float*>(row_delta.data()),
                            static_cast<float*>(dq_accum.data()),
-                           g.deterministic ? static_cast<int*>(dq_order.data()) : nullptr,
-                           ordered ? static_cast<int*>(sequence_order.data()) : nullptr},
+                           g.deterministic ? static_cast<int*>(dq_order.data()) : nullptr},
                           p.dtype, int(p.head_dim), as_int(max_seqlen_k), stream);
   }
 #endif

@@ -28,9 +28,6 @@ struct BackwardWorkspace {
   float* delta = nullptr;
   float* dq_accum = nullptr;
   int* dq_order = nullptr;  // deterministic=True only; nullptr adds in any order
-  // A variable-length batch of more than one sequence: int32 [batch], the sequences longest
-  // first (written by the preprocess); nullptr runs them in batch order.
-  int* sequence_order = nullptr;
 };
 
 // Preprocess, main kernel, postprocess on one stream; max_seqlen_k sizes the grid.

@@ -45,7 +45,7 @@ void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_
       (int64_t(p.max_seqlen_q) + Traits::kBlockM - 1) / Traits::kBlockM * Traits::kBlockM;
   preprocess_kernel<Element, kHeadDim>
       <<<dim3(tiles(padded_q, kRowsPerBlock), p.heads_q, p.batch), 32 * kRowsPerBlock, 0, stream>>>(
-          g, rows, ws.lse_log2, ws.delta, ws.dq_accum, ws.dq_order, ws.sequence_order);
+          g, rows, ws.lse_log2, ws.delta, ws.dq_accum, ws.dq_order);
   TG_CUDA_CHECK_LAUNCH();
 
   if (max_seqlen_k > 0) {
@@ -93,7 +93,6 @@ void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_
         ws.dq_accum,
         ws.dq_order,
         co_resident,
-        ws.sequence_order,
         tma_q(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
         tma_q(g.dout, g.dout_row_stride, g.dout_head_stride, g.dout_batch_stride),
         tma_k(p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride),

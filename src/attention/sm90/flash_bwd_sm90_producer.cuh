@@ -159,9 +159,6 @@ struct BwdKernelParams {
   // at once, so the key tiles of a sequence may wait for ones launched after them
   // (rotated_dq_order).
   bool dq_co_resident;
-  // The sequence of grid z: sequence_order[z] (longest first) where the workspace has one, else
-  // z (sequence_of_cta).
-  const int* sequence_order;
   typename Traits::TmaQ tma_q, tma_do;
   typename Traits::TmaKV tma_k, tma_v;
   typename Traits::GmemShape shape_q, shape_k;
@@ -169,7 +166,6 @@ struct BwdKernelParams {
 
 // The keys and query tiles of one CTA; the producer and the consumers derive the same values.
 struct KeyTileWork {
-  int batch;               // the sequence
   int64_t q0, sq, k0, sk;  // the sequence's first token and length, queries and keys
   int n0, key_rows;        // first key of the tile, keys of the tile in the sequence
   int m_first, m_count;    // query tiles that see the tile
@@ -184,7 +180,6 @@ struct KeyTileWork {
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ KeyTileWork key_tile_work(const FlashFwdParams& p, int n_block, int b) {
   KeyTileWork w{};
-  w.batch = b;
   const Sequence seq = sequence(p, b);
   w.q0 = seq.q0;
   w.sq = seq.sq;
@@ -239,14 +234,6 @@ __device__ __forceinline__ int key_tile_of_cta(const BwdKernelParams<Traits>& kp
   return kp.dq_order != nullptr ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
 }
 
-// The sequence of this CTA: grid z, or in a variable-length batch the z-th longest sequence
-// (kp.sequence_order), so that a long sequence's key tiles do not run after every short one's
-// and finish alone.
-template <class Traits>
-__device__ __forceinline__ int sequence_of_cta(const BwdKernelParams<Traits>& kp) {
-  return kp.sequence_order != nullptr ? kp.sequence_order[blockIdx.z] : int(blockIdx.z);
-}
-
 // deterministic=True with the key tiles co-resident (kp.dq_co_resident): the rotated order of
 // sequence b (attention/common/dq_rotated_order.h) where every key tile sees every query tile,
 // which a mask's monotone query ranges reduce to the first key tile seeing the last query tile
@@ -276,7 +263,7 @@ __device__ __forceinline__ int dq_turn_of(const BwdKernelParams<Traits>& kp, con
   const int n_block = key_tile_of_cta(kp);
   if (w.dq_rotated.active()) return w.dq_rotated.turn(n_block, m);
   return dq_turn<Traits::kDq.block_m, Traits::kBlockN>(kp.g.fwd, n_block, int(gridDim.x),
-                                                       w.batch, m);
+                                                       blockIdx.z, m);
 }
 
 // The first padded row of query tile m of query head `head` in the float32 dQ sums.

@@ -4,9 +4,7 @@
 //     (flash_bwd_sm90_rows.h); rows past a sequence's end, up to its last query tile's end,
 //     get lse = +inf (P = 0) and D = 0; every row's float32 dQ sums (and, deterministic, every
 //     query tile's order counter) are zeroed. A row that sees no key has lse = -inf; it is
-//     given +inf too, so that no product can make a NaN. In a variable-length batch the first
-//     block of every sequence also writes its place in the longest-first order
-//     (write_sequence_rank).
+//     given +inf too, so that no product can make a NaN.
 //   postprocess: dQ = scale * the float32 sums (laid out by tiles: DqTileLayout), in the input
 //     type; postprocess_fragment_kernel reads the sums of kDqAtomic 2 (fragment order).
 #include <cuda_runtime.h>
@@ -24,35 +22,13 @@ namespace tilegrid::attention::sm90_bwd {
 
 constexpr int kRowsPerBlock = 8;  // one warp a row, 256 threads
 
-// The block of sequence b: order[rank] = b, where rank counts the sequences with more work
-// (queries x keys) than b, or as much and an earlier index, so that order lists the sequences
-// longest first, ties in batch order. Every thread of the block calls it.
-__device__ __forceinline__ void write_sequence_rank(const FlashFwdParams& p, int b, int* order) {
-  __shared__ int rank;
-  if (threadIdx.x == 0) rank = 0;
-  __syncthreads();
-  const Sequence mine = sequence(p, b);
-  const int64_t work = mine.sq * mine.sk;
-  int before = 0;
-  for (int other = int(threadIdx.x); other < p.batch; other += int(blockDim.x)) {
-    const Sequence s = sequence(p, other);
-    const int64_t w = s.sq * s.sk;
-    before += w > work || (w == work && other < b);
-  }
-  if (before > 0) atomicAdd(&rank, before);
-  __syncthreads();
-  if (threadIdx.x == 0) order[rank] = b;
-}
-
 // Grid (ceil(round_up(max_seqlen_q, block_m) / 8), heads_q, batch).
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     preprocess_kernel(const FlashBwdParams g, const PaddedRows rows, float* lse_log2,
-                      float* delta, float* dq_accum, int* dq_order, int* sequence_order) {
+                      float* delta, float* dq_accum, int* dq_order) {
   const FlashFwdParams& p = g.fwd;
   const int b = blockIdx.z, h = blockIdx.y, lane = threadIdx.x % 32;
-  if (sequence_order != nullptr && blockIdx.x == 0 && blockIdx.y == 0)
-    write_sequence_rank(p, b, sequence_order);
   const Sequence seq = sequence(p, b);
   const int64_t i = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int64_t padded_len = (seq.sq + rows.block_m - 1) / rows.block_m * rows.block_m;

@@ -29,7 +29,7 @@ template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ BwdKernelParams<Traits> kp) {
   const FlashFwdParams& p = kp.g.fwd;
-  const int head_kv = blockIdx.y, b = sequence_of_cta(kp);
+  const int head_kv = blockIdx.y, b = blockIdx.z;
   const int n_block = key_tile_of_cta(kp);
   KeyTileWork w = key_tile_work<Traits::kBlockM, Traits::kBlockN>(p, n_block, b);
   w.dq_rotated = rotated_dq_order(kp, b);
