@@ -157,7 +157,7 @@ struct BwdKernelParams {
   int* dq_order;
   // deterministic=True: gridDim.x (the key tiles of a K/V head and sequence) CTAs fit on the GPU
   // at once, so the key tiles of a sequence may wait for ones launched after them
-  // (rotated_dq_order).
+  // (key_tile_of_cta, rotated_dq_order).
   bool dq_co_resident;
   typename Traits::TmaQ tma_q, tma_do;
   typename Traits::TmaKV tma_k, tma_v;
@@ -225,13 +225,12 @@ __device__ __forceinline__ int dq_turn(const FlashFwdParams& p, int n_block, int
 }
 
 // The key tile of this CTA: grid x, so that the key tiles with the most queries (causal: the
-// first) launch first, or grid x reversed under deterministic=True, where a key tile waits at
-// each query tile for the later key tiles (dq_turn), which then launched before it. (In grid
-// order, under a causal mask the key tiles of a head launched as the previous head's finish,
-// one by one, would reach each query tile at about the same step and wait for each other.)
+// first) launch first; under deterministic=True with more key tiles than fit on the GPU at once,
+// grid x reversed, so that a key tile's turn never waits for one that has not launched (dq_turn).
 template <class Traits>
 __device__ __forceinline__ int key_tile_of_cta(const BwdKernelParams<Traits>& kp) {
-  return kp.dq_order != nullptr ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  return kp.dq_order != nullptr && !kp.dq_co_resident ? int(gridDim.x) - 1 - int(blockIdx.x)
+                                                      : int(blockIdx.x);
 }
 
 // deterministic=True with the key tiles co-resident (kp.dq_co_resident): the rotated order of
@@ -280,9 +279,9 @@ __device__ __forceinline__ int64_t dq_tile_row(const BwdKernelParams<Traits>& kp
 // floats a step, as many bytes as the step's Q and dO loads) off the consumers, which only
 // store their accumulators to shared memory. With deterministic=True the key tiles take turns
 // at each query tile (kp.dq_order) in a fixed order (dq_turn_of), so that every run adds in the
-// same order: a key tile waits only for key tiles launched before it, or, where all of them fit
-// on the GPU together, for ones that reach the query tile at an earlier step of their own, so
-// the waits cannot deadlock.
+// same order: a key tile waits only for key tiles that reach the query tile at an earlier step
+// of their own while all of them fit on the GPU, or else for ones launched before it, so the
+// waits cannot deadlock.
 template <class Traits, class StepHead, class StepTile>
 __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp, const float* parts,
                                               const KeyTileWork& w, const StepHead& step_head,

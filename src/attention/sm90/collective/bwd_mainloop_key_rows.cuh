@@ -36,7 +36,7 @@
 //  - Query tiles run in the order of the mask's query range of the key tile (under
 //    deterministic=True with no mask cutting the tile grid, from a tile of the key tile's own
 //    on: rotated_dq_order); launch order puts the key tiles with the most queries (causal: the
-//    first) first, or, under deterministic=True, the last key tile first (key_tile_of_cta).
+//    first) first (key_tile_of_cta).
 // Registers (consumer: 240 at head dim 64, 232 at 128, kProducerRegisters): dK and dV
 // 64 x head_dim x 2 / 128 a thread (64 at head dim 64, 128 at 128), S^T and dP^T
 // 64 x kBlockM / 128 each, dQ kBlockM x head_dim / 256.

@@ -2,8 +2,9 @@
 // Hopper flash attention backward, the main kernel (internal, sm_90a): one CTA per (key tile,
 // K/V head, sequence) and every head dimension. It composes:
 //  - the CTA's work: its key tile (key_tile_of_cta: the tiles with the most queries first, or
-//    under deterministic=True the last tile first) and the query tiles and query heads of the
-//    GQA group that see it (KeyTileWork), a step per (query head, query tile);
+//    under deterministic=True with more key tiles than fit on the GPU the last tile first) and
+//    the query tiles and query heads of the GQA group that see it (KeyTileWork), a step per
+//    (query head, query tile);
 //  - warpgroup 0, the producer (run_producer, flash_bwd_sm90_producer.cuh): one thread loads K
 //    and V once, then each step's Q and dO tiles with their lse and row deltas into a
 //    kStages-deep TMA pipeline; a second warp adds each step's dQ into the float32 sums;
