@@ -70,21 +70,6 @@ void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_
                            typename Traits::SmemLayoutKV{},
                            Shape<typename Traits::BlockN, typename Traits::HeadDim>{}, _1{});
     };
-    // deterministic=True: whether a K/V head's key tiles (gridDim.x CTAs, launched one after
-    // another) can all be resident at once, which lets them wait for key tiles launched after
-    // them (rotated_dq_order, key_tile_of_cta). The SM count is the device's; a partition of it
-    // smaller than that (a green context) is not seen here.
-    const unsigned key_tiles = tiles(max_seqlen_k, Traits::kBlockN);
-    bool co_resident = false;
-    if (ws.dq_order != nullptr) {
-      int device = 0;
-      TG_CUDA_CHECK(cudaGetDevice(&device));
-      const int64_t resident =
-          int64_t(tilegrid::cuda::max_active_blocks(reinterpret_cast<const void*>(kernel),
-                                                    Traits::kThreads, kSmem, device)) *
-          tilegrid::cuda::multiprocessor_count(device);
-      co_resident = int64_t(key_tiles) <= resident;
-    }
     const BwdKernelParams<Traits> kp{
         g,
         rows,
@@ -92,14 +77,14 @@ void launch(const FlashBwdParams& g, const sm90::BackwardWorkspace& ws, int max_
         ws.delta,
         ws.dq_accum,
         ws.dq_order,
-        co_resident,
         tma_q(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
         tma_q(g.dout, g.dout_row_stride, g.dout_head_stride, g.dout_batch_stride),
         tma_k(p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
         tma_k(p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
         shape_q,
         shape_k};
-    kernel<<<dim3(key_tiles, p.heads_kv, p.batch), Traits::kThreads, kSmem, stream>>>(kp);
+    kernel<<<dim3(tiles(max_seqlen_k, Traits::kBlockN), p.heads_kv, p.batch), Traits::kThreads,
+             kSmem, stream>>>(kp);
     TG_CUDA_CHECK_LAUNCH();
   }
   if constexpr (Traits::kDqAtomic == 2) {

@@ -18,7 +18,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "attention/common/dq_rotated_order.h"
 #include "attention/common/flash_bwd_params.h"
 #include "attention/common/mask.h"
 #include "attention/common/sequence.h"
@@ -155,10 +154,6 @@ struct BwdKernelParams {
   // tile's first padded row / block_m), zeroed by the preprocess, that orders the key tiles'
   // additions into the tile; nullptr otherwise.
   int* dq_order;
-  // deterministic=True: gridDim.x (the key tiles of a K/V head and sequence) CTAs fit on the GPU
-  // at once, so the key tiles of a sequence may wait for ones launched after them
-  // (key_tile_of_cta, rotated_dq_order).
-  bool dq_co_resident;
   typename Traits::TmaQ tma_q, tma_do;
   typename Traits::TmaKV tma_k, tma_v;
   typename Traits::GmemShape shape_q, shape_k;
@@ -171,10 +166,6 @@ struct KeyTileWork {
   int m_first, m_count;    // query tiles that see the tile
   int steps;               // m_count per query head of the group
   bool valid;
-  // deterministic=True, where the sequence's key tiles all see all of its query tiles and fit
-  // on the GPU together: the rotated order of the query tiles and of the dQ additions
-  // (rotated_dq_order); inactive otherwise.
-  RotatedDqOrder dq_rotated;
 };
 
 template <int kBlockM, int kBlockN>
@@ -199,13 +190,12 @@ __device__ __forceinline__ KeyTileWork key_tile_work(const FlashFwdParams& p, in
   return w;
 }
 
-// deterministic=True, where the rotated order is not in use: the turn of key tile n_block at
-// query tile m's counter. The key tiles add into a query tile last key tile first. Under a causal
-// or windowed mask (query ranges that start later for later keys) a later key tile reaches each
-// query tile at an earlier step of its own, so it is also the order in which they get there (in
-// key order, key tile n would wait at its first query tile for key tile 0 to get there). Where
-// they cannot all be resident at once, the key tiles also launch last first (key_tile_of_cta),
-// so that a key tile waits only for ones launched before it.
+// deterministic=True: the turn of key tile n_block at query tile m's counter. The key tiles
+// add into a query tile last key tile first, and run last first (key_tile_of_cta), so a key
+// tile waits only for ones that launched before it, and under a causal or windowed mask (query
+// ranges that start later for later keys) the key tile ahead of it began at the same query tile
+// one step earlier: the waits cost about a step per key tile, not a step per query tile passed
+// (in key order, key tile n would wait at its first query tile for key tile 0 to get there).
 // The turn is the number of key tiles after n_block (same K/V head, same sequence) that add
 // into m: they are consecutive and their query ranges grow with them (common/mask.h), so the
 // last of them is found by bisection over [n_block, num_key_tiles).
@@ -224,45 +214,11 @@ __device__ __forceinline__ int dq_turn(const FlashFwdParams& p, int n_block, int
   return lo - n_block;
 }
 
-// The key tile of this CTA: grid x, so that the key tiles with the most queries (causal: the
-// first) launch first; under deterministic=True with more key tiles than fit on the GPU at once,
-// grid x reversed, so that a key tile's turn never waits for one that has not launched (dq_turn).
+// The key tile of this CTA: grid x, or grid x reversed under deterministic=True (dq_turn).
+// Otherwise the key tiles with the most queries (causal: the first) launch first.
 template <class Traits>
 __device__ __forceinline__ int key_tile_of_cta(const BwdKernelParams<Traits>& kp) {
-  return kp.dq_order != nullptr && !kp.dq_co_resident ? int(gridDim.x) - 1 - int(blockIdx.x)
-                                                      : int(blockIdx.x);
-}
-
-// deterministic=True with the key tiles co-resident (kp.dq_co_resident): the rotated order of
-// sequence b (attention/common/dq_rotated_order.h) where every key tile sees every query tile,
-// which a mask's monotone query ranges reduce to the first key tile seeing the last query tile
-// and the last key tile the first; inactive otherwise (then the key tiles wait as dq_turn says:
-// with no mask cutting the tile grid, all of them start at query tile 0, and key tile n would
-// wait for key tile n + 1 at every step).
-template <class Traits>
-__device__ __forceinline__ RotatedDqOrder rotated_dq_order(const BwdKernelParams<Traits>& kp,
-                                                           int b) {
-  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
-  if (kp.dq_order == nullptr || !kp.dq_co_resident) return {};
-  const Sequence seq = sequence(kp.g.fwd, b);
-  const int key_tiles = int((seq.sk + kBlockN - 1) / kBlockN);
-  const int query_tiles = int((seq.sq + kBlockM - 1) / kBlockM);
-  if (key_tiles == 0 || query_tiles == 0) return {};
-  const KeyTileWork first = key_tile_work<kBlockM, kBlockN>(kp.g.fwd, 0, b);
-  const KeyTileWork last = key_tile_work<kBlockM, kBlockN>(kp.g.fwd, key_tiles - 1, b);
-  const bool whole_grid = first.m_count > 0 && first.m_first + first.m_count == query_tiles &&
-                          last.m_count > 0 && last.m_first == 0;
-  return whole_grid ? RotatedDqOrder{key_tiles, query_tiles} : RotatedDqOrder{};
-}
-
-// deterministic=True: how many key tiles add into query tile m before this CTA's (w's).
-template <class Traits>
-__device__ __forceinline__ int dq_turn_of(const BwdKernelParams<Traits>& kp, const KeyTileWork& w,
-                                          int m) {
-  const int n_block = key_tile_of_cta(kp);
-  if (w.dq_rotated.active()) return w.dq_rotated.turn(n_block, m);
-  return dq_turn<Traits::kDq.block_m, Traits::kBlockN>(kp.g.fwd, n_block, int(gridDim.x),
-                                                       blockIdx.z, m);
+  return kp.dq_order != nullptr ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
 }
 
 // The first padded row of query tile m of query head `head` in the float32 dQ sums.
@@ -278,10 +234,9 @@ __device__ __forceinline__ int64_t dq_tile_row(const BwdKernelParams<Traits>& kp
 // part's buffer back once it has been read. This takes the dQ additions (kBlockM x head_dim
 // floats a step, as many bytes as the step's Q and dO loads) off the consumers, which only
 // store their accumulators to shared memory. With deterministic=True the key tiles take turns
-// at each query tile (kp.dq_order) in a fixed order (dq_turn_of), so that every run adds in the
-// same order: a key tile waits only for key tiles that reach the query tile at an earlier step
-// of their own while all of them fit on the GPU, or else for ones launched before it, so the
-// waits cannot deadlock.
+// at each query tile (kp.dq_order), last key tile first, so that every run adds in the same
+// order: a key tile waits only for later key tiles, which launched earlier (key_tile_of_cta),
+// so the waits cannot deadlock.
 template <class Traits, class StepHead, class StepTile>
 __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp, const float* parts,
                                               const KeyTileWork& w, const StepHead& step_head,
@@ -297,7 +252,9 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
     float* tile = kp.dq_accum + tile_row * kDq.row_floats();
     int* order = kp.dq_order != nullptr ? kp.dq_order + tile_row / kDq.block_m : nullptr;
     if (order != nullptr && leader) {
-      cuda::wait_for_turn(order, dq_turn_of(kp, w, step_tile(s)));
+      const int turn = dq_turn<kDq.block_m, Traits::kBlockN>(
+          kp.g.fwd, key_tile_of_cta(kp), int(gridDim.x), blockIdx.z, step_tile(s));
+      cuda::wait_for_turn(order, turn);
       hopper::fence_async_proxy();  // the bulk additions below come after the wait
     }
     // The named barriers are aligned (the whole warp executes each together): reconverge
@@ -392,20 +349,21 @@ constexpr bool dq_fragment_order_matches() {
 //      (values 4k to 4k + 3) at float 512 k + 4 (thread in the warpgroup) of the part
 //      (DqTileLayout::fragment_offset): a warp's reduction covers 512 consecutive bytes.
 // Under deterministic=True (kp.dq_order) the two warpgroups first wait for this key tile's
-// turn at the query tile (dq_turn_of) and pass it on once both have added, as the writer warp
+// turn at the query tile (dq_turn) and pass it on once both have added, as the writer warp
 // does on the other path; every element then gets its additions in the same order in every
 // run under both 1 and 2 (one reduction a key tile an element).
 template <class Traits, class ThrMma, class Acc>
 __device__ __forceinline__ void add_dq_part_atomic(const BwdKernelParams<Traits>& kp,
-                                                   const KeyTileWork& w, const ThrMma& thr_dq,
-                                                   const Acc& acc_dq, int64_t tile_row, int m,
-                                                   int wg) {
+                                                   const ThrMma& thr_dq, const Acc& acc_dq,
+                                                   int64_t tile_row, int m, int wg) {
   using cutlass::arch::NamedBarrier;
   constexpr DqTileLayout kDq = Traits::kDq;
   static_assert(Traits::kDqAtomic == 1 || Traits::kDqAtomic == 2);
   int* order = kp.dq_order != nullptr ? kp.dq_order + tile_row / kDq.block_m : nullptr;
   if (order != nullptr) {
-    if (threadIdx.x % 128 == 0) cuda::wait_for_turn(order, dq_turn_of(kp, w, m));
+    if (threadIdx.x % 128 == 0)
+      cuda::wait_for_turn(order, dq_turn<kDq.block_m, Traits::kBlockN>(
+                                     kp.g.fwd, key_tile_of_cta(kp), int(gridDim.x), blockIdx.z, m));
     NamedBarrier::sync(128, Traits::kBarrierDqTurn + wg);
   }
   if constexpr (Traits::kDqAtomic == 2) {

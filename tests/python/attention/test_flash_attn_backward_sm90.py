@@ -129,8 +129,7 @@ torch.save(results, sys.argv[1])
 DETERMINISTIC_CASES = [
     # batch, sq, sk, hq, hk, d, causal, window: several key tiles adding into each query tile
     (2, 700, 700, 8, 2, 128, True, (-1, -1)),
-    (1, 1000, 600, 4, 4, 64, False, (-1, -1)),  # no mask: the rotated order of the additions
-    (1, 130, 2000, 2, 1, 128, False, (-1, -1)),  # rotated, more key tiles than query tiles
+    (1, 1000, 600, 4, 4, 64, False, (-1, -1)),
     (2, 513, 900, 4, 1, 64, False, (200, 64)),
     (1, 300, 1100, 4, 2, 128, True, (-1, -1)),   # bottom-right causal, keys before every query
     (1, 1100, 300, 2, 1, 64, True, (-1, -1)),    # bottom-right causal, fully masked rows

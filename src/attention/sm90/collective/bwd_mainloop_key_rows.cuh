@@ -32,11 +32,10 @@
 //    group, and leave the chip once (dK scaled by the softmax scale there): no float32 dK/dV
 //    in global memory and no atomics on them. dQ's float32 additions are atomic, so their order
 //    (and dQ's last bits) may differ between runs. With kp.dq_order (deterministic=True) the
-//    key tiles take turns at each query tile in a fixed order (write_dq_sums, dq_turn_of).
-//  - Query tiles run in the order of the mask's query range of the key tile (under
-//    deterministic=True with no mask cutting the tile grid, from a tile of the key tile's own
-//    on: rotated_dq_order); launch order puts the key tiles with the most queries (causal: the
-//    first) first (key_tile_of_cta).
+//    key tiles take turns at each query tile, last key tile first (write_dq_sums, dq_turn).
+//  - Query tiles run in the order of the mask's query range of the key tile; launch order
+//    puts the key tiles with the most queries (causal: the first) first, or, under
+//    deterministic=True, the last key tile first (key_tile_of_cta).
 // Registers (consumer: 240 at head dim 64, 232 at 128, kProducerRegisters): dK and dV
 // 64 x head_dim x 2 / 128 a thread (64 at head dim 64, 128 at 128), S^T and dP^T
 // 64 x kBlockM / 128 each, dQ kBlockM x head_dim / 256.
@@ -312,7 +311,7 @@ struct BwdMainloopKeyRows {
       // warpgroup's part of the shared-memory tile once the writer warp has read the last step's
       // out, for the writer to add.
       if constexpr (Traits::kDqAtomic != 0) {
-        add_dq_part_atomic(kp, w, thr_dq, acc_dq, dq_tile_row(kp, step_head(s), seq_row0, m), m,
+        add_dq_part_atomic(kp, thr_dq, acc_dq, dq_tile_row(kp, step_head(s), seq_row0, m), m,
                            consumer);
       } else {
         cutlass::arch::NamedBarrier::sync(Traits::kDqBarrierThreads,

@@ -2,9 +2,8 @@
 // Hopper flash attention backward, the main kernel (internal, sm_90a): one CTA per (key tile,
 // K/V head, sequence) and every head dimension. It composes:
 //  - the CTA's work: its key tile (key_tile_of_cta: the tiles with the most queries first, or
-//    under deterministic=True with more key tiles than fit on the GPU the last tile first) and
-//    the query tiles and query heads of the GQA group that see it (KeyTileWork), a step per
-//    (query head, query tile);
+//    under deterministic=True the last tile first) and the query tiles and query heads of the
+//    GQA group that see it (KeyTileWork), a step per (query head, query tile);
 //  - warpgroup 0, the producer (run_producer, flash_bwd_sm90_producer.cuh): one thread loads K
 //    and V once, then each step's Q and dO tiles with their lse and row deltas into a
 //    kStages-deep TMA pipeline; a second warp adds each step's dQ into the float32 sums;
@@ -32,8 +31,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const FlashFwdParams& p = kp.g.fwd;
   const int head_kv = blockIdx.y, b = blockIdx.z;
   const int n_block = key_tile_of_cta(kp);
-  KeyTileWork w = key_tile_work<Traits::kBlockM, Traits::kBlockN>(p, n_block, b);
-  w.dq_rotated = rotated_dq_order(kp, b);
+  const KeyTileWork w = key_tile_work<Traits::kBlockM, Traits::kBlockN>(p, n_block, b);
   // A key tile past its sequence's end has no rows to write; one that no query sees (an empty
   // query sequence included) writes zeros (the mainloop's store).
   if (!w.valid) return;
@@ -43,16 +41,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const bool producer = __shfl_sync(0xffffffff, int(threadIdx.x) / 128, 0) == 0;
   typename Traits::Pipeline pipeline = start_pipeline<Traits>(kp, smem, producer);
 
-  // Step s: query head head_kv * group + s / m_count, query tile m_first + s % m_count, or
-  // under the rotated order of deterministic=True (rotated_dq_order) the query tiles from the key
-  // tile's rotation on.
-  // (RotatedDqOrder::tile_at, with the rotation found once: it divides).
-  const int rotation = w.dq_rotated.active() ? w.dq_rotated.rotation(n_block) : 0;
+  // Step s: query head head_kv * group + s / m_count, query tile m_first + s % m_count.
   auto step_head = [&](int s) { return head_kv * p.group + s / w.m_count; };
-  auto step_tile = [&](int s) {
-    const int t = s % w.m_count + rotation;
-    return w.m_first + (t < w.m_count ? t : t - w.m_count);
-  };
+  auto step_tile = [&](int s) { return w.m_first + s % w.m_count; };
   const int64_t seq_row0 = kp.rows.first_row(p, b);  // the sequence's first padded row
 
   if (producer) {
