@@ -26,12 +26,17 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src
 #endif
 }
 
-// Waits until every bulk group this thread committed has finished, global writes included.
-__device__ __forceinline__ void bulk_wait_all() {
+// Waits until at most `kPending` of the bulk groups this thread committed last are unfinished:
+// every older group has finished, global writes included.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group() {
 #if defined(CUTE_ARCH_TMA_SM90_ENABLED)
-  asm volatile("cp.async.bulk.wait_group 0;" : : : "memory");
+  asm volatile("cp.async.bulk.wait_group %0;" : : "n"(kPending) : "memory");
 #endif
 }
+
+// Waits until every bulk group this thread committed has finished, global writes included.
+__device__ __forceinline__ void bulk_wait_all() { bulk_wait_group<0>(); }
 
 // Orders this thread's completed bulk (async proxy) writes to global memory before its later
 // generic-proxy operations (a release that hands the data to another CTA).

@@ -42,6 +42,7 @@ struct BwdTraitsBase {
   using Config = Config_;
   static constexpr bool kFastExp2 = Config::kFastExp2;
   static constexpr int kDqAtomic = Config::kDqAtomic;  // 0, 1 or 2 (flash_bwd_sm90_config.h)
+  static constexpr bool kDqDeferredPass = Config::kDqDeferredPass;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kStatsEarly = Config::on_or(Config::kStatsEarly, kHeadDim == 128);
   static constexpr bool kSplitExp = Config::on_or(Config::kSplitExp, kHeadDim == 64);
@@ -247,6 +248,7 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
   CUTE_UNROLL
   for (int wg = 0; wg < 2; ++wg)
     NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + wg);
+  int* held = nullptr;  // kDqDeferredPass: the last step's counter, its turn not yet passed on
   for (int s = 0; s < w.steps; ++s) {
     const int64_t tile_row = dq_tile_row(kp, step_head(s), seq_row0, step_tile(s));
     float* tile = kp.dq_accum + tile_row * kDq.row_floats();
@@ -278,13 +280,29 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
     if (s + 1 < w.steps)
       NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + 1);
     if (order != nullptr && leader) {
-      hopper::bulk_wait_all();  // the additions are in global memory
-      hopper::fence_async_proxy();
-      cuda::pass_turn(order);
+      if constexpr (Traits::kDqDeferredPass) {
+        // The last step's two groups have finished once at most this step's two are pending.
+        if (held != nullptr) {
+          hopper::bulk_wait_group<2>();
+          hopper::fence_async_proxy();
+          cuda::pass_turn(held);
+        }
+        held = order;
+      } else {
+        hopper::bulk_wait_all();  // the additions are in global memory
+        hopper::fence_async_proxy();
+        cuda::pass_turn(order);
+      }
     }
     __syncwarp();
   }
-  if (leader) hopper::bulk_wait_all();
+  if (leader) {
+    hopper::bulk_wait_all();
+    if (held != nullptr) {
+      hopper::fence_async_proxy();
+      cuda::pass_turn(held);
+    }
+  }
 }
 
 // One mode of a static CuTe layout, flattened into plain arrays and evaluated with integer
