@@ -42,6 +42,16 @@ struct Mask {
   }
 
   TG_HOST_DEVICE bool sees(int64_t i, int64_t j) const { return keys_of_query(i).contains(j); }
+
+  // The last tile of block_n keys that a query of query tile m (block_m queries; its rows past
+  // seqlen_q left out) sees: the tile of the last key of the tile's last query, both ends of a
+  // query's keys growing with the query; -1 where no query of the tile sees a key.
+  TG_HOST_DEVICE int64_t last_key_tile_of_query_tile(int64_t m, int64_t block_m,
+                                                     int64_t block_n) const {
+    const int64_t end = (m + 1) * block_m < seqlen_q ? (m + 1) * block_m : seqlen_q;
+    const IndexRange keys = keys_of_query(end - 1);
+    return end <= 0 || keys.empty() ? -1 : keys.last / block_n;
+  }
 };
 
 // The forward kernels' form of keys_of_query: keys [lo, hi) of query `row`, clamped to

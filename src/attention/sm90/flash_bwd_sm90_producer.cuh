@@ -198,21 +198,13 @@ __device__ __forceinline__ KeyTileWork key_tile_work(const FlashFwdParams& p, in
 // one step earlier: the waits cost about a step per key tile, not a step per query tile passed
 // (in key order, key tile n would wait at its first query tile for key tile 0 to get there).
 // The turn is the number of key tiles after n_block (same K/V head, same sequence) that add
-// into m: they are consecutive and their query ranges grow with them (common/mask.h), so the
-// last of them is found by bisection over [n_block, num_key_tiles).
+// into m: they are consecutive and their query ranges grow with them (common/mask.h), so they
+// end at the last key tile a query of m sees (Mask::last_key_tile_of_query_tile).
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ int dq_turn(const FlashFwdParams& p, int n_block, int num_key_tiles,
-                                       int b, int m) {
-  int lo = n_block, hi = num_key_tiles - 1;  // n_block adds into m
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    const KeyTileWork t = key_tile_work<kBlockM, kBlockN>(p, mid, b);
-    if (t.m_count > 0 && t.m_first <= m)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo - n_block;
+__device__ __forceinline__ int dq_turn(const FlashFwdParams& p, int n_block, int b, int m) {
+  const Sequence seq = sequence(p, b);
+  const Mask mask{seq.sq, seq.sk, p.window_left, p.window_right};
+  return int(mask.last_key_tile_of_query_tile(m, kBlockM, kBlockN)) - n_block;
 }
 
 // The key tile of this CTA: grid x, or grid x reversed under deterministic=True (dq_turn).
@@ -254,8 +246,8 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
     float* tile = kp.dq_accum + tile_row * kDq.row_floats();
     int* order = kp.dq_order != nullptr ? kp.dq_order + tile_row / kDq.block_m : nullptr;
     if (order != nullptr && leader) {
-      const int turn = dq_turn<kDq.block_m, Traits::kBlockN>(
-          kp.g.fwd, key_tile_of_cta(kp), int(gridDim.x), blockIdx.z, step_tile(s));
+      const int turn = dq_turn<kDq.block_m, Traits::kBlockN>(kp.g.fwd, key_tile_of_cta(kp),
+                                                             blockIdx.z, step_tile(s));
       cuda::wait_for_turn(order, turn);
       hopper::fence_async_proxy();  // the bulk additions below come after the wait
     }
@@ -381,7 +373,7 @@ __device__ __forceinline__ void add_dq_part_atomic(const BwdKernelParams<Traits>
   if (order != nullptr) {
     if (threadIdx.x % 128 == 0)
       cuda::wait_for_turn(order, dq_turn<kDq.block_m, Traits::kBlockN>(
-                                     kp.g.fwd, key_tile_of_cta(kp), int(gridDim.x), blockIdx.z, m));
+                                     kp.g.fwd, key_tile_of_cta(kp), blockIdx.z, m));
     NamedBarrier::sync(128, Traits::kBarrierDqTurn + wg);
   }
   if constexpr (Traits::kDqAtomic == 2) {
