@@ -1,5 +1,6 @@
 """Variable-length attention on the GPU, forward and backward: tilegrid's flash_attn_varlen_func
-against FlashAttention-3's (`flash_attn_interface`, when it imports), on sequences whose lengths
+against FlashAttention-3's (`flash_attn_interface`, when it imports; built with its
+variable-length kernels, i.e. without FLASH_ATTENTION_DISABLE_VARLEN), on sequences whose lengths
 follow a real distribution: the sizes in bytes of the Python standard library's source files
 (one token a byte), shuffled with a fixed seed, laid end to end and cut into batches of 16k
 tokens (a file that crosses a batch's end goes on as a sequence of the next batch; a file longer
