@@ -68,10 +68,12 @@ def test_sm90_backward_meets_flash_attention_criterion(dtype, batch, sq, sk, hq,
 
 @requires_hopper
 @pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("deterministic", [False, True])
 @gpu_test
-def test_sm90_backward_varlen_with_empty_sequences(d):
+def test_sm90_backward_varlen_with_empty_sequences(d, deterministic):
     """Through the C++ entry with gradients filled with NaN first: every row is written, rows
-    of a sequence without queries or keys as zeros."""
+    of a sequence without queries or keys as zeros, with the dQ additions in any order or, under
+    deterministic=True, in a fixed one."""
     lens_q, lens_k = [5, 0, 170, 1, 0, 33, 129], [9, 3, 170, 0, 0, 40, 300]
     cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32)
     cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32)
@@ -83,10 +85,10 @@ def test_sm90_backward_varlen_with_empty_sequences(d):
                                          max(lens_k), causal=True, return_lse=True)
     grads = [torch.full_like(t, float("nan")) for t in (qc, kc, vc)]
     _C.flash_attn_varlen_backward(doutc, qc, kc, vc, out, lse, None, cu_q.cuda(), cu_k.cuda(),
-                                  max(lens_q), max(lens_k), None, True, -1, -1, 0.0, False,
-                                  *grads, torch.cuda.current_stream().cuda_stream)
+                                  max(lens_q), max(lens_k), None, True, -1, -1, 0.0,
+                                  deterministic, *grads, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
-    assert _C._attention_last_kernel() == "sm90"
+    assert _C._attention_last_kernel() == ("sm90 deterministic" if deterministic else "sm90")
     dq, dk, dv = (t.cpu() for t in grads)
     for b in range(len(lens_q)):
         qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
@@ -130,6 +132,7 @@ DETERMINISTIC_CASES = [
     # batch, sq, sk, hq, hk, d, causal, window: several key tiles adding into each query tile
     (2, 700, 700, 8, 2, 128, True, (-1, -1)),
     (1, 1000, 600, 4, 4, 64, False, (-1, -1)),
+    (1, 130, 2000, 2, 1, 128, False, (-1, -1)),  # more key tiles than query tiles
     (2, 513, 900, 4, 1, 64, False, (200, 64)),
     (1, 300, 1100, 4, 2, 128, True, (-1, -1)),   # bottom-right causal, keys before every query
     (1, 1100, 300, 2, 1, 64, True, (-1, -1)),    # bottom-right causal, fully masked rows
