@@ -221,6 +221,14 @@ __device__ __forceinline__ int64_t dq_tile_row(const BwdKernelParams<Traits>& kp
   return int64_t(head) * kp.rows.total + seq_row0 + int64_t(m) * Traits::kDq.block_m;
 }
 
+// deterministic=True: hands the turn at a query tile on once this thread's bulk additions into
+// it have finished (the caller has waited for them), ordered before the release that the next
+// key tile acquires.
+__device__ __forceinline__ void pass_turn_after_bulk(int* order) {
+  hopper::fence_async_proxy();
+  cuda::pass_turn(order);
+}
+
 // The dQ writer, one warp of the producer warpgroup: per step and consumer warpgroup, once the
 // warpgroup has stored its part of the step's dQ, one lane adds the part into the float32 sums
 // with one bulk addition (a part is contiguous in both, DqTileLayout), and the warp hands the
@@ -276,24 +284,19 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
         // The last step's two groups have finished once at most this step's two are pending.
         if (held != nullptr) {
           hopper::bulk_wait_group<2>();
-          hopper::fence_async_proxy();
-          cuda::pass_turn(held);
+          pass_turn_after_bulk(held);
         }
         held = order;
       } else {
         hopper::bulk_wait_all();  // the additions are in global memory
-        hopper::fence_async_proxy();
-        cuda::pass_turn(order);
+        pass_turn_after_bulk(order);
       }
     }
     __syncwarp();
   }
   if (leader) {
     hopper::bulk_wait_all();
-    if (held != nullptr) {
-      hopper::fence_async_proxy();
-      cuda::pass_turn(held);
-    }
+    if (held != nullptr) pass_turn_after_bulk(held);
   }
 }
 
