@@ -41,10 +41,11 @@ NB_MODULE(_C, m) {
         d["cuda_architectures"] = b.cuda_architectures;
         d["cutlass_version"] = b.cutlass_version;
         d["kernels"] = b.kernels;
+        d["nvdb_codecs"] = b.nvdb_codecs;
         return d;
       },
       "What the C++ library was compiled with (version, compilers, CUDA architectures, kernel "
-      "families).");
+      "families, the codecs of compressed .nvdb files it reads).");
   tilegrid::python::bind_core(m);
   tilegrid::python::bind_attention(m);
   tilegrid::python::bind_fusion(m);

@@ -44,6 +44,7 @@ def report() -> str:
     else:
         lines.append("CUDA: not compiled in (CPU-only library)")
     lines.append("kernels: " + ("; ".join(b["kernels"]) if b["kernels"] else "CPU only"))
+    lines.append("compressed .nvdb files: " + (", ".join(b["nvdb_codecs"]) or "none (no zlib or c-blosc at build time)"))
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             major, minor = torch.cuda.get_device_capability(i)

@@ -1,5 +1,8 @@
 #include "tilegrid/core/build_info.h"
 
+#include <algorithm>
+#include <string_view>
+
 #include "build_info_config.h"
 
 namespace tilegrid {
@@ -29,6 +32,12 @@ const BuildInfo& build_info() {
 #ifdef TILEGRID_WITH_SM90_CONV
     b.kernels.emplace_back("sparse convolution (sm_90a)");
 #endif
+    // CMake's list of the codecs it linked, "zip;blosc" or less.
+    for (std::string_view list = TILEGRID_NVDB_CODECS; !list.empty();) {
+      const size_t end = std::min(list.find(';'), list.size());
+      b.nvdb_codecs.emplace_back(list.substr(0, end));
+      list.remove_prefix(std::min(end + 1, list.size()));
+    }
     return b;
   }();
   return info;

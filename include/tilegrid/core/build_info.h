@@ -17,6 +17,8 @@ struct BuildInfo {
   std::string cutlass_version;     // empty when the build found no CUTLASS headers
   // Kernel families compiled in, e.g. "attention (portable CUDA)", "attention (sm_90a)".
   std::vector<std::string> kernels;
+  // Codecs of compressed .nvdb files that load_nvdb reads: "zip" (zlib), "blosc" (c-blosc).
+  std::vector<std::string> nvdb_codecs;
 };
 
 const BuildInfo& build_info();

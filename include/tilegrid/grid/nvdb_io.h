@@ -34,11 +34,18 @@ struct NvdbContents {
   std::vector<std::string> names;  // one per grid
 };
 
-// Reads every grid of a NanoVDB file written by save_nvdb, or by NanoVDB itself for index
-// grids that index active voxels only (NanoVDB 32.4 and older). Channel arrays become features
-// (their rows reordered into tilegrid's row order); other blind data is skipped. Every grid must
-// carry the same channels (dtype and per-voxel shape). Files with active tiles, compression or
-// another NanoVDB major version raise an error that says so.
+// Reads every grid of a NanoVDB file (format 32.0 to 32.9) written by save_nvdb, by fVDB's save
+// or by NanoVDB itself:
+// - index grids (32.4's sparse Index; from 32.5 on OnIndex and dense Index): their channel
+//   arrays become features (rows reordered into tilegrid's row order), and so does the tensor
+//   fVDB stores in its "fvdb_jdata<dtype>" record on grids of class TensorGrid;
+// - grids of values (Float, Double, Int32, Int64, UInt8, Vec3f, Vec3d, Vec4f, Vec4d, RGBA8):
+//   the active voxels' values become one feature, shaped as fVDB's "fvdb_jdata" record says
+//   where there is one (a Float grid saved from [N, 1] loads as [N, 1]).
+// Other blind data is skipped. Every grid must carry the same features (dtype and per-voxel
+// shape). Grids compressed with ZIP or BLOSC are read where the build has zlib or c-blosc
+// (BuildInfo::nvdb_codecs). Files with active tiles, other value types or another NanoVDB
+// version raise an error that says so.
 //
 // Errors: Error (RuntimeError in Python) when the file cannot be opened or read; ValueError for
 // every file that is not one load_nvdb reads, whatever its bytes, with a message naming the

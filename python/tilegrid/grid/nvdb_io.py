@@ -98,7 +98,15 @@ def save(
 def load(
     path: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu"
 ) -> tuple[GridBatch, list[JaggedTensor], list[str]]:
-    """Read a .nvdb file written by save (or NanoVDB index grids of active voxels).
+    """Read a .nvdb file written by save, by fVDB's save or by NanoVDB (file format 32.0-32.9).
+
+    Index grids (Index, OnIndex) load with the channel arrays of their blind data as features
+    (and fVDB's tensor record, for its grids of class TensorGrid); grids of values (Float,
+    Double, Int32, Int64, UInt8, Vec3f, Vec3d, Vec4f, Vec4d, RGBA8) load with their voxels'
+    values as one feature, shaped as fVDB's record says where it has one. Files compressed
+    with ZIP or BLOSC load where this build has zlib or c-blosc
+    (``tilegrid.info.build_info()["nvdb_codecs"]``). Grids with active tiles (one value over
+    a block) are refused.
 
     Args:
         path: The file to read (a str or os.PathLike).

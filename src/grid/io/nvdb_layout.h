@@ -1,36 +1,45 @@
 #pragma once
-// The binary layout of a NanoVDB file of index grids (internal to the .nvdb reader and writer).
+// The binary layout of NanoVDB files (internal to the .nvdb reader and writer).
 //
-// Written from the NanoVDB 32.4.2 headers (OpenVDB 10.0.1, Debian bookworm's libnanovdb-dev:
-// NanoVDB.h and util/IO.h); tilegrid does not include them, NanoVDB being optional. Sizes and
-// offsets are asserted below; the interop test reads our files with NanoVDB itself.
+// Written from the NanoVDB headers: 32.4.2 (OpenVDB 10.0.1, Debian bookworm's libnanovdb-dev),
+// the format save_nvdb writes, and 32.9 (OpenVDB 13), the newest the reader takes. tilegrid
+// does not include them, NanoVDB being optional. Sizes and offsets are asserted below; the
+// interop test reads our files with NanoVDB itself, and tests/data/nvdb holds files NanoVDB 32.9
+// wrote the way fVDB saves grids.
 //
 // A file is one or more segments: a FileHeader, one FileGridMeta plus the grid's name (with
-// its NUL) per grid, then the grid buffers back to back. A grid buffer is self-contained, every
-// pointer in it a byte offset, and laid out breadth first:
+// its NUL) per grid, then the grid buffers back to back (each compressed on its own where the
+// header names a codec). A grid buffer is self-contained, every pointer in it a byte offset,
+// and laid out breadth first:
 //
 //   GridHeader | TreeHeader | RootHeader | RootTile x T | UpperNode x U | LowerNode x L |
-//   IndexLeaf x N | BlindMeta x F | blind data 0 | blind data 1 | ...
+//   Leaf x N | BlindMeta x F | blind data 0 | blind data 1 | ...
 //
 // Everything is little endian, and every part starts on a 32-byte boundary (NanoVDB's
-// NANOVDB_DATA_ALIGNMENT), which the sizes below keep.
+// NANOVDB_DATA_ALIGNMENT), which the sizes below keep. The nodes' layout depends on the grid's
+// value type (RootHeaderOf, InternalNodeOf, ValueLeafOf below); index grids' values are uint64.
 //
 // Index grids of 32.4 (GridType::Index) with the "sparse" leaf flag number the active voxels
 // only: a voxel's value is the leaf's value offset plus its rank among the leaf's active
 // voxels, and every inactive voxel reads 0, the background. Index 0 is therefore reserved, and
 // active voxels are numbered from 1: index = 1 + (tilegrid row within the grid). Channel
 // arrays (blind data read by NanoVDB's ChannelAccessor) are indexed the same way, so entry 0 is
-// the background's value. NanoVDB 32.5 renamed this kind OnIndex (GridType 20) and gave
-// GridType::Index the dense meaning, so only files of version 32.4 and older are written as
-// GridType::Index with sparse leaves.
+// the background's value. NanoVDB 32.5 renamed this kind OnIndex (GridType 20, its leaf's
+// first index moved to the word before) and gave GridType::Index the dense meaning (every voxel
+// of a leaf numbered, index = offset + position), so only files of version 32.4 and older are
+// written as GridType::Index with sparse leaves.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 namespace tilegrid::grid::nvdb {
 
-// "NanoVDB0" read as a little-endian uint64: the first word of a file and of every grid.
+// "NanoVDB0" read as a little-endian uint64: the first word of a file and of every grid up to
+// 32.6 (and of what save_nvdb writes). From 32.6 on NanoVDB starts a grid with "NanoVDB1" and
+// a file segment with "NanoVDB2".
 constexpr uint64_t kMagic = 0x304244566f6e614eULL;
+constexpr uint64_t kMagicGrid = 0x314244566f6e614eULL;
+constexpr uint64_t kMagicFile = 0x324244566f6e614eULL;
 
 // Versions pack major (11 bits), minor (11) and patch (10).
 constexpr uint32_t version_id(uint32_t major, uint32_t minor, uint32_t patch) {
@@ -43,9 +52,15 @@ constexpr uint32_t version_minor(uint32_t id) {
   return (id >> 10) & 0x7ff;
 }
 constexpr uint32_t kMajor = 32, kMinor = 4, kPatch = 2;
-constexpr uint32_t kVersion = version_id(kMajor, kMinor, kPatch);
+constexpr uint32_t kVersion = version_id(kMajor, kMinor, kPatch);  // what save_nvdb writes
+// The reader takes 32.0 to 32.9; from 32.5 on, index grids are OnIndex / dense Index.
+constexpr uint32_t kNewestMinor = 9;
+constexpr uint32_t kFirstOnIndexMinor = 5;
+// From 32.6.1 on, a checksum's first half covers the grid and tree headers only; before, the
+// root header and root table too.
+constexpr uint32_t kShortHeadChecksumFrom = version_id(32, 6, 1);
 
-// GridType values of 32.4 that tilegrid reads or writes (blind-data element types included).
+// GridType values that tilegrid reads or writes (blind-data element types included).
 enum class GridType : uint32_t {
   Unknown = 0,
   Float = 1,
@@ -55,17 +70,24 @@ enum class GridType : uint32_t {
   Int64 = 5,
   Vec3f = 6,
   Vec3d = 7,
+  Mask = 8,
   Half = 9,
   UInt32 = 10,
   Boolean = 11,
+  RGBA8 = 12,
   Vec4f = 17,
   Vec4d = 18,
   Index = 19,
+  OnIndex = 20,  // 32.5 on
+  UInt8 = 26,    // 32.7 on
 };
 constexpr uint32_t kGridClassIndexGrid = 8;
 constexpr uint32_t kBlindClassChannelArray = 4;
 constexpr uint32_t kBlindSemanticUnknown = 0;
-constexpr uint16_t kCodecNone = 0;
+constexpr uint16_t kCodecNone = 0, kCodecZip = 1, kCodecBlosc = 2;
+// A compressed grid buffer is stored as chunks of at most this many bytes before compression
+// (BLOSC; ZIP takes the whole grid in one), each after its compressed size as a uint64.
+constexpr uint64_t kCodecChunk = uint64_t(1) << 30;
 
 // GridHeader::flags bits.
 constexpr uint32_t kGridHasBBox = 1u << 1;
@@ -171,63 +193,102 @@ struct TreeHeader {
 };
 static_assert(sizeof(TreeHeader) == 64);
 
-// Root of an index tree (values and statistics are uint64 indices).
-struct RootHeader {
+// The nodes of a tree whose values are `Value` and statistics (average, deviation) `Stats`:
+// NanoVDB's FloatTraits make Stats double for values whose scalar has 8 bytes, float otherwise,
+// and uint64 for index grids. Offsets follow C++ layout, as NanoVDB's structs do.
+template <class Value, class Stats>
+struct alignas(kAlignment) RootHeaderOf {
   int32_t bbox[6];  // active voxels, inclusive; empty: min INT32_MAX, max INT32_MIN
   uint32_t tile_count;
-  uint32_t padding0;
-  uint64_t background, minimum, maximum, average, std_dev;  // indices; 0 without statistics
-  uint64_t padding1[3];
+  Value background, minimum, maximum;
+  Stats average, std_dev;
 };
-static_assert(sizeof(RootHeader) == 96);
-static_assert(offsetof(RootHeader, background) == 32);
 
-struct RootTile {
+template <class Value>
+struct alignas(kAlignment) RootTileOf {
   uint64_t key;   // root_key(origin of the upper node)
   int64_t child;  // from the RootHeader to the upper node; 0 for a value tile
   uint32_t state;
-  uint32_t padding;
-  uint64_t value;
+  Value value;
 };
-static_assert(sizeof(RootTile) == 32);
 
-// Upper (LOG2 5) and lower (LOG2 4) nodes of an index tree.
-template <int LOG2>
-struct InternalNode {
+// Upper (LOG2 5) and lower (LOG2 4) nodes.
+template <int LOG2, class Value, class Stats>
+struct alignas(kAlignment) InternalNodeOf {
   static constexpr int kChildren = 1 << (3 * LOG2);
+  union Entry {
+    Value value;    // a tile's value
+    int64_t child;  // from this node to the child
+  };
   int32_t bbox[6];  // active voxels below, inclusive; bbox[0..2] also gives the node's origin
   uint64_t flags;
   uint64_t value_mask[kChildren / 64];  // active tiles
   uint64_t child_mask[kChildren / 64];
-  uint64_t minimum, maximum, average, std_dev;
-  int64_t table[kChildren];  // child: offset from this node; tile: its value (index)
+  Value minimum, maximum;
+  Stats average, std_dev;
+  alignas(kAlignment) Entry table[kChildren];
 };
+
+// A leaf holding its 512 values (grids of a value type).
+template <class Value, class Stats>
+struct alignas(kAlignment) ValueLeafOf {
+  int32_t bbox_min[3];  // smallest active coordinate; & ~7 gives the leaf's origin
+  uint8_t bbox_dif[3];  // largest minus smallest active coordinate
+  uint8_t flags;
+  uint64_t value_mask[8];
+  Value minimum, maximum;
+  Stats average, std_dev;
+  alignas(kAlignment) Value values[512];
+};
+
+// Fixed-size vectors as NanoVDB stores them (Vec3f, Vec4d, ...; RGBA8 as 4 uint8).
+template <class T, int N>
+struct VecOf {
+  T v[N];
+};
+
+// Index trees: values and statistics are uint64 indices.
+using RootHeader = RootHeaderOf<uint64_t, uint64_t>;
+using RootTile = RootTileOf<uint64_t>;
+template <int LOG2>
+using InternalNode = InternalNodeOf<LOG2, uint64_t, uint64_t>;
 using UpperNode = InternalNode<5>;
 using LowerNode = InternalNode<4>;
+static_assert(sizeof(RootHeader) == 96);
+static_assert(offsetof(RootHeader, background) == 32);
+static_assert(sizeof(RootTile) == 32);
 static_assert(sizeof(UpperNode) == 270400);
 static_assert(offsetof(UpperNode, child_mask) == 4128);
 static_assert(offsetof(UpperNode, table) == 8256);
 static_assert(sizeof(LowerNode) == 33856);
 static_assert(offsetof(LowerNode, child_mask) == 544);
 static_assert(offsetof(LowerNode, table) == 1088);
+// Typed trees, against NanoVDB 32.9's sizeof (Float, Vec3f, Vec4d).
+static_assert(sizeof(RootHeaderOf<float, float>) == 64);
+static_assert(sizeof(RootTileOf<VecOf<double, 4>>) == 64);
+static_assert(sizeof(InternalNodeOf<4, VecOf<float, 3>, float>) == 66624);
+static_assert(sizeof(ValueLeafOf<float, float>) == 2144);
+static_assert(sizeof(ValueLeafOf<VecOf<double, 4>, double>) == 16544);
 
+// The leaf of an index tree. 32.4 (sparse GridType::Index): `word[1]` is the index of the
+// leaf's first active voxel (`word[0]` that of its statistics). 32.5 on (OnIndex, and dense
+// Index): `word[0]` is the leaf's first index, `word[1]` a prefix sum of the mask's words.
 struct IndexLeaf {
   int32_t bbox_min[3];  // smallest active coordinate; & ~7 gives the leaf's origin
   uint8_t bbox_dif[3];  // largest minus smallest active coordinate
   uint8_t flags;
   uint64_t value_mask[8];
-  uint64_t stats_offset;  // index of the leaf's statistics; 0: none
-  uint64_t value_offset;  // index of the leaf's first active voxel
+  uint64_t word[2];
 };
 static_assert(sizeof(IndexLeaf) == 96);
 static_assert(offsetof(IndexLeaf, flags) == 15);
 static_assert(offsetof(IndexLeaf, value_mask) == 16);
-static_assert(offsetof(IndexLeaf, value_offset) == 88);
+static_assert(offsetof(IndexLeaf, word) == 80);
 
 struct BlindMeta {
   int64_t data_offset;  // from this record to its data
   uint64_t element_count;
-  uint32_t flags;
+  uint32_t flags;  // 32.5 on: the bytes of one element
   uint32_t semantic;
   uint32_t data_class;
   uint32_t data_type;  // a GridType

@@ -208,7 +208,8 @@ class GridWriter {
         dst.flags |= nvdb::kLeafHasBBox;
       }
       std::copy(src.voxels.bits, src.voxels.bits + 8, dst.value_mask);
-      dst.value_offset = uint64_t(src.first_voxel - row0 + 1);  // index 0 is the background
+      // 32.4's sparse Index leaf: word[1] is its first voxel's index (0 is the background).
+      dst.word[1] = uint64_t(src.first_voxel - row0 + 1);
     }
     for (int64_t l = l0; l < l1; ++l) {
       const LowerNode& src = tree_.lowers[l];
@@ -218,7 +219,7 @@ class GridWriter {
       for (uint32_t pos = 0; pos < uint32_t(ChildMask<kLowerLog2>::kChildren); ++pos) {
         if (!src.leaves.test(pos)) continue;
         const int64_t child = src.first_leaf + src.leaves.rank(pos) - n0;
-        dst.table[pos] = offset(&dst, &leaves[child]);
+        dst.table[pos].child = offset(&dst, &leaves[child]);
         box.add(leaf_boxes[size_t(child)]);
       }
       store_node_box(box, src.origin, dst.bbox, dst.flags);
@@ -232,7 +233,7 @@ class GridWriter {
       for (uint32_t pos = 0; pos < uint32_t(ChildMask<kUpperLog2>::kChildren); ++pos) {
         if (!src.lowers.test(pos)) continue;
         const int64_t child = src.first_lower + src.lowers.rank(pos) - l0;
-        dst.table[pos] = offset(&dst, &lowers[child]);
+        dst.table[pos].child = offset(&dst, &lowers[child]);
         box.add(lower_boxes[size_t(child)]);
       }
       store_node_box(box, src.origin, dst.bbox, dst.flags);

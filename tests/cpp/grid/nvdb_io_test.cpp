@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "grid/io/nvdb_codecs.h"
+#include "grid/io/nvdb_layout.h"
 #include "grid/nvdb_test_batches.h"
 
 namespace tilegrid::grid {
@@ -163,7 +165,8 @@ TEST(NvdbIo, BadFilesGetClearErrors) {
   std::vector<char> text(bytes.begin(), bytes.begin() + 64);
   std::memcpy(text.data(), "ply\nformat ascii 1.0\n", 21);
   expect_error(text,
-               "not a NanoVDB file: expected the magic number \"NanoVDB0\", got \"ply?form\"");
+               "not a NanoVDB file: expected the magic number \"NanoVDB0\" or \"NanoVDB2\", got "
+               "\"ply?form\"");
   expect_error(std::vector<char>(bytes.begin(), bytes.end() - 100), "truncated");
 
   auto patched = [&](size_t at, const auto& value) {
@@ -174,13 +177,17 @@ TEST(NvdbIo, BadFilesGetClearErrors) {
   const size_t version_at = 8, codec_at = 14;
   expect_error(patched(version_at, uint32_t(31u << 21)),
                "NanoVDB file format 31.0; tilegrid reads major version 32");
-  expect_error(patched(version_at, uint32_t(32u << 21 | 6u << 10)),
-               "from 32.5 on, GridType::Index");
-  expect_error(patched(codec_at, uint16_t(2)), "compressed (BLOSC)");
+  expect_error(patched(version_at, uint32_t(32u << 21 | 10u << 10)),
+               "NanoVDB file format 32.10; tilegrid reads 32.0 to 32.9");
+  expect_error(patched(codec_at, uint16_t(7)), "names codec 7");
+  // A codec the grids were not written with: the grid's first 8 bytes read as a chunk size.
+  expect_error(patched(codec_at, uint16_t(1)),
+               nvdb::codec_available(nvdb::kCodecZip) ? "compressed chunk of"
+                                                      : "made without zlib");
   // The first grid's buffer follows the segment header and both grid records (176 bytes and
   // the name, "grid_0" + NUL, each).
   const size_t grid_at = 16 + 2 * (176 + 7);
-  expect_error(patched(grid_at + 636, uint32_t(1)), "GridType 1; tilegrid reads index grids");
+  expect_error(patched(grid_at + 636, uint32_t(8)), "GridType 8; tilegrid reads index grids");
   expect_error(patched(grid_at + 40, 'X'), "checksum does not match");
   expect_error(patched(grid_at + 672 + 24, uint64_t(1) << 40), "lies outside the grid");
 }
