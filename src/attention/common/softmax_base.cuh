@@ -1,17 +1,32 @@
 #pragma once
-// The exponent base of a softmax row in log2 units (internal, device code): the row maximum
-// times scale * log2(e), rounded up. Every kernel forms P = 2^(fma(s, scale_log2, -base)); with
-// the base rounded up the exponent is <= 0 for every score s <= max (scale_log2 > 0 on the
-// CUDA paths), so no P exceeds 1 whatever the scores' size. Rounded to the nearest instead,
-// the maximum's own exponent is the product's rounding error, up to half an ulp of it: past
-// 2^31 (softmax_scale 1e30 on scores near 1) that alone overflows 2^x to inf and makes the row
-// NaN. One FMUL (the rounding mode is a modifier); it costs the Hopper forward's key-tile loop
-// about 2 instructions of 1,760-2,350, and no registers. The log-sum-exp, the rescale of earlier
-// tiles and the split-KV merge take the same base, so that their bases agree exactly.
+// The exponent base of a softmax row in log2 units (internal, device code), and the exact
+// exponent for rows whose base is too large for it.
+//
+// Every kernel forms P = 2^(fma(s, scale_log2, -base)) with base = row max * scale_log2 rounded
+// to the nearest. At the maximum that exponent is the product's rounding error, at most half an
+// ulp of the base; below kExactExponentBase (2^24) that is at most 1, a factor common to the
+// whole row that the normalisation cancels (the log-sum-exp takes the same base). Past it the
+// error alone can overflow or underflow 2^x: softmax_scale 1e30 on scores near 1 gives a base
+// near 1.4e30, whose ulp is 2^77, and the row would be NaN or 0 (rounding the base up instead
+// only trades the overflow for the underflow). Such rows take P = 2^((s - max) * scale_log2),
+// exactly 1 at the maximum: the kernels check once a tile, and in such rows only subtract the
+// maximum from the scores and take base 0 (one extra subtraction a score there, none elsewhere).
+#include <cmath>
+
 namespace tilegrid::attention {
 
+constexpr float kExactExponentBase = 16777216.f;  // 2^24: an ulp of the base is 2 from here
+
+// An intrinsic, so that the compiler does not contract the product into a later addition
+// (the log-sum-exp must use this very base).
 __device__ __forceinline__ float exp2_base(float row_max, float scale_log2) {
-  return __fmul_ru(row_max, scale_log2);
+  return __fmul_rn(row_max, scale_log2);
+}
+
+// Whether a row with this base needs the exact exponent (false for a row with no visible key,
+// base 0, and for a NaN base, which propagates either way).
+__device__ __forceinline__ bool needs_exact_exponent(float base) {
+  return fabsf(base) >= kExactExponentBase;
 }
 
 }  // namespace tilegrid::attention

@@ -79,12 +79,23 @@ __device__ __forceinline__ void online_softmax(AccS& acc_s, AccO& acc_o, float (
       acc_o(2 * r, 0, d8) *= rescale;
       acc_o(2 * r + 1, 0, d8) *= rescale;
     }
+    // A row whose base is past kExactExponentBase (a huge softmax_scale; softmax_base.cuh)
+    // takes the exact exponent: its scores become s - max and its base 0.
+    float base_r = base;
+    if (needs_exact_exponent(base)) {
+      base_r = 0.f;
+      CUTE_UNROLL
+      for (int n8 = 0; n8 < size<2>(acc_s); ++n8) {
+        acc_s(2 * r, 0, n8) -= tile_max;
+        acc_s(2 * r + 1, 0, n8) -= tile_max;
+      }
+    }
     float sum = 0.f;
     CUTE_UNROLL
     for (int n8 = 0; n8 < size<2>(acc_s); ++n8) {
       CUTE_UNROLL
       for (int c = 0; c < 2; ++c) {
-        const float e = exp2f(fmaf(acc_s(2 * r + c, 0, n8), scale_log2, -base));
+        const float e = exp2f(fmaf(acc_s(2 * r + c, 0, n8), scale_log2, -base_r));
         acc_s(2 * r + c, 0, n8) = e;
         sum += e;
       }

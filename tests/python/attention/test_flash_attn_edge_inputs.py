@@ -251,11 +251,11 @@ def _hard_maximum(q, k, v):
 @pytest.mark.parametrize("head_dim", [4, 64, 96, 128, 256])
 def test_a_huge_scale_gives_the_hard_maximum_on_cuda(kernel, head_dim):
     """softmax_scale 1e30: each row is v at its best key, the limit torch's math backend and
-    the CPU reference give. The kernels round the exponent base up
-    (src/attention/common/softmax_base.cuh); rounded to the nearest, the best key's own
-    exponent would be the product's rounding error (~1e23 here), 2^x would overflow and the
-    row would be NaN.
-    The decode kernel (flash_attn_with_kvcache, one query) shares that base."""
+    the CPU reference give. With the usual exponent fma(s, scale, -max * scale) the best key's
+    own exponent would be the product's rounding error (up to ~2^76 here) and the row NaN or 0;
+    rows whose base is that large take the exact exponent (s - max) * scale
+    (src/attention/common/softmax_base.cuh). The decode kernel (flash_attn_with_kvcache, one
+    query) shares it."""
     from tilegrid import kernel_choice
     g = torch.Generator().manual_seed(head_dim)
     q, k, v = (torch.randn(2, 40, 2, head_dim, generator=g).half().cuda() for _ in range(3))
@@ -268,6 +268,51 @@ def test_a_huge_scale_gives_the_hard_maximum_on_cuda(kernel, head_dim):
     if head_dim in (64, 128, 256):
         one = tg.flash_attn_with_kvcache(q[:, :1], k, v, softmax_scale=1e30)
         assert torch.equal(one.double(), want[:, :1])
+
+
+def _scores_near_a_tie(head_dim):
+    """q [1, 3, 2, d] and k, v [1, 5, 2, d] whose scores (exact in float32) are 8 at key 0,
+    8 - 2^-20 at key 3 and 0 elsewhere: with softmax_scale 2e6 the row base is ~2.3e7, past
+    the exact-exponent threshold, and key 3 still weighs exp(-1.9) ~ 0.15 against key 0."""
+    q = torch.zeros(1, 3, 2, head_dim)
+    q[..., 0], q[..., 1] = 1.0, 2.0**-10
+    k = torch.zeros(1, 5, 2, head_dim)
+    k[:, 0, :, 0] = 8.0
+    k[:, 3, :, 0], k[:, 3, :, 1] = 8.0, -(2.0**-10)
+    v = torch.randn(1, 5, 2, head_dim, generator=torch.Generator().manual_seed(head_dim))
+    return q.half(), k.half(), v.half()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernels")
+@pytest.mark.parametrize("kernel", ["auto", "portable"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_a_row_past_the_exact_exponent_threshold_keeps_its_softmax_weights_on_cuda(kernel, head_dim):
+    """Not only the hard maximum: in a row that takes the exact exponent, a key just below the
+    maximum keeps its weight (float64 reference), in the forward and the decode kernel."""
+    from tilegrid import kernel_choice
+    q, k, v = _scores_near_a_tie(head_dim)
+    s = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double()) * 2e6
+    assert s[0, 0, 0, 0] - s[0, 0, 0, 3] == 2.0**-20 * 2e6  # the scores the kernels see, exactly
+    want = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), v.double())
+    with kernel_choice.override("attention", kernel):
+        out = tg.flash_attn_func(q.cuda(), k.cuda(), v.cuda(), softmax_scale=2e6)
+    torch.testing.assert_close(out.double().cpu(), want, atol=2e-3, rtol=2e-3)
+    if head_dim in (64, 128, 256):
+        one = tg.flash_attn_with_kvcache(q[:, :1].cuda(), k.cuda(), v.cuda(), softmax_scale=2e6)
+        torch.testing.assert_close(one.double().cpu(), want[:, :1], atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernels")
+@pytest.mark.parametrize("kernel", ["auto", "portable"])
+def test_a_huge_scale_averages_tied_best_keys_on_cuda(kernel):
+    """softmax_scale 1e30 with two keys tied at the maximum: each weighs exactly 1/2."""
+    from tilegrid import kernel_choice
+    q, k, v = _scores_near_a_tie(128)
+    k[:, 3, :, 1] = 0  # key 3 now ties key 0 at 8
+    want = (v[:, 0].double() + v[:, 3].double()) / 2
+    with kernel_choice.override("attention", kernel):
+        out = tg.flash_attn_func(q.cuda(), k.cuda(), v.cuda(), softmax_scale=1e30)
+    torch.testing.assert_close(out.double().cpu(), want[:, None].expand_as(out), atol=1e-3, rtol=1e-3)
 
 
 # ---- NaN and infinity: propagated as torch's math backend propagates them ----------------------

@@ -130,6 +130,28 @@ struct FwdSoftmax {
       if constexpr (Traits::kConditionalRescale) row_sum_p[r] *= o_scale[r];
       base[r] = new_max == kNegInf ? 0.f : exp2_base(new_max, scale_log2);
     }
+    // Rows whose base is past kExactExponentBase (a huge softmax_scale; softmax_base.cuh) take
+    // the exact exponent: their scores become s - row_max and their base 0, which the loop
+    // below then turns into (s - row_max) * scale_log2, as O's rescale forms it. A warp runs
+    // that pass only when one of its rows needs it (one vote a tile; the loop is not doubled).
+    if (__any_sync(0xffffffff,
+                   needs_exact_exponent(fmaxf(fabsf(base[0]), fabsf(base[1]))))) {
+      float shift[2];
+      CUTE_UNROLL
+      for (int r = 0; r < 2; ++r) {
+        const bool exact = needs_exact_exponent(base[r]);
+        shift[r] = exact ? row_max[r] : 0.f;  // s - 0 is s, -inf and NaN included
+        base[r] = exact ? 0.f : base[r];
+      }
+      CUTE_UNROLL
+      for (int j = 0; j < kChunks; ++j) {
+        CUTE_UNROLL
+        for (int r = 0; r < 2; ++r) {
+          acc_s(make_coord(0, r, j), 0, 0) -= shift[r];
+          acc_s(make_coord(1, r, j), 0, 0) -= shift[r];
+        }
+      }
+    }
     // Two partial sums a row (the column pairs), each a chain of N / 16 additions.
     float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
     [[maybe_unused]] float sum_p[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // conditional rescaling
