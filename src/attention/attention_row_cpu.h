@@ -20,7 +20,7 @@
 namespace tilegrid::attention {
 
 struct RowScratch {
-  std::vector<float> scores;
+  std::vector<double> scores;  // scaled (and soft-capped)
   std::vector<double> acc;  // [d]: the row's un-normalised output, sum(p_j v_j)
 };
 
@@ -40,24 +40,25 @@ RowResult attend_row_cpu(DType dtype, const float* q_row, int64_t d, const Index
   const int64_t lo = keys.first, hi = keys.last;
   scratch.scores.resize(size_t(std::max<int64_t>(hi - lo + 1, 0)));
   scratch.acc.assign(size_t(d), 0.0);
-  float row_max = -std::numeric_limits<float>::infinity();
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+  double row_max = kNegInf;
   for (int64_t j = lo; j <= hi; ++j) {
     const int64_t ko = key_offset(j);
     float dot = 0.f;
     for (int64_t c = 0; c < d; ++c) dot += q_row[c] * load_f(k, ko + c);
-    float s = dot * scale;
-    if (softcap > 0) s = softcap * std::tanh(s / softcap);
+    double s = double(dot) * double(scale);
+    if (softcap > 0) s = double(softcap) * std::tanh(s / double(softcap));
     scratch.scores[size_t(j - lo)] = s;
     row_max = std::max(row_max, s);  // skips a NaN score: the sum below carries it
   }
   // No key, or only -inf scores: base 0, so that exp(-inf - base) = 0 rather than NaN.
-  const float base = row_max == -std::numeric_limits<float>::infinity() ? 0.f : row_max;
+  const double base = row_max == kNegInf ? 0.0 : row_max;
   double sum = 0;
   for (int64_t j = lo; j <= hi; ++j) {
-    const float prob = std::exp(scratch.scores[size_t(j - lo)] - base);
+    const double prob = std::exp(scratch.scores[size_t(j - lo)] - base);
     sum += prob;
     const int64_t vo = value_offset(j);
-    for (int64_t c = 0; c < d; ++c) scratch.acc[size_t(c)] += double(prob) * load_f(v, vo + c);
+    for (int64_t c = 0; c < d; ++c) scratch.acc[size_t(c)] += prob * load_f(v, vo + c);
   }
   RowResult r;
   r.sum = sum;

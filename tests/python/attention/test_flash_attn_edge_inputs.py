@@ -283,36 +283,46 @@ def _scores_near_a_tie(head_dim):
     return q.half(), k.half(), v.half()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernels")
-@pytest.mark.parametrize("kernel", ["auto", "portable"])
+_WHERE = [
+    "cpu",
+    pytest.param("auto", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA")),
+    pytest.param("portable", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA")),
+]
+
+
+def _run_on(where, fn, *tensors):
+    """fn(*tensors) on the CPU, or on CUDA with the attention kernel `where`; the result on the CPU."""
+    from tilegrid import kernel_choice
+    if where == "cpu":
+        return fn(*tensors)
+    with kernel_choice.override("attention", where):
+        return fn(*(t.cuda() for t in tensors)).cpu()
+
+
+@pytest.mark.parametrize("where", _WHERE)
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_a_row_past_the_exact_exponent_threshold_keeps_its_softmax_weights_on_cuda(kernel, head_dim):
+def test_a_row_past_the_exact_exponent_threshold_keeps_its_softmax_weights(where, head_dim):
     """Not only the hard maximum: in a row that takes the exact exponent, a key just below the
     maximum keeps its weight (float64 reference), in the forward and the decode kernel."""
-    from tilegrid import kernel_choice
     q, k, v = _scores_near_a_tie(head_dim)
     s = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double()) * 2e6
     assert s[0, 0, 0, 0] - s[0, 0, 0, 3] == 2.0**-20 * 2e6  # the scores the kernels see, exactly
     want = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), v.double())
-    with kernel_choice.override("attention", kernel):
-        out = tg.flash_attn_func(q.cuda(), k.cuda(), v.cuda(), softmax_scale=2e6)
-    torch.testing.assert_close(out.double().cpu(), want, atol=2e-3, rtol=2e-3)
-    if head_dim in (64, 128, 256):
-        one = tg.flash_attn_with_kvcache(q[:, :1].cuda(), k.cuda(), v.cuda(), softmax_scale=2e6)
-        torch.testing.assert_close(one.double().cpu(), want[:, :1], atol=2e-3, rtol=2e-3)
+    out = _run_on(where, lambda q, k, v: tg.flash_attn_func(q, k, v, softmax_scale=2e6), q, k, v)
+    torch.testing.assert_close(out.double(), want, atol=2e-3, rtol=2e-3)
+    one = _run_on(where, lambda q, k, v: tg.flash_attn_with_kvcache(q, k, v, softmax_scale=2e6),
+                  q[:, :1], k, v)
+    torch.testing.assert_close(one.double(), want[:, :1], atol=2e-3, rtol=2e-3)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernels")
-@pytest.mark.parametrize("kernel", ["auto", "portable"])
-def test_a_huge_scale_averages_tied_best_keys_on_cuda(kernel):
+@pytest.mark.parametrize("where", _WHERE)
+def test_a_huge_scale_averages_tied_best_keys(where):
     """softmax_scale 1e30 with two keys tied at the maximum: each weighs exactly 1/2."""
-    from tilegrid import kernel_choice
     q, k, v = _scores_near_a_tie(128)
     k[:, 3, :, 1] = 0  # key 3 now ties key 0 at 8
     want = (v[:, 0].double() + v[:, 3].double()) / 2
-    with kernel_choice.override("attention", kernel):
-        out = tg.flash_attn_func(q.cuda(), k.cuda(), v.cuda(), softmax_scale=1e30)
-    torch.testing.assert_close(out.double().cpu(), want[:, None].expand_as(out), atol=1e-3, rtol=1e-3)
+    out = _run_on(where, lambda q, k, v: tg.flash_attn_func(q, k, v, softmax_scale=1e30), q, k, v)
+    torch.testing.assert_close(out.double(), want[:, None].expand_as(out), atol=1e-3, rtol=1e-3)
 
 
 # ---- NaN and infinity: propagated as torch's math backend propagates them ----------------------
