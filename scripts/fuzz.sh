@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the file readers, each target for its own number of seconds, from the committed seeds
-# plus .nvdb seeds written by tg.save:
+# plus .nvdb seeds written by tg.save and the NanoVDB 32.9 files of tests/data/nvdb:
 #   ply, off, nvdb  through the Python API (atheris, tests/fuzz/fuzz_readers.py): tg.read_ply and
 #                   tg.read_off (Python readers), tg.load (the C++ .nvdb reader, unsanitized);
 #   nvdb-cpp        the C++ .nvdb reader through libFuzzer (tests/fuzz/fuzz_nvdb_reader.cpp) as
@@ -40,8 +40,11 @@ for run in "$@"; do
   # A .nvdb seed with voxels is ~300 KB (an upper node is 270 KB); text files stay small.
   max_len=8192
   [ "$reader" = nvdb ] && max_len=400000
-  flags=("$work/$target" "tests/fuzz/corpus/$reader" "$work/seeds/$reader"
-         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=3072 -max_len="$max_len"
+  flags=("$work/$target" "tests/fuzz/corpus/$reader" "$work/seeds/$reader")
+  # The .nvdb files NanoVDB 32.9 wrote as fVDB saves them (compressed, 4-16 KB) seed the new
+  # format's paths: OnIndex and typed grids, fVDB's records, ZIP and BLOSC.
+  [ "$reader" = nvdb ] && flags+=("tests/data/nvdb")
+  flags+=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=3072 -max_len="$max_len"
          -artifact_prefix="$work/$target.failed-")
   if [ "$target" = nvdb-cpp ]; then
     harness=("$build/tests/fuzz/fuzz_nvdb_reader")
