@@ -1,6 +1,10 @@
 #pragma once
-// Saving and loading a GridBatch with its features as a NanoVDB file (.nvdb), readable by
-// NanoVDB's own tools and io::readGrids.
+// Saving and loading a GridBatch with its features as a NanoVDB file (.nvdb).
+//
+// save_nvdb writes NanoVDB 32.4's format, which NanoVDB 32.4's tools and io::readGrids read.
+// NanoVDB 32.5 and later (and so fVDB) accept the file too, since its major version is theirs,
+// but read its GridType::Index grids with their own layout (dense Index, the leaf's first index
+// in the other word) and misnumber the voxels: files for those readers are not written yet.
 //
 // Each grid of the batch becomes one NanoVDB index grid (file format 32.4: GridType::Index,
 // GridClass::IndexGrid, leaves that index active voxels only), named "grid_<b>" unless names

@@ -2,7 +2,9 @@
 spirit of fVDB's save/load.
 
 Each grid becomes one NanoVDB index grid (file format 32.4) named "grid_<b>" unless names are
-given, so NanoVDB's tools and readers open the file. NanoVDB reserves index 0 for the
+given, which NanoVDB 32.4's tools and readers open. NanoVDB 32.5 and later, and fVDB, accept
+the file but misread its index grids (32.5 changed their layout without a new major version):
+``save`` does not yet write their format. ``load`` reads both. NanoVDB reserves index 0 for the
 background: the voxel in row r of grid b's features has NanoVDB index r + 1. Each feature
 tensor is stored as a channel array of every grid (details in include/tilegrid/grid/nvdb_io.h).
 
