@@ -387,12 +387,14 @@ void bind_grid(nb::module_& m) {
   m.def(
       "save_nvdb",
       [](const std::string& path, const GridBatch& g, std::vector<nb::capsule> features,
-         std::vector<std::string> names) {
+         std::vector<std::string> names, bool nanovdb_32_9) {
         std::vector<Tensor> tensors;
         for (nb::capsule& c : features) tensors.push_back(tensor_from_capsule(c));
-        grid::save_nvdb(path, g, tensors, names);
+        grid::save_nvdb(path, g, tensors, names,
+                        nanovdb_32_9 ? grid::NvdbFormat::V32_9 : grid::NvdbFormat::V32_4);
       },
-      nb::arg("path"), nb::arg("grid"), nb::arg("features"), nb::arg("names"));
+      nb::arg("path"), nb::arg("grid"), nb::arg("features"), nb::arg("names"),
+      nb::arg("nanovdb_32_9") = false);
   m.def(
       "load_nvdb",
       [](const std::string& path) {

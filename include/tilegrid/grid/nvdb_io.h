@@ -1,13 +1,14 @@
 #pragma once
 // Saving and loading a GridBatch with its features as a NanoVDB file (.nvdb).
 //
-// save_nvdb writes NanoVDB 32.4's format, which NanoVDB 32.4's tools and io::readGrids read.
-// NanoVDB 32.5 and later (and so fVDB) accept the file too, since its major version is theirs,
-// but read its GridType::Index grids with their own layout (dense Index, the leaf's first index
-// in the other word) and misnumber the voxels: files for those readers are not written yet.
+// save_nvdb writes NanoVDB 32.4's format by default, which NanoVDB 32.4's tools and
+// io::readGrids read, or NanoVDB 32.9's (NvdbFormat::V32_9), which 32.5 and later and fVDB
+// read. Each kind of reader accepts the other's files (one major version) but reads them with
+// its own layout: NanoVDB 32.5+ misnumbers the voxels of a 32.4 file, and 32.4 refuses the
+// OnIndex grids of a 32.9 one. Write the format of the reader that will open the file.
 //
-// Each grid of the batch becomes one NanoVDB index grid (file format 32.4: GridType::Index,
-// GridClass::IndexGrid, leaves that index active voxels only), named "grid_<b>" unless names
+// Each grid of the batch becomes one NanoVDB index grid (32.4: GridType::Index; 32.9:
+// GridType::OnIndex; GridClass::IndexGrid, leaves that index active voxels only), named "grid_<b>" unless names
 // are given. Its map is the grid's transform (world = origin + voxel_size * ijk), its index and
 // world bounding boxes follow NanoVDB's conventions, and its header checksum is computed the
 // way NanoVDB's default ("partial") mode does.
@@ -25,12 +26,20 @@
 
 namespace tilegrid::grid {
 
+// The NanoVDB format save_nvdb writes. The two differ in the index grid's type and leaf
+// layout, the magic numbers and the extent of the header checksum; everything else is shared.
+enum class NvdbFormat {
+  V32_4,  // NanoVDB 32.4 (Debian's libnanovdb-dev): GridType::Index with sparse leaves
+  V32_9,  // NanoVDB 32.9, read by 32.5 on and by fVDB: GridType::OnIndex
+};
+
 // Writes `grid` (copied to the CPU first when it lives on a GPU) and `features` (tensors of
 // any tilegrid dtype and shape [total_voxels, ...], on any device) to `path`, replacing the
 // file. `names`: one per grid (each at most 255 bytes), or empty for "grid_0", "grid_1", ...
 void save_nvdb(const std::string& path, const GridBatch& grid,
                const std::vector<Tensor>& features = {},
-               const std::vector<std::string>& names = {});
+               const std::vector<std::string>& names = {},
+               NvdbFormat format = NvdbFormat::V32_4);
 
 struct NvdbContents {
   GridBatch grid;                  // on the CPU, rows in tilegrid's order

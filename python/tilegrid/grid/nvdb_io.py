@@ -2,9 +2,9 @@
 spirit of fVDB's save/load.
 
 Each grid becomes one NanoVDB index grid (file format 32.4) named "grid_<b>" unless names are
-given, which NanoVDB 32.4's tools and readers open. NanoVDB 32.5 and later, and fVDB, accept
-the file but misread its index grids (32.5 changed their layout without a new major version):
-``save`` does not yet write their format. ``load`` reads both. NanoVDB reserves index 0 for the
+given, in NanoVDB 32.4's format (NanoVDB 32.4's tools) or, with nanovdb_version="32.9", in
+32.9's (NanoVDB 32.5 and later, and fVDB): each kind of reader accepts the other's files but
+misreads or refuses their index grids. ``load`` reads both. NanoVDB reserves index 0 for the
 background: the voxel in row r of grid b's features has NanoVDB index r + 1. Each feature
 tensor is stored as a channel array of every grid (details in include/tilegrid/grid/nvdb_io.h).
 
@@ -66,6 +66,7 @@ def save(
     grid: GridBatch,
     features: Features = None,
     names: Union[None, str, Sequence[str]] = None,
+    nanovdb_version: str = "32.4",
 ) -> None:
     """Write `grid` and its per-voxel features to a .nvdb file, replacing it.
 
@@ -77,7 +78,12 @@ def save(
             with its dtype and per-voxel shape. A JaggedTensor must be jagged like the grid's
             voxels.
         names: One name per grid, or one name for every grid; default "grid_<b>".
+        nanovdb_version: The NanoVDB format to write: "32.4" (the default; NanoVDB 32.4's
+            tools, Debian's) or "32.9" (NanoVDB 32.5 and later, and fVDB, which read a 32.4
+            file's index grids with their own layout and misnumber its voxels).
     """
+    if nanovdb_version not in ("32.4", "32.9"):
+        raise ValueError(f'save: nanovdb_version must be "32.4" or "32.9", got {nanovdb_version!r}')
     if not isinstance(grid, GridBatch):
         raise TypeError(f"save: grid must be a GridBatch, got {type(grid).__name__}")
     if features is None:
@@ -94,7 +100,7 @@ def save(
         if not isinstance(name, str):
             raise TypeError(f"save: names[{k}] must be a str, got {type(name).__name__} ({name!r})")
     host = grid if grid.device.type == "cpu" else grid.cpu()
-    _C.save_nvdb(_path("save", path), host._impl, capsules, names)
+    _C.save_nvdb(_path("save", path), host._impl, capsules, names, nanovdb_version == "32.9")
 
 
 def load(

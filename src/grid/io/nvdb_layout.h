@@ -132,7 +132,7 @@ struct FileGridMeta {
   uint32_t node_count[4];  // leaves, lower, upper, root (1)
   uint32_t tile_count[3];  // active tiles in lower, upper nodes and the root
   uint16_t codec;
-  uint16_t padding;
+  uint16_t padding;  // 32.5 on: the grid's blind data count
   uint32_t version;
 };
 static_assert(sizeof(FileGridMeta) == 176);

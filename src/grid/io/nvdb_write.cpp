@@ -1,4 +1,5 @@
-// save_nvdb: each grid of a batch as one NanoVDB 32.4 index grid (layout in nvdb_layout.h).
+// save_nvdb: each grid of a batch as one NanoVDB 32.4 or 32.9 index grid (layout in
+// nvdb_layout.h).
 // Our node arrays already are NanoVDB's tree in breadth-first order (upper nodes in root-table
 // order, each node's children contiguous and in position order, the same bit masks), so a grid
 // is written node by node with child pointers turned into byte offsets; one grid buffer is in
@@ -156,10 +157,36 @@ void world_box(const Box& box, const VoxelTransform& t, double out[6]) {
   }
 }
 
+// What differs between the two formats.
+struct FormatFields {
+  uint64_t file_magic, grid_magic;
+  uint32_t version;
+  nvdb::GridType index_type;
+  bool on_index;  // 32.5 on: the leaf's first index in word[0], a prefix sum in word[1]
+};
+
+FormatFields fields_of(NvdbFormat format) {
+  if (format == NvdbFormat::V32_9)
+    return {nvdb::kMagicFile, nvdb::kMagicGrid, nvdb::version_id(32, 9, 0),
+            nvdb::GridType::OnIndex, true};
+  return {nvdb::kMagic, nvdb::kMagic, nvdb::kVersion, nvdb::GridType::Index, false};
+}
+
+// An OnIndex leaf's prefix sum: the active voxels in mask words 0..n-1 for n = 1..7, 9 bits
+// each, word n's count at bit 9 (n - 1).
+uint64_t prefix_sum(const uint64_t (&mask)[8]) {
+  uint64_t sum = 0, count = 0;
+  for (int n = 1; n < 8; ++n) {
+    count += uint64_t(__builtin_popcountll(mask[n - 1]));
+    sum |= count << (9 * (n - 1));
+  }
+  return sum;
+}
+
 class GridWriter {
  public:
-  GridWriter(const GridBatch& batch, const std::vector<Feature>& features)
-      : batch_(batch), tree_(batch.view()), features_(features) {}
+  GridWriter(const GridBatch& batch, const std::vector<Feature>& features, FormatFields format)
+      : batch_(batch), tree_(batch.view()), features_(features), format_(format) {}
 
   // Builds grid b's buffer; fills `meta` (all but name_size).
   std::vector<Block> build(int64_t b, const std::string& name, nvdb::FileGridMeta& meta) const {
@@ -196,7 +223,8 @@ class GridWriter {
       nvdb::IndexLeaf& dst = leaves[n - n0];
       const Box box = leaf_box(src);
       leaf_boxes[size_t(n - n0)] = box;
-      dst.flags = nvdb::kLeafSparseIndex;
+      // 32.4: bit 4 marks the sparse index; 32.5 on it means statistics, which these lack.
+      dst.flags = format_.on_index ? 0 : nvdb::kLeafSparseIndex;
       if (box.empty()) {
         dst.bbox_min[0] = src.origin.i, dst.bbox_min[1] = src.origin.j,
         dst.bbox_min[2] = src.origin.k;
@@ -208,8 +236,13 @@ class GridWriter {
         dst.flags |= nvdb::kLeafHasBBox;
       }
       std::copy(src.voxels.bits, src.voxels.bits + 8, dst.value_mask);
-      // 32.4's sparse Index leaf: word[1] is its first voxel's index (0 is the background).
-      dst.word[1] = uint64_t(src.first_voxel - row0 + 1);
+      const uint64_t first_index = uint64_t(src.first_voxel - row0 + 1);  // 0: the background
+      if (format_.on_index) {
+        dst.word[0] = first_index;
+        dst.word[1] = prefix_sum(dst.value_mask);
+      } else {
+        dst.word[1] = first_index;
+      }
     }
     for (int64_t l = l0; l < l1; ++l) {
       const LowerNode& src = tree_.lowers[l];
@@ -261,6 +294,7 @@ class GridWriter {
       std::byte* data = base + at.blind_data[k];
       blind->data_offset = offset(blind, data);
       blind->element_count = uint64_t(voxels + 1) * f.row_numel;
+      if (format_.on_index) blind->flags = uint32_t(itemsize(f.data.dtype()));  // 32.5 on: bytes a value
       blind->semantic = nvdb::kBlindSemanticUnknown;
       blind->data_class = nvdb::kBlindClassChannelArray;
       blind->data_type = uint32_t(f.type);
@@ -273,8 +307,8 @@ class GridWriter {
     }
 
     const VoxelTransform t = transform_of(b);
-    grid->magic = nvdb::kMagic;
-    grid->version = nvdb::kVersion;
+    grid->magic = format_.grid_magic;
+    grid->version = format_.version;
     grid->flags = nvdb::kGridIsBreadthFirst | (grid_box.empty() ? 0u : nvdb::kGridHasBBox);
     grid->grid_index = 0;  // every grid is its own buffer, as NanoVDB's writers store them
     grid->grid_count = 1;
@@ -284,11 +318,15 @@ class GridWriter {
     world_box(grid_box, t, grid->world_bbox);
     std::copy(t.voxel_size, t.voxel_size + 3, grid->voxel_size);
     grid->grid_class = nvdb::kGridClassIndexGrid;
-    grid->grid_type = uint32_t(nvdb::GridType::Index);
+    grid->grid_type = uint32_t(format_.index_type);
     if (!features_.empty()) grid->blind_meta_offset = int64_t(at.blind_meta);
     grid->blind_meta_count = uint32_t(features_.size());
     grid->value_count = uint64_t(voxels) + 1;
-    const uint32_t crc = nvdb::crc32(base + nvdb::kChecksumStart, at.uppers - nvdb::kChecksumStart);
+    // The checksum's first half: to the end of the root table (32.4), of the tree header (32.9).
+    const size_t head_end = format_.version >= nvdb::kShortHeadChecksumFrom
+                                ? sizeof(nvdb::GridHeader) + sizeof(nvdb::TreeHeader)
+                                : at.uppers;
+    const uint32_t crc = nvdb::crc32(base + nvdb::kChecksumStart, head_end - nvdb::kChecksumStart);
     grid->checksum = uint64_t(nvdb::kCrcEmpty) << 32 | crc;
 
     meta.grid_size = meta.file_size = at.end;
@@ -302,7 +340,8 @@ class GridWriter {
     std::copy(tree->node_count, tree->node_count + 3, meta.node_count);
     meta.node_count[3] = 1;
     meta.codec = nvdb::kCodecNone;
-    meta.version = nvdb::kVersion;
+    meta.version = format_.version;
+    if (format_.on_index) meta.padding = uint16_t(features_.size());
     return buffer;
   }
 
@@ -319,6 +358,7 @@ class GridWriter {
   const GridBatch& batch_;
   TreeView tree_;
   const std::vector<Feature>& features_;
+  FormatFields format_;
 };
 
 std::vector<Feature> check_features(const std::vector<Tensor>& features, int64_t total_voxels) {
@@ -377,11 +417,12 @@ void write_raw(std::ofstream& os, const T& value) {
 }  // namespace
 
 void save_nvdb(const std::string& path, const GridBatch& grid, const std::vector<Tensor>& features,
-               const std::vector<std::string>& names) {
+               const std::vector<std::string>& names, NvdbFormat format) {
   const std::vector<std::string> all_names = grid_names(names, grid.num_grids());
   const std::vector<Feature> channels = check_features(features, grid.total_voxels());
   const GridBatch host = grid.device().is_cpu() ? grid : grid.to(Device::cpu());
-  const GridWriter writer(host, channels);
+  const FormatFields fields = fields_of(format);
+  const GridWriter writer(host, channels, fields);
 
   std::ofstream os(path, std::ios::binary | std::ios::trunc);
   TG_CHECK(os.is_open(), kOp, ": cannot open \"", path, "\" for writing");
@@ -408,7 +449,7 @@ void save_nvdb(const std::string& path, const GridBatch& grid, const std::vector
     const std::streampos end = os.tellp();
     os.seekp(start);
     write_raw(os,
-              nvdb::FileHeader{nvdb::kMagic, nvdb::kVersion, uint16_t(count), nvdb::kCodecNone});
+              nvdb::FileHeader{fields.file_magic, fields.version, uint16_t(count), nvdb::kCodecNone});
     for (size_t b = first; b < first + count; ++b) {
       write_raw(os, metas[b - first]);
       os.write(all_names[b].c_str(), std::streamsize(all_names[b].size() + 1));

@@ -128,3 +128,37 @@ def test_a_compressed_file_with_a_damaged_chunk_is_refused(tmp_path):
     bad.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"grid \"first\": decompressing its ZIP chunk at byte 0 failed"):
         tg.load(bad)
+
+
+def test_save_writes_nanovdb_32_9_when_asked_and_load_reads_it_back(tmp_path):
+    """nanovdb_version="32.9": the magic numbers, version and OnIndex grids of NanoVDB 32.9
+    (which NanoVDB 32.9's own reader reads back: bench/results/2026-12-07_cpu_nvdb_32_9_interop.txt),
+    and the same grids and features after load as with the default 32.4 format."""
+    g = torch.Generator().manual_seed(5)
+    parts = [torch.randint(-300, 300, (n, 3), generator=g, dtype=torch.int32) for n in (200, 1, 57)]
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor(parts), voxel_sizes=[0.5, 0.25, 2.0])
+    n = grid.total_voxels
+    features = [torch.randn(n, 3, generator=g), torch.randint(0, 256, (n,), generator=g).to(torch.uint8),
+                torch.randn(n, 2, generator=g).double()]
+    for version in ("32.4", "32.9"):
+        path = tmp_path / f"{version}.nvdb"
+        tg.save(path, grid, features, names=["a", "b", "c"], nanovdb_version=version)
+        data = path.read_bytes()
+        magic, packed = data[:8], struct.unpack_from("<I", data, 8)[0]
+        assert magic == (b"NanoVDB2" if version == "32.9" else b"NanoVDB0")
+        assert (packed >> 21, (packed >> 10) & 0x7FF) == ((32, 9) if version == "32.9" else (32, 4))
+        grid_at = 16 + 3 * 176 + 2 + 2 + 2  # the records, then "a\0", "b\0", "c\0"
+        assert data[grid_at : grid_at + 8] == (b"NanoVDB1" if version == "32.9" else b"NanoVDB0")
+        assert struct.unpack_from("<I", data, grid_at + 636)[0] == (20 if version == "32.9" else 19)
+        loaded, got, names = tg.load(path)
+        assert names == ["a", "b", "c"]
+        assert torch.equal(loaded.ijk.jdata, grid.ijk.jdata)
+        assert torch.equal(loaded.voxel_sizes, grid.voxel_sizes)
+        for want, have in zip(features, got):
+            assert have.jdata.dtype == want.dtype and torch.equal(have.jdata, want)
+
+
+def test_save_refuses_an_unknown_nanovdb_version(tmp_path):
+    grid = tg.GridBatch.from_ijk(tg.JaggedTensor([torch.zeros(1, 3, dtype=torch.int32)]))
+    with pytest.raises(ValueError, match='nanovdb_version must be "32.4" or "32.9", got \'32.6\''):
+        tg.save(tmp_path / "x.nvdb", grid, nanovdb_version="32.6")
