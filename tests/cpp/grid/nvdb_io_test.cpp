@@ -54,10 +54,10 @@ std::vector<Tensor> features_of_every_dtype(int64_t rows) {
           random_feature(rows, {0}, DType::Float32)};
 }
 
-void expect_round_trip(const GridBatch& grid, const std::vector<Tensor>& features,
-                       const std::vector<std::string>& names) {
+void expect_round_trip_in(const GridBatch& grid, const std::vector<Tensor>& features,
+                          const std::vector<std::string>& names, NvdbFormat format) {
   TempFile file;
-  save_nvdb(file.str(), grid, features, names);
+  save_nvdb(file.str(), grid, features, names, format);
   const NvdbContents back = load_nvdb(file.str());
   expect_same_grids(grid, back.grid);
   ASSERT_EQ(back.features.size(), features.size());
@@ -69,6 +69,15 @@ void expect_round_trip(const GridBatch& grid, const std::vector<Tensor>& feature
   for (int64_t g = 0; g < grid.num_grids(); ++g)
     EXPECT_EQ(back.names[size_t(g)],
               names.empty() ? "grid_" + std::to_string(g) : names[size_t(g)]);
+}
+
+// Saved in both formats (NanoVDB 32.4 and 32.9), each loads back as it was.
+void expect_round_trip(const GridBatch& grid, const std::vector<Tensor>& features,
+                       const std::vector<std::string>& names) {
+  for (const NvdbFormat format : {NvdbFormat::V32_4, NvdbFormat::V32_9}) {
+    SCOPED_TRACE(format == NvdbFormat::V32_4 ? "NanoVDB 32.4" : "NanoVDB 32.9");
+    expect_round_trip_in(grid, features, names, format);
+  }
 }
 
 TEST(NvdbIo, RoundTripsRandomBatchesWithFeaturesOfEveryDtype) {

@@ -8,6 +8,7 @@
 #include <nanovdb/tools/GridValidator.h>
 #include <cstdio>
 #include <fstream>
+#include <vector>
 int main(int argc, char** argv) {
   auto handles = nanovdb::io::readGrids(argv[1]);
   std::ifstream rows(argv[2]);  // grid row i j k value
