@@ -11,6 +11,11 @@
 // only trades the overflow for the underflow). Such rows take P = 2^((s - max) * scale_log2),
 // exactly 1 at the maximum: the kernels check once a tile, and in such rows only subtract the
 // maximum from the scores and take base 0 (one extra subtraction a score there, none elsewhere).
+// In such rows the Hopper forward rescales O by 2^((old max - new max) * scale_log2), the same
+// exact form; the portable forward (between key tiles) and the decode kernel (between warps)
+// still rescale by the difference of the two rounded bases, which can be off by up to an ulp
+// of the base (2 at 2^24) when a row's maximum grows by only a few ulps: rare, and not yet
+// changed (it needs a GPU run to check).
 #include <cmath>
 
 namespace tilegrid::attention {
