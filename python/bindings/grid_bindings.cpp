@@ -394,7 +394,7 @@ void bind_grid(nb::module_& m) {
                         nanovdb_32_9 ? grid::NvdbFormat::V32_9 : grid::NvdbFormat::V32_4);
       },
       nb::arg("path"), nb::arg("grid"), nb::arg("features"), nb::arg("names"),
-      nb::arg("nanovdb_32_9") = false);
+      nb::arg("nanovdb_32_9") = true);
   m.def(
       "load_nvdb",
       [](const std::string& path) {

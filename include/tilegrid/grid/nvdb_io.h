@@ -1,11 +1,12 @@
 #pragma once
 // Saving and loading a GridBatch with its features as a NanoVDB file (.nvdb).
 //
-// save_nvdb writes NanoVDB 32.4's format by default, which NanoVDB 32.4's tools and
-// io::readGrids read, or NanoVDB 32.9's (NvdbFormat::V32_9), which 32.5 and later and fVDB
-// read. Each kind of reader accepts the other's files (one major version) but reads them with
-// its own layout: NanoVDB 32.5+ misnumbers the voxels of a 32.4 file, and 32.4 refuses the
-// OnIndex grids of a 32.9 one. Write the format of the reader that will open the file.
+// save_nvdb writes NanoVDB 32.9's format by default, which NanoVDB 32.5 and later and fVDB
+// read, or NanoVDB 32.4's (NvdbFormat::V32_4), which NanoVDB 32.4's tools and io::readGrids
+// (Debian's libnanovdb-dev) read. Each kind of reader accepts the other's files (one major
+// version) but reads them with its own layout: NanoVDB 32.5+ misnumbers the voxels of a 32.4
+// file, and 32.4 refuses the OnIndex grids of a 32.9 one. Write the format of the reader that
+// will open the file; the default is the one whose mismatch fails loudly.
 //
 // Each grid of the batch becomes one NanoVDB index grid (32.4: GridType::Index; 32.9:
 // GridType::OnIndex; GridClass::IndexGrid, leaves that index active voxels only), named "grid_<b>" unless names
@@ -39,7 +40,7 @@ enum class NvdbFormat {
 void save_nvdb(const std::string& path, const GridBatch& grid,
                const std::vector<Tensor>& features = {},
                const std::vector<std::string>& names = {},
-               NvdbFormat format = NvdbFormat::V32_4);
+               NvdbFormat format = NvdbFormat::V32_9);
 
 struct NvdbContents {
   GridBatch grid;                  // on the CPU, rows in tilegrid's order

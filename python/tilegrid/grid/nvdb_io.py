@@ -1,10 +1,10 @@
 """Saving and loading grid batches with their features as NanoVDB files (.nvdb), in the
 spirit of fVDB's save/load.
 
-Each grid becomes one NanoVDB index grid (file format 32.4) named "grid_<b>" unless names are
-given, in NanoVDB 32.4's format (NanoVDB 32.4's tools) or, with nanovdb_version="32.9", in
-32.9's (NanoVDB 32.5 and later, and fVDB): each kind of reader accepts the other's files but
-misreads or refuses their index grids. ``load`` reads both. NanoVDB reserves index 0 for the
+Each grid becomes one NanoVDB index grid named "grid_<b>" unless names are given, in NanoVDB
+32.9's format (NanoVDB 32.5 and later, and fVDB) or, with nanovdb_version="32.4", in 32.4's
+(NanoVDB 32.4's tools, Debian's): each kind of reader accepts the other's files but misreads
+or refuses their index grids. ``load`` reads both. NanoVDB reserves index 0 for the
 background: the voxel in row r of grid b's features has NanoVDB index r + 1. Each feature
 tensor is stored as a channel array of every grid (details in include/tilegrid/grid/nvdb_io.h).
 
@@ -66,7 +66,7 @@ def save(
     grid: GridBatch,
     features: Features = None,
     names: Union[None, str, Sequence[str]] = None,
-    nanovdb_version: str = "32.4",
+    nanovdb_version: str = "32.9",
 ) -> None:
     """Write `grid` and its per-voxel features to a .nvdb file, replacing it.
 
@@ -78,9 +78,10 @@ def save(
             with its dtype and per-voxel shape. A JaggedTensor must be jagged like the grid's
             voxels.
         names: One name per grid, or one name for every grid; default "grid_<b>".
-        nanovdb_version: The NanoVDB format to write: "32.4" (the default; NanoVDB 32.4's
-            tools, Debian's) or "32.9" (NanoVDB 32.5 and later, and fVDB, which read a 32.4
-            file's index grids with their own layout and misnumber its voxels).
+        nanovdb_version: The NanoVDB format to write: "32.9" (the default; NanoVDB 32.5 and
+            later, and fVDB, which read a 32.4 file's index grids with their own layout and
+            misnumber its voxels) or "32.4" (NanoVDB 32.4's tools, Debian's, which refuse a
+            32.9 file).
     """
     if nanovdb_version not in ("32.4", "32.9"):
         raise ValueError(f'save: nanovdb_version must be "32.4" or "32.9", got {nanovdb_version!r}')

@@ -1,11 +1,12 @@
 #pragma once
 // The binary layout of NanoVDB files (internal to the .nvdb reader and writer).
 //
-// Written from the NanoVDB headers: 32.4.2 (OpenVDB 10.0.1, Debian bookworm's libnanovdb-dev),
-// the format save_nvdb writes, and 32.9 (OpenVDB 13), the newest the reader takes. tilegrid
-// does not include them, NanoVDB being optional. Sizes and offsets are asserted below; the
-// interop test reads our files with NanoVDB itself, and tests/data/nvdb holds files NanoVDB 32.9
-// wrote the way fVDB saves grids.
+// Written from the NanoVDB headers of 32.4.2 (OpenVDB 10.0.1, Debian bookworm's
+// libnanovdb-dev) and 32.9.2 (OpenVDB's repository, August 2026), the two formats save_nvdb
+// writes; the reader takes 32.0 to 32.9. tilegrid does not include them, NanoVDB being
+// optional. Sizes and offsets are asserted below; the interop test reads our 32.4 files with
+// NanoVDB 32.4 itself, tests/data/nvdb/read_with_nanovdb.cpp our 32.9 files with 32.9, and
+// tests/data/nvdb holds files NanoVDB 32.9 wrote the way fVDB saves grids.
 //
 // A file is one or more segments: a FileHeader, one FileGridMeta plus the grid's name (with
 // its NUL) per grid, then the grid buffers back to back (each compressed on its own where the
@@ -26,8 +27,8 @@
 // arrays (blind data read by NanoVDB's ChannelAccessor) are indexed the same way, so entry 0 is
 // the background's value. NanoVDB 32.5 renamed this kind OnIndex (GridType 20, its leaf's
 // first index moved to the word before) and gave GridType::Index the dense meaning (every voxel
-// of a leaf numbered, index = offset + position), so only files of version 32.4 and older are
-// written as GridType::Index with sparse leaves.
+// of a leaf numbered, index = offset + position): save_nvdb writes GridType::Index with sparse
+// leaves only in 32.4 files, OnIndex in 32.9 ones.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>

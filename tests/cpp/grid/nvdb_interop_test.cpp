@@ -38,7 +38,7 @@ struct Saved {
                                random_feature(grid.total_voxels(), {}, DType::Int32)};
   std::vector<std::string> names{"dense part", "empty", "grid_2", "single voxel", "last"};
   TempFile file;
-  Saved() { save_nvdb(file.str(), grid, features, names); }
+  Saved() { save_nvdb(file.str(), grid, features, names, NvdbFormat::V32_4); }
 };
 
 const int32_t* ijk_rows(const GridBatch& grid, Tensor& keep) {

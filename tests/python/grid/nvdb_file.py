@@ -87,9 +87,13 @@ class NvdbFile:
             self.put("<Q", self.record + field, self.u64(self.record + field) + gap)
 
     def finish(self) -> bytes:
-        """The bytes, with the header checksum (CRC-32 of the grid, tree and root headers and
-        the root table, from byte 16 of the grid) brought up to date."""
-        end = self.root + ROOT_HEADER + ROOT_TILE * self.tile_count
+        """The bytes, with the header checksum (CRC-32 from byte 16 of the grid to the end of
+        the tree header, NanoVDB 32.6.1 on, or of the root table, before) brought up to date."""
+        version = self.u32(self.grid + 16)
+        if version >= (32 << 21 | 6 << 10 | 1):
+            end = self.tree + TREE_HEADER
+        else:
+            end = self.root + ROOT_HEADER + ROOT_TILE * self.tile_count
         crc = zlib.crc32(bytes(self.data[self.grid + 16 : end]))
         checksum = self.u64(self.grid + 8)
         self.put("<Q", self.grid + 8, (checksum & ~0xFFFFFFFF) | crc)

@@ -90,21 +90,25 @@ def test_empty_grids_and_extreme_coordinates(tmp_path):
     assert torch.equal(feature.jdata, values)
 
 
-def test_file_is_a_nanovdb_index_grid_file(tmp_path):
-    """The framing NanoVDB's reader checks: magic, version 32.4, one record per grid naming it,
-    GridType::Index (19) and GridClass::IndexGrid (8)."""
+@pytest.mark.parametrize("version", [None, "32.9", "32.4"])
+def test_file_is_a_nanovdb_index_grid_file(tmp_path, version):
+    """The framing NanoVDB's reader checks: magic, version, one record per grid naming it,
+    GridType OnIndex (20; NanoVDB 32.9, the default) or Index (19; 32.4) and
+    GridClass::IndexGrid (8)."""
     grid = random_grid([10, 20])
-    tg.save(tmp_path / "g.nvdb", grid, names=["first", "second"])
+    kwargs = {} if version is None else {"nanovdb_version": version}
+    tg.save(tmp_path / "g.nvdb", grid, names=["first", "second"], **kwargs)
     data = (tmp_path / "g.nvdb").read_bytes()
-    magic, version, count, codec = struct.unpack_from("<QIHH", data, 0)
-    assert magic.to_bytes(8, "little") == b"NanoVDB0"
-    assert (version >> 21, (version >> 10) & 0x7FF) == (32, 4)
+    magic, packed, count, codec = struct.unpack_from("<QIHH", data, 0)
+    new = version != "32.4"
+    assert magic.to_bytes(8, "little") == (b"NanoVDB2" if new else b"NanoVDB0")
+    assert (packed >> 21, (packed >> 10) & 0x7FF) == ((32, 9) if new else (32, 4))
     assert count == 2 and codec == 0
     record = struct.unpack_from("<QQQQII", data, 16)
     grid_size, file_size, _, voxel_count, grid_type, grid_class = record
     name_size = struct.unpack_from("<I", data, 16 + 136)[0]
     assert data[16 + 176 : 16 + 176 + name_size] == b"first\0"
-    assert (voxel_count, grid_type, grid_class) == (grid.num_voxels_at(0), 19, 8)
+    assert (voxel_count, grid_type, grid_class) == (grid.num_voxels_at(0), 20 if new else 19, 8)
     assert grid_size == file_size
 
 

@@ -14,12 +14,20 @@ from nvdb_file import UPPER, NvdbFile
 IJK = [[0, 0, 0], [1, 0, 0], [8, 0, 0], [16, 0, 0], [5000, 0, 0]]
 
 
-@pytest.fixture
-def saved(tmp_path):
+@pytest.fixture(params=["32.9", "32.4"])
+def saved(tmp_path, request):
+    """The file in both formats save writes; they differ in the leaf word holding its first
+    index (first_index_at)."""
     grid = tg.GridBatch.from_ijk(tg.JaggedTensor([torch.tensor(IJK, dtype=torch.int32)]))
     path = tmp_path / "good.nvdb"
-    tg.save(path, grid, features=torch.arange(5.0), names="g")
+    tg.save(path, grid, features=torch.arange(5.0), names="g", nanovdb_version=request.param)
     return NvdbFile(path.read_bytes())
+
+
+def first_index_at(f: NvdbFile) -> int:
+    """Offset in a leaf of its first voxel's index: word 0 from NanoVDB 32.5 on, word 1 before."""
+    minor = (f.u32(f.grid + 16) >> 10) & 0x7FF
+    return 80 if minor >= 5 else 88
 
 
 def load_error(tmp_path, data: bytes) -> str:
@@ -86,8 +94,9 @@ def test_a_lower_node_shared_by_two_upper_nodes_is_refused(tmp_path, saved):
 
 
 def test_leaves_sharing_feature_rows_are_refused(tmp_path, saved):
-    first = saved.u64(leaf_at(saved, (0, 0, 0)) + 88)
-    saved.put("<Q", leaf_at(saved, (8, 0, 0)) + 88, first)
+    at = first_index_at(saved)
+    first = saved.u64(leaf_at(saved, (0, 0, 0)) + at)
+    saved.put("<Q", leaf_at(saved, (8, 0, 0)) + at, first)
     message = load_error(tmp_path, saved.finish())
     assert f"voxel index {first} belongs to two voxels" in message
 
