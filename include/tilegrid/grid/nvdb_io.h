@@ -8,11 +8,11 @@
 // file, and 32.4 refuses the OnIndex grids of a 32.9 one. Write the format of the reader that
 // will open the file; the default is the one whose mismatch fails loudly.
 //
-// Each grid of the batch becomes one NanoVDB index grid (32.4: GridType::Index; 32.9:
-// GridType::OnIndex; GridClass::IndexGrid, leaves that index active voxels only), named "grid_<b>" unless names
-// are given. Its map is the grid's transform (world = origin + voxel_size * ijk), its index and
-// world bounding boxes follow NanoVDB's conventions, and its header checksum is computed the
-// way NanoVDB's default ("partial") mode does.
+// Each grid of the batch becomes one NanoVDB index grid (32.9: GridType::OnIndex; 32.4:
+// GridType::Index; GridClass::IndexGrid, leaves that index active voxels only), named
+// "grid_<b>" unless names are given. Its map is the grid's transform (world = origin + voxel_size *
+// ijk), its index and world bounding boxes follow NanoVDB's conventions, and its header checksum is
+// computed the way NanoVDB's default ("partial") mode does.
 //
 // NanoVDB reserves index 0 of an index grid for the background (every inactive voxel reads
 // 0), so the voxel in feature row r of grid b (r counted from the grid's first row) has
@@ -38,8 +38,7 @@ enum class NvdbFormat {
 // any tilegrid dtype and shape [total_voxels, ...], on any device) to `path`, replacing the
 // file. `names`: one per grid (each at most 255 bytes), or empty for "grid_0", "grid_1", ...
 void save_nvdb(const std::string& path, const GridBatch& grid,
-               const std::vector<Tensor>& features = {},
-               const std::vector<std::string>& names = {},
+               const std::vector<Tensor>& features = {}, const std::vector<std::string>& names = {},
                NvdbFormat format = NvdbFormat::V32_9);
 
 struct NvdbContents {

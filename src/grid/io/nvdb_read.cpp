@@ -270,13 +270,13 @@ void walk_leaf_voxels(const GridReader& r, const Leaf& leaf, Coord origin, Parse
 
 // How an index leaf numbers its voxels.
 enum class IndexKind {
-  Sparse,  // 32.4 GridType::Index with the sparse flag: word[1] + rank among active voxels
+  Sparse,   // 32.4 GridType::Index with the sparse flag: word[1] + rank among active voxels
   OnIndex,  // 32.5 on: word[0] + rank among active voxels
   Dense,    // 32.5 on, GridType::Index: word[0] + position in the leaf, active or not
 };
 
-void walk_index_leaf(const GridReader& r, const nvdb::IndexLeaf& leaf, Coord origin,
-                     IndexKind kind, uint64_t value_count, ParsedGrid& out) {
+void walk_index_leaf(const GridReader& r, const nvdb::IndexLeaf& leaf, Coord origin, IndexKind kind,
+                     uint64_t value_count, ParsedGrid& out) {
   if (kind == IndexKind::Sparse && !(leaf.flags & nvdb::kLeafSparseIndex))
     r.fail(
         "a leaf indexes inactive voxels too (a dense index grid); tilegrid reads index grids "
@@ -515,10 +515,11 @@ std::optional<FvdbRecord> read_fvdb_record(const GridReader& r, const nvdb::Grid
     constexpr std::string_view kPrefix = "fvdb_jdata";
     if (meta.data_class != 0 || !name.starts_with(kPrefix)) continue;
     // From 32.5 on a record gives its element size (fVDB: 8 for the shape, 1 for bytes).
-    const uint64_t element = nvdb::version_minor(version) >= nvdb::kFirstOnIndexMinor ? meta.flags : 1;
+    const uint64_t element =
+        nvdb::version_minor(version) >= nvdb::kFirstOnIndexMinor ? meta.flags : 1;
     const uint64_t bytes = checked_mul(r, meta.element_count, element, "an fvdb_jdata record");
-    const std::byte* data = r.bytes(r.add(meta_at, meta.data_offset, "an fvdb_jdata record"),
-                                    bytes, "an fvdb_jdata record");
+    const std::byte* data = r.bytes(r.add(meta_at, meta.data_offset, "an fvdb_jdata record"), bytes,
+                                    "an fvdb_jdata record");
     FvdbRecord out;
     out.dtype = name.substr(kPrefix.size());
     int64_t rdim = 0;
@@ -552,7 +553,8 @@ void read_fvdb_tensor(const GridReader& r, const FvdbRecord& rec, ParsedGrid& ou
   if (rec.voxels != voxels)
     r.fail("its fVDB tensor has ", rec.voxels, " rows for ", voxels,
            " active voxels: the file is corrupt");
-  const uint64_t row_bytes = row_elements(r, "fvdb_jdata", rec.row, itemsize(*dtype)) * itemsize(*dtype);
+  const uint64_t row_bytes =
+      row_elements(r, "fvdb_jdata", rec.row, itemsize(*dtype)) * itemsize(*dtype);
   if (row_bytes > 0 && uint64_t(voxels) > rec.rows_bytes / row_bytes)
     r.fail("its fVDB tensor needs ", voxels, " rows of ", row_bytes, " bytes, its record holds ",
            int64_t(rec.rows_bytes), ": the file is corrupt");
@@ -574,8 +576,7 @@ void apply_fvdb_shape(const GridReader& r, const FvdbRecord& rec, ParsedGrid& ou
     if (__builtin_mul_overflow(want, d, &want)) want = -1;
   if (rec.voxels != int64_t(out.index.size()) || want != have)
     r.fail("its fVDB record gives features of shape [", rec.voxels, ", ", rec.row, "] for ",
-           int64_t(out.index.size()), " voxels of ", have,
-           " values each: the file is corrupt");
+           int64_t(out.index.size()), " voxels of ", have, " values each: the file is corrupt");
   desc.row = rec.row;
 }
 
@@ -615,8 +616,9 @@ ParsedGrid parse_grid(const std::string& path, const std::string& name, uint64_t
   const GridReader r(path, name, buffer.front().bytes, size);
   const auto& grid = r.at<nvdb::GridHeader>(0, "the grid header");
   if (grid.magic != nvdb::kMagic && grid.magic != nvdb::kMagicGrid)
-    r.fail("its buffer does not start with the magic number \"NanoVDB0\" or \"NanoVDB1\": the "
-           "file is corrupt");
+    r.fail(
+        "its buffer does not start with the magic number \"NanoVDB0\" or \"NanoVDB1\": the "
+        "file is corrupt");
   if (grid.grid_size != size)
     r.fail("its header gives ", int64_t(grid.grid_size), " bytes, its file record ", int64_t(size),
            ": the file is corrupt");
@@ -624,8 +626,8 @@ ParsedGrid parse_grid(const std::string& path, const std::string& name, uint64_t
   if (nvdb::version_major(grid.version) != nvdb::kMajor ||
       nvdb::version_minor(grid.version) > nvdb::kNewestMinor)
     r.fail("its header gives NanoVDB version ", nvdb::version_major(grid.version), ".",
-           nvdb::version_minor(grid.version), " (the file ", nvdb::version_major(file_version),
-           ".", nvdb::version_minor(file_version), "); tilegrid reads ", nvdb::kMajor, ".0 to ",
+           nvdb::version_minor(grid.version), " (the file ", nvdb::version_major(file_version), ".",
+           nvdb::version_minor(file_version), "); tilegrid reads ", nvdb::kMajor, ".0 to ",
            nvdb::kMajor, ".", nvdb::kNewestMinor);
   const bool from_32_5 = nvdb::version_minor(grid.version) >= nvdb::kFirstOnIndexMinor;
   const auto type = nvdb::GridType(grid.grid_type);
@@ -634,7 +636,7 @@ ParsedGrid parse_grid(const std::string& path, const std::string& name, uint64_t
     check_head_checksum<IndexTree>(r, grid);
     if (grid.value_count == 0)
       r.fail("its value count is 0; an index grid counts at least index 0");
-    const IndexKind kind = !from_32_5 ? IndexKind::Sparse
+    const IndexKind kind = !from_32_5                        ? IndexKind::Sparse
                            : type == nvdb::GridType::OnIndex ? IndexKind::OnIndex
                                                              : IndexKind::Dense;
     walk_index_tree(r, grid, kind, out);
@@ -721,9 +723,11 @@ std::vector<Block> read_grid_bytes(FileReader& file, uint16_t codec, const nvdb:
     chunk.resize(chunk_size);
     file.read(chunk.data(), chunk_size, "a compressed chunk");
     on_disk += chunk_size;
-    const uint64_t plain =
-        codec == nvdb::kCodecZip ? meta.grid_size : std::min(nvdb::kCodecChunk, meta.grid_size - done);
-    const std::string error = nvdb::decompress(codec, chunk.data(), chunk.size(), out + done, plain);
+    const uint64_t plain = codec == nvdb::kCodecZip
+                               ? meta.grid_size
+                               : std::min(nvdb::kCodecChunk, meta.grid_size - done);
+    const std::string error =
+        nvdb::decompress(codec, chunk.data(), chunk.size(), out + done, plain);
     if (!error.empty())
       file.fail("grid \"", printable(name), "\": decompressing its ", nvdb::codec_name(codec),
                 " chunk at byte ", int64_t(done), " failed: ", error, ": the file is corrupt");
@@ -743,15 +747,17 @@ std::vector<ParsedGrid> parse_file(const std::string& path) {
     nvdb::FileHeader header;
     file.read(&header, sizeof(header), "a segment header");
     if (header.magic == nvdb::kMagicGrid)
-      file.fail("it holds a bare NanoVDB grid buffer (magic number \"NanoVDB1\"), not a NanoVDB "
-                "file: write it with NanoVDB's io::writeGrid");
+      file.fail(
+          "it holds a bare NanoVDB grid buffer (magic number \"NanoVDB1\"), not a NanoVDB "
+          "file: write it with NanoVDB's io::writeGrid");
     if (header.magic != nvdb::kMagic && header.magic != nvdb::kMagicFile) {
       char text[9] = {};
       std::memcpy(text, &header.magic, 8);
       for (char& c : text)
         if (c && (c < 32 || c > 126)) c = '?';
-      file.fail("not a NanoVDB file: expected the magic number \"NanoVDB0\" or \"NanoVDB2\", got \"", text, "\"",
-                grids.empty() ? "" : " (after the first segment)");
+      file.fail(
+          "not a NanoVDB file: expected the magic number \"NanoVDB0\" or \"NanoVDB2\", got \"",
+          text, "\"", grids.empty() ? "" : " (after the first segment)");
     }
     if (nvdb::version_major(header.version) != nvdb::kMajor)
       file.fail("written in NanoVDB file format ", nvdb::version_major(header.version), ".",
@@ -791,7 +797,8 @@ std::vector<ParsedGrid> parse_file(const std::string& path) {
     for (size_t g = 0; g < metas.size(); ++g) {
       const nvdb::FileGridMeta& meta = metas[g];
       std::vector<Block> buffer = read_grid_bytes(file, header.codec, meta, names[g]);
-      grids.push_back(parse_grid(path, names[g], meta.grid_size, header.version, std::move(buffer)));
+      grids.push_back(
+          parse_grid(path, names[g], meta.grid_size, header.version, std::move(buffer)));
     }
   }
   return grids;

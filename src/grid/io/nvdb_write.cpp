@@ -167,8 +167,8 @@ struct FormatFields {
 
 FormatFields fields_of(NvdbFormat format) {
   if (format == NvdbFormat::V32_9)
-    return {nvdb::kMagicFile, nvdb::kMagicGrid, nvdb::version_id(32, 9, 0),
-            nvdb::GridType::OnIndex, true};
+    return {nvdb::kMagicFile, nvdb::kMagicGrid, nvdb::version_id(32, 9, 0), nvdb::GridType::OnIndex,
+            true};
   return {nvdb::kMagic, nvdb::kMagic, nvdb::kVersion, nvdb::GridType::Index, false};
 }
 
@@ -294,7 +294,8 @@ class GridWriter {
       std::byte* data = base + at.blind_data[k];
       blind->data_offset = offset(blind, data);
       blind->element_count = uint64_t(voxels + 1) * f.row_numel;
-      if (format_.on_index) blind->flags = uint32_t(itemsize(f.data.dtype()));  // 32.5 on: bytes a value
+      if (format_.on_index)
+        blind->flags = uint32_t(itemsize(f.data.dtype()));  // 32.5 on: bytes a value
       blind->semantic = nvdb::kBlindSemanticUnknown;
       blind->data_class = nvdb::kBlindClassChannelArray;
       blind->data_type = uint32_t(f.type);
@@ -448,8 +449,8 @@ void save_nvdb(const std::string& path, const GridBatch& grid, const std::vector
     }
     const std::streampos end = os.tellp();
     os.seekp(start);
-    write_raw(os,
-              nvdb::FileHeader{fields.file_magic, fields.version, uint16_t(count), nvdb::kCodecNone});
+    write_raw(
+        os, nvdb::FileHeader{fields.file_magic, fields.version, uint16_t(count), nvdb::kCodecNone});
     for (size_t b = first; b < first + count; ++b) {
       write_raw(os, metas[b - first]);
       os.write(all_names[b].c_str(), std::streamsize(all_names[b].size() + 1));

@@ -193,9 +193,9 @@ TEST(NvdbIo, BadFilesGetClearErrors) {
                "NanoVDB file format 32.10; tilegrid reads 32.0 to 32.9");
   expect_error(patched(codec_at, uint16_t(7)), "names codec 7");
   // A codec the grids were not written with: the grid's first 8 bytes read as a chunk size.
-  expect_error(patched(codec_at, uint16_t(1)),
-               nvdb::codec_available(nvdb::kCodecZip) ? "compressed chunk of"
-                                                      : "made without zlib");
+  expect_error(patched(codec_at, uint16_t(1)), nvdb::codec_available(nvdb::kCodecZip)
+                                                   ? "compressed chunk of"
+                                                   : "made without zlib");
   // The first grid's buffer follows the segment header and both grid records (176 bytes and
   // the name, "grid_0" + NUL, each).
   const size_t grid_at = 16 + 2 * (176 + 7);
