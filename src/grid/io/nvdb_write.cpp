@@ -162,14 +162,15 @@ struct FormatFields {
   uint64_t file_magic, grid_magic;
   uint32_t version;
   nvdb::GridType index_type;
-  bool on_index;  // 32.5 on: the leaf's first index in word[0], a prefix sum in word[1]
+  // OnIndex (32.5 on): the leaf's first index in word[0], a prefix sum in word[1].
+  bool on_index() const { return index_type == nvdb::GridType::OnIndex; }
 };
 
 FormatFields fields_of(NvdbFormat format) {
   if (format == NvdbFormat::V32_9)
-    return {nvdb::kMagicFile, nvdb::kMagicGrid, nvdb::version_id(32, 9, 0), nvdb::GridType::OnIndex,
-            true};
-  return {nvdb::kMagic, nvdb::kMagic, nvdb::kVersion, nvdb::GridType::Index, false};
+    return {nvdb::kMagicFile, nvdb::kMagicGrid, nvdb::version_id(32, 9, 0),
+            nvdb::GridType::OnIndex};
+  return {nvdb::kMagic, nvdb::kMagic, nvdb::kVersion, nvdb::GridType::Index};
 }
 
 // An OnIndex leaf's prefix sum: the active voxels in mask words 0..n-1 for n = 1..7, 9 bits
@@ -224,7 +225,7 @@ class GridWriter {
       const Box box = leaf_box(src);
       leaf_boxes[size_t(n - n0)] = box;
       // 32.4: bit 4 marks the sparse index; 32.5 on it means statistics, which these lack.
-      dst.flags = format_.on_index ? 0 : nvdb::kLeafSparseIndex;
+      dst.flags = format_.on_index() ? 0 : nvdb::kLeafSparseIndex;
       if (box.empty()) {
         dst.bbox_min[0] = src.origin.i, dst.bbox_min[1] = src.origin.j,
         dst.bbox_min[2] = src.origin.k;
@@ -237,7 +238,7 @@ class GridWriter {
       }
       std::copy(src.voxels.bits, src.voxels.bits + 8, dst.value_mask);
       const uint64_t first_index = uint64_t(src.first_voxel - row0 + 1);  // 0: the background
-      if (format_.on_index) {
+      if (format_.on_index()) {
         dst.word[0] = first_index;
         dst.word[1] = prefix_sum(dst.value_mask);
       } else {
@@ -294,7 +295,7 @@ class GridWriter {
       std::byte* data = base + at.blind_data[k];
       blind->data_offset = offset(blind, data);
       blind->element_count = uint64_t(voxels + 1) * f.row_numel;
-      if (format_.on_index)
+      if (format_.on_index())
         blind->flags = uint32_t(itemsize(f.data.dtype()));  // 32.5 on: bytes a value
       blind->semantic = nvdb::kBlindSemanticUnknown;
       blind->data_class = nvdb::kBlindClassChannelArray;
@@ -342,7 +343,7 @@ class GridWriter {
     meta.node_count[3] = 1;
     meta.codec = nvdb::kCodecNone;
     meta.version = format_.version;
-    if (format_.on_index) meta.padding = uint16_t(features_.size());
+    if (format_.on_index()) meta.padding = uint16_t(features_.size());
     return buffer;
   }
 

@@ -132,8 +132,8 @@ def test_a_compressed_file_with_a_damaged_chunk_is_refused(tmp_path):
 
 def test_save_writes_nanovdb_32_9_or_32_4_and_load_reads_both_back(tmp_path):
     """nanovdb_version="32.9": the magic numbers, version and OnIndex grids of NanoVDB 32.9
-    (which NanoVDB 32.9's own reader reads back: bench/results/2026-12-07_cpu_nvdb_32_9_interop.txt),
-    and the same grids and features after load as with the 32.4 format."""
+    (tests/data/nvdb/read_with_nanovdb.cpp checks such files with NanoVDB's own reader), and the
+    same grids and features after load as with the 32.4 format."""
     g = torch.Generator().manual_seed(5)
     parts = [torch.randint(-300, 300, (n, 3), generator=g, dtype=torch.int32) for n in (200, 1, 57)]
     grid = tg.GridBatch.from_ijk(tg.JaggedTensor(parts), voxel_sizes=[0.5, 0.25, 2.0])
