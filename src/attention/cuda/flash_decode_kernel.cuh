@@ -243,8 +243,8 @@ __global__ void __launch_bounds__(Traits::kThreads) flash_decode_kernel(const Fl
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its stages: the merge reuses them
 
-  // Merge the warps: each writes its un-normalised O rows, its row maxima (log2 units, the
-  // exponent base above) and its sums.
+  // Merge the warps: each writes its un-normalised O rows, its row maxima (scores, whose
+  // exponent bases rebase_factor forms as the warp did) and its sums.
   float* merge_o = reinterpret_cast<float*>(smem + Traits::kSmemQ);  // [warp][row][stride]
   float* merge_max = merge_o + kWarps * kRows * Traits::kMergeRowStride;  // [warp][row]
   float* merge_sum = merge_max + kWarps * kRows;
@@ -254,8 +254,7 @@ __global__ void __launch_bounds__(Traits::kThreads) flash_decode_kernel(const Fl
     const int row = thread_row[r];
     const float sum = quad_sum(row_sum[r]);
     if (lane % 4 == 0) {
-      merge_max[warp * kRows + row] =
-          row_max[r] == kNegInf ? kNegInf : exp2_base(row_max[r], scale_log2);
+      merge_max[warp * kRows + row] = row_max[r];
       merge_sum[warp * kRows + row] = sum;
     }
     CUTE_UNROLL
@@ -280,7 +279,7 @@ __global__ void __launch_bounds__(Traits::kThreads) flash_decode_kernel(const Fl
       CUTE_UNROLL
       for (int w = 0; w < kWarps; ++w) {
         const float mw = merge_max[w * kRows + row];
-        const float f = mw == kNegInf ? 0.f : exp2f(mw - m);
+        const float f = rebase_factor(mw, m, scale_log2);
         sum += f * merge_sum[w * kRows + row];
         o += f * merge_o[(w * kRows + row) * Traits::kMergeRowStride + col];
       }
@@ -290,7 +289,8 @@ __global__ void __launch_bounds__(Traits::kThreads) flash_decode_kernel(const Fl
       for (int w = 0; w < kWarps; ++w) sum += merge_sum[w * kRows + row];
     }
     const float value = sum == 0.f ? 0.f : o / sum;
-    const float lse = sum == 0.f ? kNegInf : (m + log2f(sum)) * float(M_LN2);
+    const float lse =
+        sum == 0.f ? kNegInf : (exp2_base(m, scale_log2) + log2f(sum)) * float(M_LN2);
     const int token = (row0 + row) / group, head = head_kv * group + (row0 + row) % group;
     const int64_t lse_index = (int64_t(batch) * p.heads_q + head) * seqlen_q + token;
     if (split_out) {

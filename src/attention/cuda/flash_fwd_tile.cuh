@@ -71,7 +71,7 @@ __device__ __forceinline__ void online_softmax(AccS& acc_s, AccO& acc_o, float (
     }
     tile_max = quad_max(tile_max);
     const float base = tile_max == -INFINITY ? 0.f : exp2_base(tile_max, scale_log2);
-    const float rescale = exp2f(exp2_base(row_max[r], scale_log2) - base);
+    const float rescale = rebase_factor(row_max[r], tile_max, scale_log2);
     row_max[r] = tile_max;
     row_sum[r] *= rescale;
     CUTE_UNROLL

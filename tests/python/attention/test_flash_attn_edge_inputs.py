@@ -315,6 +315,42 @@ def test_a_row_past_the_exact_exponent_threshold_keeps_its_softmax_weights(where
     torch.testing.assert_close(one.double(), want[:, :1], atol=2e-3, rtol=2e-3)
 
 
+def _best_key_after_a_near_tie(head_dim, delta_log2):
+    """q [1, 2, 1, d] and k, v [1, 300, 1, d] whose scores (exact in float32) are 8 - 2^delta_log2
+    at key 3, 8 at key 257 and 0 elsewhere: the row's maximum grows in a later key tile (and
+    another warp of the decode kernel), so its partial sums change base."""
+    q = torch.zeros(1, 2, 1, head_dim)
+    q[..., 0], q[..., 1] = 1.0, 2.0 ** (delta_log2 / 2)
+    k = torch.zeros(1, 300, 1, head_dim)
+    k[:, 3, :, 0], k[:, 3, :, 1] = 8.0, -(2.0 ** (delta_log2 / 2))
+    k[:, 257, :, 0] = 8.0
+    v = torch.randn(1, 300, 1, head_dim, generator=torch.Generator().manual_seed(head_dim))
+    return q.half(), k.half(), v.half()
+
+
+@pytest.mark.parametrize("where", _WHERE)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_large_scales_keep_the_weights_when_the_maximum_grows_in_a_later_tile(where, head_dim):
+    """Scales from 1e2 to 2e6: the row's exponent base (8 x scale x log2 e) runs from ~1e3 past
+    the exact-exponent threshold 2^16 to past 2^24, and the earlier key, 2^delta below the
+    best, weighs between exp(-1) and exp(-3) of it. Before and after the maximum moves, the
+    partial sums must meet on one base (float64 reference), in the forward and the decode."""
+    for scale in [1e2, 3e3, 5.5e3, 5.7e3, 6e3, 3e4, 4e5, 1.4e6, 1.5e6, 2e6]:
+        delta_log2 = 2 * round(math.log2(1.5 / scale) / 2)  # an even power: q and k hold its root
+        q, k, v = _best_key_after_a_near_tie(head_dim, max(delta_log2, -20))
+        s = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double()) * scale
+        want = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), v.double())
+        assert 0.04 < float(torch.softmax(s, -1)[0, 0, 0, 3]) < 0.5  # the near key counts
+        out = _run_on(where, lambda q, k, v: tg.flash_attn_func(q, k, v, softmax_scale=scale),
+                      q, k, v)
+        torch.testing.assert_close(out.double(), want, atol=2e-3, rtol=2e-3,
+                                   msg=lambda m: f"softmax_scale {scale}: {m}")
+        one = _run_on(where, lambda q, k, v: tg.flash_attn_with_kvcache(q, k, v, softmax_scale=scale),
+                      q[:, :1], k, v)
+        torch.testing.assert_close(one.double(), want[:, :1], atol=2e-3, rtol=2e-3,
+                                   msg=lambda m: f"softmax_scale {scale}, decode: {m}")
+
+
 @pytest.mark.parametrize("where", _WHERE)
 def test_a_huge_scale_averages_tied_best_keys(where):
     """softmax_scale 1e30 with two keys tied at the maximum: each weighs exactly 1/2."""
