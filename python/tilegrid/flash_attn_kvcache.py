@@ -176,8 +176,8 @@ def flash_attn_with_kvcache(
             j + rotary_dim / 2) (GPT-NeoX, Llama).
         alibi_slopes: Must be None (no ALiBi; a tensor raises NotImplementedError).
         num_splits: How many parts to split each sequence's key tiles into (split-KV, at
-            most 256): each part runs in its own CTAs and the parts merge by their
-            log-sum-exps. 0: chosen from the SM count and the work (decode_num_splits in
+            most 256): each part runs in its own CTAs and the parts merge by their row
+            maxima and sums. 0: chosen from the SM count and the work (decode_num_splits in
             tilegrid/attention/kvcache.h, not yet tuned by measurement). On the CPU the keys
             are not split. On the gather path (see the module's docstring) the parts run as
             sequences of their own (tilegrid/split_kv.py), a sliding window unsplit, and 0

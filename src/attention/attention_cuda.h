@@ -33,8 +33,8 @@ void forward_cuda_hdim192(const FlashFwdParams& p, DType dtype, Stream stream);
 void forward_cuda_hdim256(const FlashFwdParams& p, DType dtype, Stream stream);
 
 // Attention over a KV cache read in place, one per head dimension
-// (cuda/flash_decode_hdim<d>.cu); with p.num_splits > 1, p.partial_out and p.partial_lse are
-// the caller's scratch.
+// (cuda/flash_decode_hdim<d>.cu); with p.num_splits > 1, p.partial_out, p.partial_max and
+// p.partial_sum are the caller's scratch.
 void decode_cuda_hdim64(const FlashDecodeParams& p, DType dtype, Stream stream);
 void decode_cuda_hdim128(const FlashDecodeParams& p, DType dtype, Stream stream);
 void decode_cuda_hdim256(const FlashDecodeParams& p, DType dtype, Stream stream);

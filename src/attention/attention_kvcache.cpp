@@ -277,13 +277,14 @@ void forward_kvcache_cuda(const TensorView& q, const KvCache& c, const Checked& 
 
   // Split partials from the device's allocator, alive until the combine kernel has run on
   // `stream` (the allocator's stream-ordered frees).
-  Tensor partial_out, partial_lse;
+  Tensor partial_out, partial_max_and_sum;
   if (splits > 1) {
     const int64_t rows = r.batch * r.heads_q * r.seqlen_q;
     partial_out = Tensor::empty({splits, rows, r.head_dim}, DType::Float32, q.device, stream);
-    partial_lse = Tensor::empty({splits, rows}, DType::Float32, q.device, stream);
+    partial_max_and_sum = Tensor::empty({2, splits, rows}, DType::Float32, q.device, stream);
     p.partial_out = static_cast<float*>(partial_out.data());
-    p.partial_lse = static_cast<float*>(partial_lse.data());
+    p.partial_max = static_cast<float*>(partial_max_and_sum.data());
+    p.partial_sum = p.partial_max + splits * rows;
   }
   if (r.head_dim == 64)
     decode_cuda_hdim64(p, q.dtype, stream);

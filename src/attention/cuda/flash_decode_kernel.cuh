@@ -16,8 +16,8 @@
 // LSE through the sum.
 //
 // With num_splits > 1 each CTA covers 1 / num_splits of its rows' key tiles and writes its
-// rows normalised by their own sums, in float32, with their log-sum-exps; the combine kernel
-// weighs the splits by exp(lse_split - max) and writes O and LSE.
+// rows normalised by their own sums, in float32, with their maxima and sums; the combine kernel
+// weighs the splits by their sums moved to the largest maximum's base and writes O and LSE.
 #include <cutlass/numeric_types.h>
 #include <cute/tensor.hpp>
 
@@ -296,7 +296,10 @@ __global__ void __launch_bounds__(Traits::kThreads) flash_decode_kernel(const Fl
     if (split_out) {
       const int64_t index = int64_t(split) * p.batch * p.heads_q * seqlen_q + lse_index;
       p.partial_out[index * kHeadDim + col] = value;
-      if (col == 0) p.partial_lse[index] = lse;
+      if (col == 0) {
+        p.partial_max[index] = m;
+        p.partial_sum[index] = sum;
+      }
     } else {
       static_cast<Element*>(p.out)[int64_t(batch) * p.out_batch_stride +
                                    int64_t(token) * p.out_row_stride +
@@ -307,21 +310,24 @@ __global__ void __launch_bounds__(Traits::kThreads) flash_decode_kernel(const Fl
 }
 
 // The splits of each (sequence, query head, token) row merged: one warp a row, each lane a
-// stride of the head dim. Weights exp(lse_split - max): a split without keys (lse -inf) weighs
-// 0; a NaN log-sum-exp makes the row NaN.
+// stride of the head dim. A split weighs its sum moved to the base of the row's largest
+// maximum (rebase_factor): a split without keys (max -inf, sum 0) weighs 0; a NaN sum makes
+// the row NaN.
 template <class Element, int kHeadDim>
 __global__ void flash_decode_combine_kernel(const FlashDecodeParams p) {
   const int64_t total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= total) return;
+  const float scale_log2 = p.score_scale_log2;
   float m = -INFINITY;
-  for (int s = 0; s < p.num_splits; ++s) m = fmaxf(m, p.partial_lse[s * total + row]);
+  for (int s = 0; s < p.num_splits; ++s) m = fmaxf(m, p.partial_max[s * total + row]);
+  auto weight = [&](int s) {
+    return rebase_factor(p.partial_max[s * total + row], m, scale_log2) *
+           p.partial_sum[s * total + row];
+  };
   float sum = 0.f;
-  for (int s = 0; s < p.num_splits; ++s) {
-    const float l = p.partial_lse[s * total + row];
-    sum += l == -INFINITY ? 0.f : expf(l - m);
-  }
+  for (int s = 0; s < p.num_splits; ++s) sum += weight(s);
   const int token = int(row % p.seqlen_q);
   const int head = int((row / p.seqlen_q) % p.heads_q);
   const int batch = int(row / (int64_t(p.seqlen_q) * p.heads_q));
@@ -330,15 +336,14 @@ __global__ void flash_decode_combine_kernel(const FlashDecodeParams p) {
   for (int col = lane; col < kHeadDim; col += 32) {
     float o = 0.f;
     if (m != -INFINITY) {
-      for (int s = 0; s < p.num_splits; ++s) {
-        const float l = p.partial_lse[s * total + row];
-        const float w = l == -INFINITY ? 0.f : expf(l - m);
-        o += w * p.partial_out[(s * total + row) * kHeadDim + col];
-      }
+      for (int s = 0; s < p.num_splits; ++s)
+        o += weight(s) * p.partial_out[(s * total + row) * kHeadDim + col];
     }
     out[col] = Element(sum == 0.f ? 0.f : o / sum);
   }
-  if (lane == 0 && p.lse != nullptr) p.lse[row] = sum == 0.f ? -INFINITY : m + logf(sum);
+  if (lane == 0 && p.lse != nullptr)
+    p.lse[row] =
+        sum == 0.f ? -INFINITY : (exp2_base(m, scale_log2) + log2f(sum)) * float(M_LN2);
 }
 
 }  // namespace tilegrid::attention::flash

@@ -38,12 +38,15 @@ struct FlashDecodeParams {
   int64_t window_left = -1, window_right = -1;
 
   // Split-KV: each CTA takes 1 / num_splits of its rows' key tiles. With more than one split,
-  // the CTAs write float32 partial outputs (normalised by their own sums) and log-sum-exps
-  // there, merged by the combine kernel; [num_splits, batch, heads_q, seqlen_q, d] and
-  // [num_splits, batch, heads_q, seqlen_q].
+  // the CTAs write float32 partial outputs (normalised by their own sums), row maxima (scores)
+  // and sums there, merged by the combine kernel; [num_splits, batch, heads_q, seqlen_q, d]
+  // and [num_splits, batch, heads_q, seqlen_q] each. Maxima and sums rather than one
+  // log-sum-exp: past the exact-exponent threshold (common/softmax_base.cuh) a log-sum-exp's
+  // rounding alone would misweigh splits whose maxima differ by a few ulps.
   int num_splits = 1;
   float* partial_out = nullptr;
-  float* partial_lse = nullptr;
+  float* partial_max = nullptr;
+  float* partial_sum = nullptr;
 };
 
 }  // namespace tilegrid::attention

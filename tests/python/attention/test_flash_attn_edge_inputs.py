@@ -334,7 +334,8 @@ def test_large_scales_keep_the_weights_when_the_maximum_grows_in_a_later_tile(wh
     """Scales from 1e2 to 2e6: the row's exponent base (8 x scale x log2 e) runs from ~1e3 past
     the exact-exponent threshold 2^16 to past 2^24, and the earlier key, 2^delta below the
     best, weighs between exp(-1) and exp(-3) of it. Before and after the maximum moves, the
-    partial sums must meet on one base (float64 reference), in the forward and the decode."""
+    partial sums must meet on one base (float64 reference), in the forward and the decode
+    kernel, unsplit and split."""
     for scale in [1e2, 3e3, 5.5e3, 5.7e3, 6e3, 3e4, 4e5, 1.4e6, 1.5e6, 2e6]:
         delta_log2 = 2 * round(math.log2(1.5 / scale) / 2)  # an even power: q and k hold its root
         q, k, v = _best_key_after_a_near_tie(head_dim, max(delta_log2, -20))
@@ -345,10 +346,11 @@ def test_large_scales_keep_the_weights_when_the_maximum_grows_in_a_later_tile(wh
                       q, k, v)
         torch.testing.assert_close(out.double(), want, atol=2e-3, rtol=2e-3,
                                    msg=lambda m: f"softmax_scale {scale}: {m}")
-        one = _run_on(where, lambda q, k, v: tg.flash_attn_with_kvcache(q, k, v, softmax_scale=scale),
-                      q[:, :1], k, v)
-        torch.testing.assert_close(one.double(), want[:, :1], atol=2e-3, rtol=2e-3,
-                                   msg=lambda m: f"softmax_scale {scale}, decode: {m}")
+        for splits in (1, 3):  # 3: keys 3 and 257 in different splits of the decode kernel
+            one = _run_on(where, lambda q, k, v: tg.flash_attn_with_kvcache(
+                q, k, v, softmax_scale=scale, num_splits=splits), q[:, :1], k, v)
+            torch.testing.assert_close(one.double(), want[:, :1], atol=2e-3, rtol=2e-3,
+                                       msg=lambda m: f"softmax_scale {scale}, {splits} splits: {m}")
 
 
 @pytest.mark.parametrize("where", _WHERE)

@@ -174,7 +174,7 @@ def test_no_new_keys_and_no_rotary_not_causal(device):
 @pytest.mark.parametrize("sq,causal", [(1, True), (4, True), (3, False)])
 @pytest.mark.parametrize("splits", [2, 3, 9])
 def test_split_kv_equals_the_reference(device, dtype, sq, causal, splits):
-    """num_splits > 1: each sequence's keys in parts merged by their log-sum-exps, with
+    """num_splits > 1: each sequence's keys in parts merged by their maxima and sums, with
     sequences shorter than the parts (empty parts), one with no cached keys, left padding and
     softcap; causal parts before the last hold only keys every query sees."""
     if device == "cuda" and dtype == torch.float32:
