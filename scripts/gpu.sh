@@ -148,4 +148,6 @@ fi
 echo
 cat "$summary"
 echo
-grep -v '^\s*$' "$OUT/bench.log" | tail -40
+# (no bench.log when neither a benchmark nor the demo ran)
+[ -f "$OUT/bench.log" ] && grep -v '^\s*$' "$OUT/bench.log" | tail -40
+true
