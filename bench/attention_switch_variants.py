@@ -34,6 +34,10 @@ SWITCH_VARIANTS = [
     ("sm90 ping-pong+persistent+dynamic", 100),
     ("sm90 3wg+ping-pong+persistent+dynamic", 108),
     ("sm90 wide-n+persistent", 48),
+    # FlashAttention-3's choice with a causal mask at head dim 256: 128 x 80 tiles taken
+    # dynamically by persistent CTAs (tile_size_fwd_sm90, DynamicPersistentTileScheduler).
+    ("sm90 wide-n+persistent+dynamic", 112),
+    ("sm90 wide-n+ping-pong+persistent+dynamic", 116),
     ("sm90 kv-multicast", 128),
     ("sm90 wide-n+kv-multicast", 144),
     ("sm90 wide-n+kv-multicast+ping-pong", 148),
