@@ -148,7 +148,7 @@ def test_sm90_strided_inputs_and_fallback(sm90):
 
 
 @pytest.mark.parametrize("head_dim", SM90_HEAD_DIMS)
-@pytest.mark.parametrize("switches", [32, 33, 36, 44, 544, 96, 108])
+@pytest.mark.parametrize("switches", [32, 33, 36, 44, 544, 96, 108, 112, 116])
 @gpu_test
 def test_sm90_persistent_ctas_loop_over_many_tiles(head_dim, switches):
     """Persistent CTAs (bit 32) with more tiles than an H200 has SMs (132): 9 or 6 query
@@ -156,8 +156,8 @@ def test_sm90_persistent_ctas_loop_over_many_tiles(head_dim, switches):
     staging (TMA stores reusing the shared-memory slice; 544 stores from registers instead)
     and (with ping-pong, 36 and 44) the named-barrier turns from tile to tile; causal tiles
     of unequal length; with conditional rescaling (33); with dynamic tiles (96, and 108 with
-    three warpgroups and ping-pong), each CTA's tiles in the order it takes them from the
-    counter. Then a variable-length batch whose sequences alternately have keys and none: a
+    three warpgroups and ping-pong; 112 and 116 with wide key tiles, without and with
+    ping-pong), each CTA's tiles in the order it takes them from the counter. Then a variable-length batch whose sequences alternately have keys and none: a
     CTA's tiles mix loaded ones with ones that load nothing (the Q barrier parities must stay
     in step), and a causal case with more queries than keys."""
     if not hopper():
