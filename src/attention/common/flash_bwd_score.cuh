@@ -14,6 +14,19 @@ namespace tilegrid::attention::flash_bwd {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// The backward recomputes P from the stored float32 log-sum-exp, whose rounding (with that of
+// lse * log2 e) is then P's error: up to an ulp of lse in log2 units, 2^-6 (1.1%) below
+// kBackwardLseLimit = 2^18 (logits up to ~180,000), a factor 2 at 2^24 and an overflow at
+// softmax_scale 1e30. Rows past the limit (the forward, which keeps the row maximum, handles
+// them: common/softmax_base.cuh) get a NaN log-sum-exp here, so that their gradients come back
+// NaN rather than silently wrong; lse = +-inf (no visible key, an infinite input) are kept.
+constexpr float kBackwardLseLimit = 262144.f;
+
+__device__ __forceinline__ float backward_lse_log2(float lse) {
+  const float l = lse * kLog2e;
+  return fabsf(l) >= kBackwardLseLimit && fabsf(l) != INFINITY ? NAN : l;
+}
+
 // 2^x: exp2f, or with kFast one ex2.approx.ftz (no denormal inputs or results; -inf gives +0,
 // which rows past a sequence, lse = +inf, rely on).
 template <bool kFast>

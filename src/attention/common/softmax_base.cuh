@@ -19,8 +19,8 @@
 // 0 (one extra subtraction a score there, none elsewhere). The portable forward (between key
 // tiles) and the decode kernel (between warps) move partial sums from one base to another
 // with rebase_factor, which takes each side's base as that side formed it (rounded or exact).
-// The backward recomputes P from the stored log-sum-exp, whose own rounding (half an ulp of
-// it) is the error of P there: 2^-9 in log2 units at 2^16, up to 2^76 at softmax_scale 1e30.
+// The backward recomputes P from the stored log-sum-exp, whose own rounding is the error of P
+// there; past 2^18 it gives NaN gradients instead (flash_bwd_score.cuh, kBackwardLseLimit).
 #include <cmath>
 
 namespace tilegrid::attention {

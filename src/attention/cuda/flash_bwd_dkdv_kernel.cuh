@@ -208,7 +208,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) dkdv_kernel(const FlashBw
         ScoreGrad sg{0.f, 0.f};
         if (whole ||
             (key < key_rows && mask.queries_of_key(n0 + key).contains(row0 + query + c)))
-          sg = score_grad(acc_s(i + c), acc_dp(i + c), lse[query + c] * kLog2e, delta[query + c]);
+          sg = score_grad(acc_s(i + c), acc_dp(i + c), backward_lse_log2(lse[query + c]),
+                          delta[query + c]);
         p_pair[c] = Element(sg.p);
         ds_pair[c] = Element(sg.dx);
       }

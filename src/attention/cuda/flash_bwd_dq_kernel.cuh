@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) dq_kernel(const FlashBwdP
     const int row = get<0>(tScS(2 * r));
     row_keys[r] = row < rows ? mask.keys_of_query(row0 + row) : IndexRange{};
     const int64_t at = lse_index(p, b, h, q_token + row);
-    row_lse[r] = row < rows ? p.lse[at] * kLog2e : INFINITY;
+    row_lse[r] = row < rows ? backward_lse_log2(p.lse[at]) : INFINITY;
     row_delta[r] = row < rows ? g.delta[at] : 0.f;
   }
   const ScoreGradFn score_grad(g);

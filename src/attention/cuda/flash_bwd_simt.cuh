@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/common/flash_bwd_score.cuh"
 #include "attention/common/mask.h"
 #include "attention/cuda/flash_bwd_delta.cuh"
 #include "core/cuda_convert.cuh"
@@ -45,6 +46,7 @@ struct SimtScoreGrad {
 __device__ __forceinline__ SimtScoreGrad simt_score_grad(const FlashBwdParams& g, float s, float dp,
                                                 float lse, float delta, bool visible) {
   if (!visible || lse == -INFINITY) return {0.f, 0.f};
+  if (isnan(flash_bwd::backward_lse_log2(lse))) return {NAN, NAN};  // past the limit, or NaN
   float x, dsoftcap = 1.f;
   if (g.softcap > 0) {
     const float t = tanhf(s * (g.scale / g.softcap));

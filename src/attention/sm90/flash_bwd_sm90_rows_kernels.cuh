@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   if (lane == 0) {
     const int64_t lse_at = flash_bwd::lse_index(p, b, h, token);
     const float lse = p.lse[lse_at];
-    lse_log2[at] = lse == -INFINITY ? INFINITY : lse * flash_bwd::kLog2e;
+    lse_log2[at] = lse == -INFINITY ? INFINITY : flash_bwd::backward_lse_log2(lse);
     delta[at] = sum - (g.dlse != nullptr ? g.dlse[lse_at] : 0.f);
   }
 }

@@ -353,6 +353,39 @@ def test_large_scales_keep_the_weights_when_the_maximum_grows_in_a_later_tile(wh
                                        msg=lambda m: f"softmax_scale {scale}, {splits} splits: {m}")
 
 
+def _gradients(q, k, v, dout, scale):
+    """(dq, dk, dv) of flash_attn_func at softmax_scale `scale`, on q's device, as float64."""
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    tg.flash_attn_func(q, k, v, softmax_scale=scale).backward(dout)
+    return [t.grad.double().cpu() for t in (q, k, v)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernels")
+@pytest.mark.parametrize("backward", ["auto", "portable", "simt"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_backward_gradients_are_right_below_the_lse_limit_and_nan_past_it(backward, head_dim):
+    """The backward recomputes P from the stored log-sum-exp, whose rounding is P's error
+    (src/attention/common/flash_bwd_score.cuh): at softmax_scale 5.7e3 (lse ~6.6e4 in log2
+    units, past the forward's exact-exponent threshold, below the backward's 2^18) the
+    gradients meet the float64 reference within 2% of their largest value; at 1e30 they come
+    back NaN, never finite and wrong."""
+    from tilegrid import kernel_choice
+    q, k, v = _best_key_after_a_near_tie(head_dim, -12)  # the near key weighs exp(-1.39)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(7)).half()
+    qd, kd, vd = (t.double().requires_grad_() for t in (q, k, v))
+    s = torch.einsum("bqhd,bkhd->bhqk", qd, kd) * 5.7e3
+    torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), vd).backward(dout.double())
+    want = [qd.grad, kd.grad, vd.grad]
+    with kernel_choice.override("attention_backward", backward):
+        got = _gradients(*(t.cuda() for t in (q, k, v, dout)), 5.7e3)
+        for name, g, w in zip("qkv", got, want):
+            err = float((g - w).abs().max())
+            assert err <= 0.02 * float(w.abs().max()), f"d{name}: error {err} of {float(w.abs().max())}"
+        past = _gradients(*(t.cuda() for t in (q, k, v, dout)), 1e30)
+    for name, g in zip("qkv", past):
+        assert torch.isnan(g).all(), f"d{name} at softmax_scale 1e30: {int(torch.isnan(g).sum())} NaN of {g.numel()}"
+
+
 @pytest.mark.parametrize("where", _WHERE)
 def test_a_huge_scale_averages_tied_best_keys(where):
     """softmax_scale 1e30 with two keys tied at the maximum: each weighs exactly 1/2."""
