@@ -1120,6 +1120,9 @@ def environment(revision: Optional[str]) -> dict:
     if revision is None:
         head, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
         revision = (head or "unknown") + (" (with uncommitted changes)" if dirty else "")
+    if revision == "unknown":  # an installed package: this script's tree, as bench/harness.py reads it
+        from harness import git_revision
+        revision = git_revision()
     return {
         "date": datetime.date.today().isoformat(),
         "git_revision": revision,
