@@ -178,6 +178,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) dkdv_kernel(const FlashBw
     if (s + 1 < steps) load_step(s + 1, stage ^ 1);
     cp_async_fence();
     cp_async_wait<1>();  // this step's group is complete; the next one may still fly
+    // A thread's own lse copy is complete here: it turns it into log2 units (NaN past the
+    // backward's limit, backward_lse_log2) before the barrier shows it to the others, once a
+    // row rather than once a score.
+    if (tid < kBlockM) lse_stage(stage)[tid] = backward_lse_log2(lse_stage(stage)[tid]);
     __syncthreads();
 
     Tensor sQ = make_tensor(make_smem_ptr(q_stage(stage)), typename Traits::SmemLayoutQ{});
@@ -195,7 +199,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) dkdv_kernel(const FlashBw
     const bool whole = key_rows == kBlockN && row0 + kBlockM <= seq.sq &&
                        mask.queries_of_key(n0 + kBlockN - 1).first <= row0 &&
                        mask.queries_of_key(n0).last >= row0 + kBlockM - 1;
-    const float* lse = lse_stage(stage);
+    const float* lse = lse_stage(stage);  // log2 units
     const float* delta = delta_stage(stage);
     // Values 2c and 2c + 1 of the fragment are neighbouring queries of one key (the swizzle
     // moves 8-element units only): one 32-bit store each for P^T and dS^T.
@@ -208,8 +212,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) dkdv_kernel(const FlashBw
         ScoreGrad sg{0.f, 0.f};
         if (whole ||
             (key < key_rows && mask.queries_of_key(n0 + key).contains(row0 + query + c)))
-          sg = score_grad(acc_s(i + c), acc_dp(i + c), backward_lse_log2(lse[query + c]),
-                          delta[query + c]);
+          sg = score_grad(acc_s(i + c), acc_dp(i + c), lse[query + c], delta[query + c]);
         p_pair[c] = Element(sg.p);
         ds_pair[c] = Element(sg.dx);
       }
