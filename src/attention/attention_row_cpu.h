@@ -5,9 +5,9 @@
 // scores (a float32 times a float32, exact in float64), probabilities, the softmax sum and the
 // output accumulation in float64, so that the reference's own rounding stays far below the
 // kernels' at any softmax_scale (at 2e6 on scores near 8, scaled in float32 a score 1.91 below
-// the maximum would read 2 below, its weight exp(-1.91) = 0.149 as 0.135). NaN propagates as in torch's scaled_dot_product_attention
-// (math backend): a NaN score, or a +inf one (its exponential is inf / inf), makes the sum NaN,
-// and the output and lse with it.
+// the maximum would read 2 below, its weight exp(-1.91) = 0.149 as 0.135). NaN propagates as
+// in torch's scaled_dot_product_attention (math backend): a NaN score, or a +inf one (its
+// exponential is inf / inf), makes the sum NaN, and the output and lse with it.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>

@@ -178,7 +178,7 @@ FormatFields fields_of(NvdbFormat format) {
 uint64_t prefix_sum(const uint64_t (&mask)[8]) {
   uint64_t sum = 0, count = 0;
   for (int n = 1; n < 8; ++n) {
-    count += uint64_t(__builtin_popcountll(mask[n - 1]));
+    count += uint64_t(popcount64(mask[n - 1]));
     sum |= count << (9 * (n - 1));
   }
   return sum;
