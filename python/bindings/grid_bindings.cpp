@@ -8,6 +8,7 @@
 
 #include "convert.h"
 #include "tilegrid/grid/convolution.h"
+#include "tilegrid/grid/derived.h"
 #include "tilegrid/grid/grid_batch.h"
 #include "tilegrid/grid/index_tree.h"
 #include "tilegrid/grid/marching_cubes.h"
@@ -271,6 +272,36 @@ void bind_grid(nb::module_& m) {
       },
       nb::arg("grid"), nb::arg("kernel_size"), nb::arg("stride"), nb::arg("transposed"),
       nb::arg("stream") = 0, nb::arg("pooling") = false);
+  m.def(
+      "coarsened_grid",
+      [](const GridBatch& g, grid::Vec3i factor, uintptr_t stream) {
+        return grid::coarsened_grid(g, factor, as_stream(stream));
+      },
+      nb::arg("grid"), nb::arg("factor"), nb::arg("stream") = 0);
+  m.def(
+      "refined_grid",
+      [](const GridBatch& g, grid::Vec3i factor, uintptr_t stream) {
+        return grid::refined_grid(g, factor, as_stream(stream));
+      },
+      nb::arg("grid"), nb::arg("factor"), nb::arg("stream") = 0);
+  m.def(
+      "dual_grid",
+      [](const GridBatch& g, bool exclude_border, uintptr_t stream) {
+        return grid::dual_grid(g, exclude_border, as_stream(stream));
+      },
+      nb::arg("grid"), nb::arg("exclude_border"), nb::arg("stream") = 0);
+  m.def(
+      "dilated_grid",
+      [](const GridBatch& g, int64_t dilation, uintptr_t stream) {
+        return grid::dilated_grid(g, dilation, as_stream(stream));
+      },
+      nb::arg("grid"), nb::arg("dilation"), nb::arg("stream") = 0);
+  m.def(
+      "pruned_grid",
+      [](const GridBatch& g, nb::capsule mask, uintptr_t stream) {
+        return grid::pruned_grid(g, tensor_from_capsule(mask).view(), as_stream(stream));
+      },
+      nb::arg("grid"), nb::arg("mask"), nb::arg("stream") = 0);
   m.def(
       "kernel_map",
       [geometry](const GridBatch& source, const GridBatch& target, grid::Vec3i kernel_size,

@@ -52,6 +52,20 @@ MeshError mesh_to_ijk(const MeshInput& in, int device, Stream stream, MeshVoxels
 void ijk_to_index(const TreeView& tree, const int32_t* xyz, const int64_t* joffsets,
                   int64_t num_tensors, int64_t n, int64_t* out, int device, Stream stream);
 
+// keep[o] = whether map[t][o] >= 0 for every tap t < volume (map int32 [volume, n]): every
+// voxel that output o reads is active (dual_grid's exclude_border).
+void all_taps_found(const int32_t* map, int64_t volume, int64_t n, bool* keep, int device,
+                    Stream stream);
+
+// The rows of xyz [n, 3] (grids by voxel_offsets [num_grids + 1]) where keep is set, grid by
+// grid (pruned_grid). One read-back, of the kept count, to size the output.
+struct KeptVoxels {
+  Tensor xyz;      // [kept, 3] int32
+  Tensor offsets;  // [num_grids + 1] int64
+};
+KeptVoxels kept_voxels(const int32_t* xyz, const int64_t* voxel_offsets, int64_t num_grids,
+                       int64_t n, const bool* keep, int device, Stream stream);
+
 // xyz[row] = coordinates of every active voxel.
 void active_ijk(const LeafNode* leaves, int64_t num_leaves, int32_t* xyz, int device,
                 Stream stream);

@@ -1,110 +1,78 @@
 """Grids derived from a GridBatch (coarsened, refined, dual, dilated, pruned) and the index
 maps and feature transfers between a grid and its coarsened or refined form.
 
-Each is a composition of coordinate arithmetic and the C++ construction and lookups, so it runs
-wherever those run. Conventions follow fVDB: a coarse voxel's centre is the centre of the
+The grids are C++ ops (include/tilegrid/grid/derived.h), built where the grid lives; the
+feature transfers are torch compositions over the C++ lookups. Conventions follow fVDB: a coarse voxel's centre is the centre of the
 block of fine voxels it covers; a dual grid's voxels sit at the corners of the primal voxels.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import operator
 
 import torch
 
+from .. import _C
+from .._torch import current_stream, dlpack
 from .jagged_tensor import JaggedTensor
 from .sparse_conv import vec3
 
 
-def _factor(name: str, factor) -> torch.Tensor:
-    """A positive int or three (each at most 2**31 - 1) as int64 [3]; a float or a bool raises
-    a TypeError rather than being truncated."""
-    return torch.tensor(vec3(f"{name}: factor", factor), dtype=torch.int64, device="cpu")
+def _factor(name: str, factor) -> list[int]:
+    """A positive int or three (each at most 2**31 - 1) as a list of three; a float or a bool
+    raises a TypeError rather than being truncated."""
+    return list(vec3(f"{name}: factor", factor))
 
 
 # Rows are int32 in the maps and lookups (ConvolutionPlan refuses larger batches), so a
 # derived grid is bounded by them; the bound is checked before anything is allocated, so
-# refined_grid(10**5) raises at once instead of filling memory with 1e15 offsets.
+# refined_grid(10**5) raises at once instead of filling memory with 1e15 offsets. (The C++ ops
+# check it too; here the message names the offsets in Python's terms, before the call.)
 _MAX_VOXELS = 2**31 - 1
 
 
-def _offsets(name: str, grid, extent: torch.Tensor) -> torch.Tensor:
-    """All integer offsets in [0, extent) per axis, as [n, 3] int32, where grid's voxels times
-    n stay within _MAX_VOXELS (the derived grid's candidates)."""
-    count = math.prod(int(e) for e in extent)
-    if grid.total_voxels * count > _MAX_VOXELS:
+def _check_candidates(name: str, grid, offsets_per_voxel: int) -> None:
+    """Refuses a derived grid whose candidates (each voxel times its offsets) pass int32."""
+    if grid.total_voxels * offsets_per_voxel > _MAX_VOXELS:
         raise ValueError(
-            f"{name}: {grid.total_voxels} voxels x {count} offsets each would make "
-            f"{grid.total_voxels * count} candidate voxels, more than 2**31 - 1 (rows are int32)")
-    ranges = [range(int(e)) for e in extent]
-    return torch.tensor(list(itertools.product(*ranges)), dtype=torch.int32, device="cpu").reshape(-1, 3)
+            f"{name}: {grid.total_voxels} voxels x {offsets_per_voxel} offsets each would make "
+            f"{grid.total_voxels * offsets_per_voxel} candidate voxels, more than 2**31 - 1 "
+            f"(rows are int32)")
 
 
-def _parents(ijk: JaggedTensor, factor: torch.Tensor) -> JaggedTensor:
+def _parents(ijk: JaggedTensor, factor: list[int]) -> JaggedTensor:
     """Coordinates of the coarse voxels (factor per axis) that contain each voxel of ijk."""
-    coarse = torch.div(ijk.jdata.long(), factor.to(ijk.jdata.device), rounding_mode="floor")
+    f = torch.tensor(factor, dtype=torch.int64, device=ijk.jdata.device)
+    coarse = torch.div(ijk.jdata.long(), f, rounding_mode="floor")
     return ijk.jagged_like(coarse.to(torch.int32))
 
 
-def _expand(ijk: JaggedTensor, offsets: torch.Tensor, scale: torch.Tensor) -> JaggedTensor:
-    """Each coordinate c of ijk becomes c * scale + o for every offset o (duplicates merged
-    by the construction)."""
-    device = ijk.jdata.device
-    data = ijk.jdata.long()[:, None, :] * scale.to(device) + offsets.long().to(device)[None, :, :]
-    limit = torch.iinfo(torch.int32)
-    if data.numel() and bool(((data < limit.min) | (data > limit.max)).any()):
-        raise ValueError("derived grid: a voxel coordinate leaves the int32 range")
-    counts = torch.diff(ijk.joffsets) * offsets.shape[0]
-    joffsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
-    return JaggedTensor.from_data_and_offsets(data.reshape(-1, 3).to(torch.int32), joffsets)
-
-
-def _kept(ijk: JaggedTensor, mask: torch.Tensor, num_grids: int) -> JaggedTensor:
-    """The rows of ijk where mask is set, each still in its own grid (a grid may end empty)."""
-    counts = torch.bincount(ijk.jidx.long()[mask], minlength=num_grids)
-    joffsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
-    return JaggedTensor.from_data_and_offsets(ijk.jdata[mask].contiguous(), joffsets)
+def _stream(grid):
+    return current_stream(grid.device)
 
 
 def coarsened(grid, factor):
     f = _factor("coarsened_grid", factor)
-    ijk = grid.ijk
-    coarse = _parents(ijk, f)
-    sizes = grid.voxel_sizes * f
-    origins = grid.origins + (f - 1) / 2 * grid.voxel_sizes
-    return type(grid).from_ijk(coarse, voxel_sizes=sizes.tolist(), origins=origins.tolist())
+    return type(grid)(_C.coarsened_grid(grid._impl, f, _stream(grid)))
 
 
 def refined(grid, factor):
     f = _factor("refined_grid", factor)
-    fine = _expand(grid.ijk, _offsets("refined_grid", grid, f), f)
-    sizes = grid.voxel_sizes / f
-    origins = grid.origins - (f - 1) / (2 * f) * grid.voxel_sizes
-    return type(grid).from_ijk(fine, voxel_sizes=sizes.tolist(), origins=origins.tolist())
+    _check_candidates("refined_grid", grid, math.prod(f))
+    return type(grid)(_C.refined_grid(grid._impl, f, _stream(grid)))
 
 
 def dual(grid, exclude_border: bool = False):
     if not isinstance(exclude_border, bool):
         raise TypeError(
             f"dual_grid: exclude_border must be a bool, got {type(exclude_border).__name__}")
-    offsets = _offsets("dual_grid", grid, torch.tensor([2, 2, 2], device="cpu"))
-    if exclude_border:
-        # fVDB's rule, index for index: dual voxel ijk stays only where the primal voxels
-        # ijk + {0,1}^3 are all active (the primal grid eroded by its 2x2x2 upper octant), so
-        # the result is a subset of the primal coordinates. The block tested is the one whose
-        # lowest voxel is ijk, not the 8 voxels around corner ijk (ijk - 1 + {0,1}^3); kept as
-        # fVDB has it so that the same grid gives the same coordinates in both libraries.
-        ijk = grid.ijk
-        n = ijk.jdata.shape[0]
-        neighbours = _expand(ijk, offsets, torch.ones(3, dtype=torch.int64, device="cpu"))
-        found = grid.ijk_to_index(neighbours).jdata.reshape(n, offsets.shape[0]) >= 0
-        corners = _kept(ijk, found.all(1), grid.num_grids)
-    else:
-        corners = _expand(grid.ijk, offsets, torch.ones(3, dtype=torch.int64, device="cpu"))
-    origins = grid.origins - grid.voxel_sizes / 2
-    return type(grid).from_ijk(corners, voxel_sizes=grid.voxel_sizes.tolist(), origins=origins.tolist())
+    _check_candidates("dual_grid", grid, 8)
+    # exclude_border=True keeps fVDB's rule, index for index: dual voxel ijk stays only where
+    # the primal voxels ijk + {0,1}^3 are all active (the block whose lowest voxel is ijk, not
+    # the 8 voxels around corner ijk), so that the same grid gives the same coordinates in both
+    # libraries (include/tilegrid/grid/derived.h).
+    return type(grid)(_C.dual_grid(grid._impl, exclude_border, _stream(grid)))
 
 
 def dilated(grid, n: int):
@@ -116,9 +84,8 @@ def dilated(grid, n: int):
         raise TypeError(f"dilated_grid: n must be an int, got {type(n).__name__} ({n!r})") from None
     if not 0 <= n < 2**31:
         raise ValueError(f"dilated_grid: n must be in [0, 2**31 - 1], got {n}")
-    shifts = _offsets("dilated_grid", grid, torch.tensor([2 * n + 1] * 3, device="cpu")) - n
-    grown = _expand(grid.ijk, shifts, torch.ones(3, dtype=torch.int64, device="cpu"))
-    return type(grid).from_ijk(grown, voxel_sizes=grid.voxel_sizes.tolist(), origins=grid.origins.tolist())
+    _check_candidates("dilated_grid", grid, (2 * n + 1) ** 3)
+    return type(grid)(_C.dilated_grid(grid._impl, n, _stream(grid)))
 
 
 def pruned(grid, mask):
@@ -127,8 +94,9 @@ def pruned(grid, mask):
         raise ValueError(
             f"pruned_grid: mask must be bool [{grid.total_voxels}], got {data.dtype} {list(data.shape)}"
         )
-    kept = _kept(grid.ijk, data, grid.num_grids)
-    return type(grid).from_ijk(kept, voxel_sizes=grid.voxel_sizes.tolist(), origins=grid.origins.tolist())
+    if data.device != grid.device:
+        raise ValueError(f"pruned_grid: mask is on {data.device} but the grid is on {grid.device}")
+    return type(grid)(_C.pruned_grid(grid._impl, dlpack(data.contiguous()), _stream(grid)))
 
 
 def coarse_index(fine_grid, coarse_grid, factor) -> torch.Tensor:

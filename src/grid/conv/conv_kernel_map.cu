@@ -67,19 +67,11 @@ __global__ void candidate_scatter_kernel(const int32_t* __restrict__ xyz,
 // downsampling) sends each input through exactly one tap per axis, to floor((i + pad) /
 // stride): one candidate an input, its parent (pad 0 for K = 2, 1 for K = 4). The quotient
 // fits int32: pad < stride where pad > 0.
-bool tiles_its_stride(const Taps& taps) {
-  if (taps.transposed) return false;
-  for (int a = 0; a < 3; ++a)
-    if (taps.size[a] != taps.stride[a]) return false;
-  return true;
-}
-
 __global__ void parent_candidates_kernel(const int32_t* __restrict__ xyz, int64_t n, Taps taps,
                                          int32_t* __restrict__ out) {
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < 3 * n;
        p += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = int64_t(xyz[p]) + taps.pad[p % 3], s = taps.stride[p % 3];
-    out[p] = int32_t(i >= 0 ? i / s : -((-i + s - 1) / s));  // floor
+    out[p] = taps.parent_of(xyz[p], int(p % 3));
   }
 }
 
@@ -359,7 +351,7 @@ bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t n
   CudaDeviceGuard guard(device);
   const cudaStream_t s = raw(stream);
   const Device dev = Device::cuda(device);
-  if (tiles_its_stride(taps)) {
+  if (taps.tiles_its_stride()) {
     // As many candidates as inputs, in the inputs' grids: no flags, scan or read-back (each
     // of a U-Net's coarser grids waited on one).
     out.xyz = Tensor::empty({n, 3}, DType::Int32, dev, stream);

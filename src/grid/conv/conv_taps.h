@@ -13,6 +13,23 @@ struct Taps {
   bool transposed;
   int64_t volume;
 
+  // Whether the kernel tiles its stride (K == s in every axis, not transposed: a U-Net's
+  // 2x2x2 downsampling, pooling, coarsened_grid): each input then feeds exactly one output,
+  // its parent, and the output grid's candidates are the inputs' parents, one a voxel.
+  TG_HOST_DEVICE bool tiles_its_stride() const {
+    if (transposed) return false;
+    for (int a = 0; a < 3; ++a)
+      if (size[a] != stride[a]) return false;
+    return true;
+  }
+
+  // Axis a of the parent of input coordinate c where the kernel tiles its stride:
+  // floor((c + pad) / stride).
+  TG_HOST_DEVICE int32_t parent_of(int32_t c, int a) const {
+    const int64_t i = int64_t(c) + pad[a], s = stride[a];
+    return int32_t(i >= 0 ? i / s : -((-i + s - 1) / s));
+  }
+
   // Tap t's per-axis index (t = (t_i * K_j + t_j) * K_k + t_k).
   TG_HOST_DEVICE void split(int64_t t, int32_t d[3]) const {
     d[2] = int32_t(t % size[2]);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "grid/conv/conv_cpu.h"
+#include "grid/conv/derived_geometry.h"
 #include "grid/conv/map_args.h"
 #include "tilegrid/core/checks.h"
 #ifdef TILEGRID_WITH_CUDA
@@ -18,15 +19,29 @@
 namespace tilegrid::grid {
 namespace {
 
-Taps taps_of(const char* op, const ConvGeometry& g) {
+// The largest kernel size and stride a convolution takes (a 31^3 kernel has 29,791 taps), and
+// the larger ones of the derived grids (derived_grids.cpp), whose kernels are only candidate
+// generators: coarsened_grid(f) is a kernel f^3 at stride f, refined_grid(f) its transpose,
+// dilated_grid(n) a kernel (2n + 1)^3. 2^20 keeps a kernel's volume within int64.
+struct GeometryLimits {
+  int32_t max_kernel_size, max_stride;
+  bool bound_candidates;  // refuse more than 2^31 - 1 candidate voxels before allocating them
+};
+constexpr GeometryLimits kConvolutionLimits{31, 1024, false};
+constexpr GeometryLimits kDerivedGridLimits{1 << 20, 1 << 20, true};
+
+Taps taps_of(const char* op, const ConvGeometry& g,
+             const GeometryLimits& limits = kConvolutionLimits) {
   Taps taps{};
+  const char* name = limits.bound_candidates ? "factor" : "kernel_size";
   for (int a = 0; a < 3; ++a) {
-    TG_CHECK_VALUE(g.kernel_size[a] >= 1 && g.kernel_size[a] <= 31, op,
-                   ": kernel_size must be in [1, 31] in every axis, got (", g.kernel_size[0], ", ",
-                   g.kernel_size[1], ", ", g.kernel_size[2], ")");
-    TG_CHECK_VALUE(g.stride[a] >= 1 && g.stride[a] <= 1024, op,
-                   ": stride must be in [1, 1024] in every axis, got (", g.stride[0], ", ",
-                   g.stride[1], ", ", g.stride[2], ")");
+    TG_CHECK_VALUE(g.kernel_size[a] >= 1 && g.kernel_size[a] <= limits.max_kernel_size, op, ": ",
+                   name, " must be in [1, ", limits.max_kernel_size, "] in every axis, got (",
+                   g.kernel_size[0], ", ", g.kernel_size[1], ", ", g.kernel_size[2], ")");
+    TG_CHECK_VALUE(g.stride[a] >= 1 && g.stride[a] <= limits.max_stride, op, ": ",
+                   limits.bound_candidates ? "factor" : "stride", " must be in [1, ",
+                   limits.max_stride, "] in every axis, got (", g.stride[0], ", ", g.stride[1],
+                   ", ", g.stride[2], ")");
     taps.size[a] = g.kernel_size[a];
     taps.stride[a] = g.stride[a];
     taps.pad[a] = g.pad(a);
@@ -37,8 +52,16 @@ Taps taps_of(const char* op, const ConvGeometry& g) {
 }
 
 GridBatch output_grid(const char* op, const GridBatch& source, const ConvGeometry& g,
-                      Stream stream) {
-  const Taps taps = taps_of(op, g);
+                      Stream stream, const GeometryLimits& limits = kConvolutionLimits) {
+  const Taps taps = taps_of(op, g, limits);
+  if (limits.bound_candidates && !taps.tiles_its_stride()) {
+    // Every voxel makes taps.volume candidates before duplicates merge; rows are int32.
+    constexpr int64_t kMaxCandidates = std::numeric_limits<int32_t>::max();
+    const int64_t n = source.total_voxels();
+    TG_CHECK_VALUE(n == 0 || taps.volume <= kMaxCandidates / n, op, ": ", n, " voxels x ",
+                   taps.volume, " offsets each would make more than 2**31 - 1 candidate voxels "
+                   "(rows are int32)");
+  }
   // The new voxel size, and the origin at the centre of an output's receptive field.
   std::vector<Vec3d> sizes = source.voxel_sizes(), origins = source.origins();
   for (size_t b = 0; b < sizes.size(); ++b)
@@ -187,6 +210,11 @@ GridBatch conv_transpose_grid(const GridBatch& source, const Vec3i& kernel_size,
 GridBatch conv_grid(const GridBatch& source, const ConvGeometry& geometry, Stream stream) {
   return output_grid(geometry.transposed ? "conv_transpose_grid" : "conv_grid", source, geometry,
                      stream);
+}
+
+GridBatch derived_grid(const char* op, const GridBatch& source, const ConvGeometry& geometry,
+                       Stream stream) {
+  return output_grid(op, source, geometry, stream, kDerivedGridLimits);
 }
 
 namespace {

@@ -29,6 +29,13 @@ bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t n
                      std::vector<int64_t>& out_offsets) {
   out_xyz.clear();
   out_offsets.assign(1, 0);
+  if (taps.tiles_its_stride()) {  // one candidate an input, its parent (as on the GPU)
+    const int64_t n = voxel_offsets[num_grids];
+    out_xyz.resize(size_t(3 * n));
+    for (int64_t p = 0; p < 3 * n; ++p) out_xyz[size_t(p)] = taps.parent_of(xyz[p], int(p % 3));
+    out_offsets.assign(voxel_offsets, voxel_offsets + num_grids + 1);
+    return true;
+  }
   for (int64_t b = 0; b < num_grids; ++b) {
     for (int64_t row = voxel_offsets[b]; row < voxel_offsets[b + 1]; ++row) {
       const Coord in{xyz[3 * row], xyz[3 * row + 1], xyz[3 * row + 2]};
