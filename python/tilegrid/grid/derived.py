@@ -1,14 +1,15 @@
 """Grids derived from a GridBatch (coarsened, refined, dual, dilated, pruned) and the index
 maps and feature transfers between a grid and its coarsened or refined form.
 
-The grids are C++ ops (include/tilegrid/grid/derived.h), built where the grid lives; the
-feature transfers are torch compositions over the C++ lookups. Conventions follow fVDB: a coarse voxel's centre is the centre of the
-block of fine voxels it covers; a dual grid's voxels sit at the corners of the primal voxels.
+The grids are C++ ops (include/tilegrid/grid/derived.h), built where the grid lives, which
+refuse more than 2**31 - 1 candidate voxels before making any; the feature transfers are torch
+compositions over the C++ lookups. Conventions follow fVDB: a coarse voxel's centre is the
+centre of the block of fine voxels it covers; a dual grid's voxels sit at the corners of the
+primal voxels.
 """
 
 from __future__ import annotations
 
-import math
 import operator
 
 import torch
@@ -23,22 +24,6 @@ def _factor(name: str, factor) -> list[int]:
     """A positive int or three (each at most 2**31 - 1) as a list of three; a float or a bool
     raises a TypeError rather than being truncated."""
     return list(vec3(f"{name}: factor", factor))
-
-
-# Rows are int32 in the maps and lookups (ConvolutionPlan refuses larger batches), so a
-# derived grid is bounded by them; the bound is checked before anything is allocated, so
-# refined_grid(10**5) raises at once instead of filling memory with 1e15 offsets. (The C++ ops
-# check it too; here the message names the offsets in Python's terms, before the call.)
-_MAX_VOXELS = 2**31 - 1
-
-
-def _check_candidates(name: str, grid, offsets_per_voxel: int) -> None:
-    """Refuses a derived grid whose candidates (each voxel times its offsets) pass int32."""
-    if grid.total_voxels * offsets_per_voxel > _MAX_VOXELS:
-        raise ValueError(
-            f"{name}: {grid.total_voxels} voxels x {offsets_per_voxel} offsets each would make "
-            f"{grid.total_voxels * offsets_per_voxel} candidate voxels, more than 2**31 - 1 "
-            f"(rows are int32)")
 
 
 def _parents(ijk: JaggedTensor, factor: list[int]) -> JaggedTensor:
@@ -59,7 +44,6 @@ def coarsened(grid, factor):
 
 def refined(grid, factor):
     f = _factor("refined_grid", factor)
-    _check_candidates("refined_grid", grid, math.prod(f))
     return type(grid)(_C.refined_grid(grid._impl, f, _stream(grid)))
 
 
@@ -67,7 +51,6 @@ def dual(grid, exclude_border: bool = False):
     if not isinstance(exclude_border, bool):
         raise TypeError(
             f"dual_grid: exclude_border must be a bool, got {type(exclude_border).__name__}")
-    _check_candidates("dual_grid", grid, 8)
     # exclude_border=True keeps fVDB's rule, index for index: dual voxel ijk stays only where
     # the primal voxels ijk + {0,1}^3 are all active (the block whose lowest voxel is ijk, not
     # the 8 voxels around corner ijk), so that the same grid gives the same coordinates in both
@@ -84,7 +67,6 @@ def dilated(grid, n: int):
         raise TypeError(f"dilated_grid: n must be an int, got {type(n).__name__} ({n!r})") from None
     if not 0 <= n < 2**31:
         raise ValueError(f"dilated_grid: n must be in [0, 2**31 - 1], got {n}")
-    _check_candidates("dilated_grid", grid, (2 * n + 1) ** 3)
     return type(grid)(_C.dilated_grid(grid._impl, n, _stream(grid)))
 
 

@@ -161,7 +161,7 @@ def test_num_voxels_is_fvdbs_per_grid_tensor():
     (lambda g: g.coarsened_grid(2**70), ValueError, r"coarsened_grid: factor must be an int or three ints, each in \[1, "),
     (lambda g: g.coarsened_grid(1.5), TypeError, r"coarsened_grid: factor must be an int or three ints, got 1.5"),
     (lambda g: g.refined_grid([2, 2]), ValueError, r"refined_grid: factor must be an int or three ints"),
-    (lambda g: g.refined_grid(10**5), ValueError, r"refined_grid: 8 voxels x 10{15} offsets each would make .* more than 2\*\*31 - 1"),
+    (lambda g: g.refined_grid(10**5), ValueError, r"refined_grid: 8 voxels x 10{15} offsets each would make more than 2\*\*31 - 1"),
     (lambda g: g.dilated_grid(10**5), ValueError, r"dilated_grid: 8 voxels x \d+ offsets each"),
     (lambda g: g.dilated_grid(1.5), TypeError, r"dilated_grid: n must be an int, got float"),
     (lambda g: g.dilated_grid(-1), ValueError, r"dilated_grid: n must be in \[0, 2\*\*31 - 1\], got -1"),
