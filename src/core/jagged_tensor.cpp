@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "core/cuda_build.h"
 #include "tilegrid/core/checks.h"
 #ifdef TILEGRID_WITH_CUDA
 #include "core/cuda_copy.h"
@@ -14,12 +15,6 @@ namespace {
 
 constexpr const char* kOp = "JaggedTensor";
 
-void require_cuda_build() {
-#ifndef TILEGRID_WITH_CUDA
-  throw Error("tilegrid was built without CUDA: JaggedTensor on a CUDA device is unavailable");
-#endif
-}
-
 std::vector<int64_t> offsets_on_host(const TensorView& offsets, Stream stream) {
   std::vector<int64_t> host(static_cast<size_t>(offsets.numel()));
   if (offsets.device.is_cpu()) {
@@ -27,7 +22,7 @@ std::vector<int64_t> offsets_on_host(const TensorView& offsets, Stream stream) {
     for (size_t i = 0; i < host.size(); ++i) host[i] = p[i * offsets.stride(0)];
     return host;
   }
-  require_cuda_build();
+  require_cuda_build(kOp);
 #ifdef TILEGRID_WITH_CUDA
   check_contiguous(kOp, "joffsets", offsets);
   cuda::copy_to_host(host.data(), offsets.data, host.size() * sizeof(int64_t), offsets.device.index,
@@ -83,7 +78,7 @@ void jagged_batch_index(const TensorView& offsets, const TensorView& jidx, Strea
         out[i] = static_cast<int32_t>(b);
     return;
   }
-  require_cuda_build();
+  require_cuda_build(kOp);
 #ifdef TILEGRID_WITH_CUDA
   cuda::jagged_batch_index(offsets.data_ptr<int64_t>(), num_tensors, jidx.data_ptr<int32_t>(),
                            num_rows, offsets.device.index, stream);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/cuda_build.h"
 #include "fusion/rms_norm_params.h"
 #include "tilegrid/core/checks.h"
 #ifdef TILEGRID_WITH_CUDA
@@ -62,14 +63,6 @@ void check_weight(const char* op, const TensorView& w, const TensorView& x) {
   check_shape(op, "weight", w, {x.size(-1)});
   check_contiguous(op, "weight", w);
   check_data(op, "weight", w);
-}
-
-void require_cuda_build(const char* op) {
-#ifndef TILEGRID_WITH_CUDA
-  throw Error(detail::concat(op,
-                             ": tilegrid was built without CUDA; tensors are on a CUDA "
-                             "device"));
-#endif
 }
 
 }  // namespace

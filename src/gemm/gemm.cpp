@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/cuda_build.h"
 #include "gemm/gemm_problem.h"
 #include "tilegrid/core/checks.h"
 #ifdef TILEGRID_WITH_CUDA
@@ -93,13 +94,6 @@ Operand check_operand(const Names& n, const char* arg, const TensorView& t, cons
                  " (shape ", t.shape, ", strides ", t.strides, ")");
   check_aligned(n.op, arg, t);
   return op;
-}
-
-void require_cuda_build(const char* op) {
-#ifndef TILEGRID_WITH_CUDA
-  throw Error(
-      detail::concat(op, ": tilegrid was built without CUDA; tensors are on a CUDA device"));
-#endif
 }
 
 // a and b: dtypes, shapes, devices and which dimension of each is contiguous.

@@ -5,6 +5,7 @@
 
 #include "tilegrid/grid/grid_batch.h"
 
+#include "core/cuda_build.h"
 #include "tilegrid/core/checks.h"
 #ifdef TILEGRID_WITH_CUDA
 #include "grid/grid_cuda.h"
@@ -16,12 +17,6 @@ namespace {
 template <class Node>
 int64_t count(const Tensor& bytes) {
   return bytes.numel() / int64_t(sizeof(Node));
-}
-
-void require_cuda_build(const char* op) {
-#ifndef TILEGRID_WITH_CUDA
-  throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
-#endif
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "core/cuda_check.h"
+#include "core/cuda_grid_stride.h"
 #include "grid/grid_cuda.h"
 #include "tilegrid/core/jagged_index.h"
 
@@ -11,10 +12,6 @@ namespace tilegrid::grid::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20));
-}
 
 __global__ void ijk_to_index_kernel(TreeView tree, const int32_t* __restrict__ xyz,
                                     const int64_t* __restrict__ joffsets, int64_t num_tensors,
@@ -81,8 +78,8 @@ void all_taps_found(const int32_t* map, int64_t volume, int64_t n, bool* keep, i
                     Stream stream) {
   if (n == 0) return;
   CudaDeviceGuard guard(device);
-  all_taps_found_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream.handle)>>>(
-      map, volume, n, keep);
+  all_taps_found_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0,
+                          static_cast<cudaStream_t>(stream.handle)>>>(map, volume, n, keep);
   TG_CUDA_CHECK_LAUNCH();
 }
 
@@ -95,7 +92,7 @@ KeptVoxels kept_voxels(const int32_t* xyz, const int64_t* voxel_offsets, int64_t
   Tensor positions = Tensor::empty({n + 1}, DType::Int64, dev, stream);
   int64_t* f = static_cast<int64_t*>(flags.data());
   int64_t* pos = static_cast<int64_t*>(positions.data());
-  keep_flags_kernel<<<blocks_for(n + 1), kThreads, 0, s>>>(keep, n, f);
+  keep_flags_kernel<<<grid_stride_blocks(n + 1, kThreads), kThreads, 0, s>>>(keep, n, f);
   TG_CUDA_CHECK_LAUNCH();
   size_t bytes = 0;
   TG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, f, pos, n + 1, s));
@@ -107,7 +104,7 @@ KeptVoxels kept_voxels(const int32_t* xyz, const int64_t* voxel_offsets, int64_t
   KeptVoxels out;
   out.xyz = Tensor::empty({kept, 3}, DType::Int32, dev, stream);
   out.offsets = Tensor::empty({num_grids + 1}, DType::Int64, dev, stream);
-  kept_scatter_kernel<<<blocks_for(std::max(n, num_grids + 1)), kThreads, 0, s>>>(
+  kept_scatter_kernel<<<grid_stride_blocks(std::max(n, num_grids + 1), kThreads), kThreads, 0, s>>>(
       xyz, voxel_offsets, num_grids, n, keep, pos, static_cast<int32_t*>(out.xyz.data()),
       static_cast<int64_t*>(out.offsets.data()));
   TG_CUDA_CHECK_LAUNCH();
@@ -118,8 +115,9 @@ void ijk_to_index(const TreeView& tree, const int32_t* xyz, const int64_t* joffs
                   int64_t num_tensors, int64_t n, int64_t* out, int device, Stream stream) {
   if (n == 0) return;
   CudaDeviceGuard guard(device);
-  ijk_to_index_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream.handle)>>>(
-      tree, xyz, joffsets, num_tensors, n, out);
+  ijk_to_index_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0,
+                        static_cast<cudaStream_t>(stream.handle)>>>(tree, xyz, joffsets,
+                                                                    num_tensors, n, out);
   TG_CUDA_CHECK_LAUNCH();
 }
 
@@ -127,8 +125,9 @@ void active_ijk(const LeafNode* leaves, int64_t num_leaves, int32_t* xyz, int de
                 Stream stream) {
   if (num_leaves == 0) return;
   CudaDeviceGuard guard(device);
-  active_ijk_kernel<<<blocks_for(num_leaves * ChildMask<kLeafLog2>::kChildren), kThreads, 0,
-                      static_cast<cudaStream_t>(stream.handle)>>>(leaves, num_leaves, xyz);
+  active_ijk_kernel<<<grid_stride_blocks(num_leaves * ChildMask<kLeafLog2>::kChildren, kThreads),
+                      kThreads, 0, static_cast<cudaStream_t>(stream.handle)>>>(leaves, num_leaves,
+                                                                               xyz);
   TG_CUDA_CHECK_LAUNCH();
 }
 

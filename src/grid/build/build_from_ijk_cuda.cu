@@ -26,6 +26,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_copy.h"
+#include "core/cuda_grid_stride.h"
 #include "grid/grid_cuda.h"
 #include "tilegrid/core/jagged_index.h"
 
@@ -34,11 +35,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kRootBias = int64_t(1) << 19;  // root coordinates (i >> 12) span 20 bits
-
-unsigned blocks_for(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, 1 << 20)));
-}
 
 // hi: grid (24 bits) | root i (20) | root j (20); lo: root k (20) | upper position (15) |
 // lower position (12) | leaf position (9).
@@ -347,7 +343,8 @@ std::optional<CompactLayout> compact_layout(const int32_t* xyz, int64_t n, int64
   int* bounds = scratch.get<int>(6);
   const int init[6] = {INT_MAX, INT_MAX, INT_MAX, INT_MIN, INT_MIN, INT_MIN};
   ::tilegrid::cuda::copy_small_to_device(bounds, init, sizeof(init), scratch.device, scratch.stream);
-  root_bounds<<<std::min(blocks_for(n), 4u * 132u), kThreads, 0, s>>>(xyz, n, bounds);
+  root_bounds<<<std::min(grid_stride_blocks(n, kThreads), 4u * 132u), kThreads, 0, s>>>(xyz, n,
+                                                                                        bounds);
   TG_CUDA_CHECK_LAUNCH();
   int host[6];
   TG_CUDA_CHECK(cudaMemcpyAsync(host, bounds, sizeof(host), cudaMemcpyDeviceToHost, s));
@@ -374,7 +371,8 @@ void sort_unique_compact(const int32_t* xyz, const int64_t* joffsets, int64_t nu
                          TreeKey* voxels, int64_t* num_voxels_dev, cudaStream_t s) {
   uint64_t* keys = scratch.get<uint64_t>(n);
   uint64_t* sorted = scratch.get<uint64_t>(n);
-  make_compact_keys<<<blocks_for(n), kThreads, 0, s>>>(xyz, joffsets, num_grids, n, layout, keys);
+  make_compact_keys<<<grid_stride_blocks(n, kThreads), kThreads, 0, s>>>(xyz, joffsets, num_grids,
+                                                                         n, layout, keys);
   TG_CUDA_CHECK_LAUNCH();
   const int end_bit = std::max(layout.total_bits(), 1);
   size_t bytes = 0;
@@ -386,7 +384,8 @@ void sort_unique_compact(const int32_t* xyz, const int64_t* joffsets, int64_t nu
   TG_CUDA_CHECK(cub::DeviceSelect::Unique(nullptr, bytes, sorted, unique, num_voxels_dev, n, s));
   TG_CUDA_CHECK(cub::DeviceSelect::Unique(scratch.get<uint8_t>(int64_t(bytes)), bytes, sorted,
                                           unique, num_voxels_dev, n, s));
-  expand_compact_keys<<<blocks_for(n), kThreads, 0, s>>>(unique, num_voxels_dev, layout, voxels);
+  expand_compact_keys<<<grid_stride_blocks(n, kThreads), kThreads, 0, s>>>(unique, num_voxels_dev,
+                                                                           layout, voxels);
   TG_CUDA_CHECK_LAUNCH();
 }
 
@@ -397,7 +396,7 @@ void sort_unique_full(const int32_t* xyz, const int64_t* joffsets, int64_t num_g
                       cudaStream_t s) {
   TreeKey* keys = scratch.get<TreeKey>(n);
   TreeKey* sorted = scratch.get<TreeKey>(n);
-  make_keys<<<blocks_for(n), kThreads, 0, s>>>(xyz, joffsets, num_grids, n, keys);
+  make_keys<<<grid_stride_blocks(n, kThreads), kThreads, 0, s>>>(xyz, joffsets, num_grids, n, keys);
   TG_CUDA_CHECK_LAUNCH();
   size_t bytes = 0;
   TG_CUDA_CHECK(
@@ -434,8 +433,8 @@ BuiltTree build_tree(const int32_t* xyz, const int64_t* joffsets, int64_t num_gr
       sort_unique_compact(xyz, joffsets, num_grids, n, *layout, scratch, voxels, num_voxels_dev, s);
     else
       sort_unique_full(xyz, joffsets, num_grids, n, scratch, voxels, num_voxels_dev, s);
-    node_starts<<<blocks_for(n), kThreads, 0, s>>>(voxels, num_voxels_dev, n, flags[0], flags[1],
-                                                   flags[2]);
+    node_starts<<<grid_stride_blocks(n, kThreads), kThreads, 0, s>>>(voxels, num_voxels_dev, n,
+                                                                     flags[0], flags[1], flags[2]);
     TG_CUDA_CHECK_LAUNCH();
     for (int level = 0; level < 3; ++level) {
       size_t bytes = 0;
@@ -466,21 +465,24 @@ BuiltTree build_tree(const int32_t* xyz, const int64_t* joffsets, int64_t num_gr
   int64_t* upper_grid = scratch.get<int64_t>(counts[0]);
   int64_t* voxel_grid = scratch.get<int64_t>(v);
   if (v > 0) {
-    fill_nodes<<<blocks_for(v), kThreads, 0, s>>>(voxels, v, flags[0], flags[1], flags[2], ids[0],
-                                                  ids[1], ids[2], uppers, lowers, leaves,
-                                                  upper_grid);
+    fill_nodes<<<grid_stride_blocks(v, kThreads), kThreads, 0, s>>>(
+        voxels, v, flags[0], flags[1], flags[2], ids[0], ids[1], ids[2], uppers, lowers, leaves,
+        upper_grid);
     TG_CUDA_CHECK_LAUNCH();
-    finish_masks<<<blocks_for(32 * counts[0]), kThreads, 0, s>>>(uppers, counts[0]);
-    finish_masks<<<blocks_for(32 * counts[1]), kThreads, 0, s>>>(lowers, counts[1]);
-    finish_masks<<<blocks_for(32 * counts[2]), kThreads, 0, s>>>(leaves, counts[2]);
-    voxel_grids<<<blocks_for(v), kThreads, 0, s>>>(voxels, v, voxel_grid);
+    finish_masks<<<grid_stride_blocks(32 * counts[0], kThreads), kThreads, 0, s>>>(uppers,
+                                                                                   counts[0]);
+    finish_masks<<<grid_stride_blocks(32 * counts[1], kThreads), kThreads, 0, s>>>(lowers,
+                                                                                   counts[1]);
+    finish_masks<<<grid_stride_blocks(32 * counts[2], kThreads), kThreads, 0, s>>>(leaves,
+                                                                                   counts[2]);
+    voxel_grids<<<grid_stride_blocks(v, kThreads), kThreads, 0, s>>>(voxels, v, voxel_grid);
     TG_CUDA_CHECK_LAUNCH();
   }
   out.upper_offsets = Tensor::empty({num_grids + 1}, DType::Int64, Device::cuda(device), stream);
   out.voxel_offsets = Tensor::empty({num_grids + 1}, DType::Int64, Device::cuda(device), stream);
-  grid_ranges<<<blocks_for(num_grids + 1), kThreads, 0, s>>>(
+  grid_ranges<<<grid_stride_blocks(num_grids + 1, kThreads), kThreads, 0, s>>>(
       upper_grid, counts[0], num_grids, static_cast<int64_t*>(out.upper_offsets.data()));
-  grid_ranges<<<blocks_for(num_grids + 1), kThreads, 0, s>>>(
+  grid_ranges<<<grid_stride_blocks(num_grids + 1, kThreads), kThreads, 0, s>>>(
       voxel_grid, v, num_grids, static_cast<int64_t*>(out.voxel_offsets.data()));
   TG_CUDA_CHECK_LAUNCH();
   // No synchronisation here: scratch is released on return, and both allocators a Tensor

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/cuda_build.h"
 #include "grid/conv/derived_geometry.h"
 #include "grid/conv/map_args.h"
 #include "tilegrid/core/checks.h"

@@ -5,8 +5,9 @@
 #include <cub/device/device_scan.cuh>
 
 #include "core/cuda_check.h"
-#include "grid/grid_cuda.h"
+#include "core/cuda_grid_stride.h"
 #include "grid/build/triangle_voxels.h"
+#include "grid/grid_cuda.h"
 #include "tilegrid/core/jagged_index.h"
 
 namespace tilegrid::grid::cuda {
@@ -77,10 +78,6 @@ __global__ void grid_offsets(const int64_t* starts, const int64_t* foff, int64_t
   for (int64_t b = threadIdx.x; b <= num_grids; b += blockDim.x) out[b] = starts[foff[b]];
 }
 
-unsigned blocks_for(int64_t n) {
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)));
-}
-
 template <class V, class F>
 MeshError run(const MeshArgs<V, F>& m, int device, Stream stream, MeshVoxels& out) {
   auto s = static_cast<cudaStream_t>(stream.handle);
@@ -95,7 +92,7 @@ MeshError run(const MeshArgs<V, F>& m, int device, Stream stream, MeshVoxels& ou
   if (m.num_faces > 0) {
     Tensor counts = Tensor::empty(Shape{m.num_faces}, DType::Int64, dev, stream);
     int64_t* count = static_cast<int64_t*>(counts.data());
-    count_touched<<<blocks_for(m.num_faces), kThreads, 0, s>>>(m, count, err);
+    count_touched<<<grid_stride_blocks(m.num_faces, kThreads), kThreads, 0, s>>>(m, count, err);
     TG_CUDA_CHECK_LAUNCH();
     size_t bytes = 0;
     TG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, bytes, count, start + 1, m.num_faces, s));
@@ -114,8 +111,8 @@ MeshError run(const MeshArgs<V, F>& m, int device, Stream stream, MeshVoxels& ou
   out.xyz = Tensor::empty({total, 3}, DType::Int32, dev, stream);
   out.offsets = Tensor::empty(Shape{m.num_grids + 1}, DType::Int64, dev, stream);
   if (total > 0) {
-    write_touched<<<blocks_for(m.num_faces), kThreads, 0, s>>>(m, start,
-                                                                static_cast<int32_t*>(out.xyz.data()));
+    write_touched<<<grid_stride_blocks(m.num_faces, kThreads), kThreads, 0, s>>>(
+        m, start, static_cast<int32_t*>(out.xyz.data()));
     TG_CUDA_CHECK_LAUNCH();
   }
   grid_offsets<<<1, 256, 0, s>>>(start, m.foff, m.num_grids,

@@ -5,6 +5,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "core/cuda_check.h"
+#include "core/cuda_grid_stride.h"
 #include "grid/conv/conv_cuda.h"
 #include "tilegrid/core/jagged_index.h"
 
@@ -12,10 +13,6 @@ namespace tilegrid::grid::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20));
-}
 
 cudaStream_t raw(Stream s) {
   return static_cast<cudaStream_t>(s.handle);
@@ -303,8 +300,8 @@ void sort_rows(const int32_t* map, int64_t volume, int64_t n_out, int32_t* order
   TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data(), bytes, keys_in, keys_out, values_in,
                                                 order, n_out, 0, end_bit, s));
   if (ordered != nullptr) {
-    map_in_row_order_kernel<<<blocks_for(n_out), kThreads, 0, s>>>(map, order, keys_out, volume,
-                                                                   n_out, ordered);
+    map_in_row_order_kernel<<<grid_stride_blocks(n_out, kThreads), kThreads, 0, s>>>(
+        map, order, keys_out, volume, n_out, ordered);
     TG_CUDA_CHECK_LAUNCH();
   }
 }
@@ -360,7 +357,7 @@ bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t n
                                   sizeof(int64_t) * size_t(num_grids + 1),
                                   cudaMemcpyDeviceToDevice, s));
     if (n > 0) {
-      parent_candidates_kernel<<<blocks_for(3 * n), kThreads, 0, s>>>(
+      parent_candidates_kernel<<<grid_stride_blocks(3 * n, kThreads), kThreads, 0, s>>>(
           xyz, n, taps, static_cast<int32_t*>(out.xyz.data()));
       TG_CUDA_CHECK_LAUNCH();
     }
@@ -374,7 +371,7 @@ bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t n
   int32_t* f = static_cast<int32_t*>(flags.data());
   int64_t* pos = static_cast<int64_t*>(positions.data());
   if (total > 0) {
-    candidate_flags_kernel<<<blocks_for(total), kThreads, 0, s>>>(
+    candidate_flags_kernel<<<grid_stride_blocks(total, kThreads), kThreads, 0, s>>>(
         xyz, n, taps, f, static_cast<int*>(overflow.data()));
     TG_CUDA_CHECK_LAUNCH();
     size_t bytes = 0;
@@ -398,9 +395,10 @@ bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t n
   count += last_flag;
   out.xyz = Tensor::empty({count, 3}, DType::Int32, dev, stream);
   out.offsets = Tensor::empty({num_grids + 1}, DType::Int64, dev, stream);
-  candidate_scatter_kernel<<<blocks_for(std::max<int64_t>(total, 1)), kThreads, 0, s>>>(
-      xyz, voxel_offsets, num_grids, n, taps, f, pos, static_cast<int32_t*>(out.xyz.data()),
-      static_cast<int64_t*>(out.offsets.data()));
+  candidate_scatter_kernel<<<grid_stride_blocks(std::max<int64_t>(total, 1), kThreads), kThreads, 0,
+                             s>>>(xyz, voxel_offsets, num_grids, n, taps, f, pos,
+                                  static_cast<int32_t*>(out.xyz.data()),
+                                  static_cast<int64_t*>(out.offsets.data()));
   TG_CUDA_CHECK_LAUNCH();
   return true;
 }
@@ -410,7 +408,7 @@ void kernel_map(const TreeView& source, const int32_t* target_xyz, const int64_t
                 Stream stream) {
   if (n_out == 0) return;
   CudaDeviceGuard guard(device);
-  kernel_map_kernel<<<blocks_for(n_out), kThreads, 0, raw(stream)>>>(
+  kernel_map_kernel<<<grid_stride_blocks(n_out, kThreads), kThreads, 0, raw(stream)>>>(
       source, target_xyz, target_offsets, num_grids, n_out, taps, map);
   TG_CUDA_CHECK_LAUNCH();
 }
@@ -445,11 +443,12 @@ void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_
                        int32_t* inverse, int device, Stream stream) {
   if (volume * n_in == 0) return;
   CudaDeviceGuard guard(device);
-  fill_kernel<<<blocks_for(volume * n_in), kThreads, 0, raw(stream)>>>(inverse, volume * n_in, -1);
+  fill_kernel<<<grid_stride_blocks(volume * n_in, kThreads), kThreads, 0, raw(stream)>>>(
+      inverse, volume * n_in, -1);
   TG_CUDA_CHECK_LAUNCH();
   if (volume * n_out == 0) return;
-  invert_kernel<<<blocks_for(volume * n_out), kThreads, 0, raw(stream)>>>(map, volume, n_out, n_in,
-                                                                          inverse);
+  invert_kernel<<<grid_stride_blocks(volume * n_out, kThreads), kThreads, 0, raw(stream)>>>(
+      map, volume, n_out, n_in, inverse);
   TG_CUDA_CHECK_LAUNCH();
 }
 
@@ -458,8 +457,8 @@ void kernel_map_row_order(const int32_t* map, int64_t volume, int64_t n_out, int
   if (n_out == 0) return;
   CudaDeviceGuard guard(device);
   order_rows(map, volume, n_out, order, ordered, device, stream, [&](auto* keys, int32_t* values) {
-    row_keys_kernel<<<blocks_for(n_out), kThreads, 0, raw(stream)>>>(map, volume, n_out, keys,
-                                                                     values);
+    row_keys_kernel<<<grid_stride_blocks(n_out, kThreads), kThreads, 0, raw(stream)>>>(
+        map, volume, n_out, keys, values);
     TG_CUDA_CHECK_LAUNCH();
   });
 }
@@ -469,7 +468,8 @@ void kernel_map_in_row_order(const int32_t* map, const int32_t* order, int64_t v
   if (volume * n_out == 0) return;
   CudaDeviceGuard guard(device);
   map_in_row_order_kernel<uint32_t>
-      <<<blocks_for(n_out), kThreads, 0, raw(stream)>>>(map, order, nullptr, volume, n_out, out);
+      <<<grid_stride_blocks(n_out, kThreads), kThreads, 0, raw(stream)>>>(map, order, nullptr,
+                                                                          volume, n_out, out);
   TG_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/cuda_build.h"
 #include "grid/conv/conv_cpu.h"
 #include "grid/conv/derived_geometry.h"
 #include "grid/conv/map_args.h"

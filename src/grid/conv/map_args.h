@@ -30,10 +30,4 @@ inline void check_float(const char* op, const char* name, const TensorView& t) {
   check_ndim(op, name, t, 2);
 }
 
-inline void require_cuda_build([[maybe_unused]] const char* op) {
-#ifndef TILEGRID_WITH_CUDA
-  throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
-#endif
-}
-
 }  // namespace tilegrid::grid

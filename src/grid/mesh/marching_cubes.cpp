@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/cuda_build.h"
 #include "core/parallel_for.h"
 #include "grid/mesh/marching_cubes_cells.h"
 #include "tilegrid/core/checks.h"
@@ -38,10 +39,9 @@ CubeMesh marching_cubes(const GridBatch& grid, const TensorView& field, double l
                       level,
                       &kMarchingCubesTable};
   if (grid.device().is_cuda()) {
+    require_cuda_build("marching_cubes");
 #ifdef TILEGRID_WITH_CUDA
     return cuda::marching_cubes(in, N, field.dtype, grid.device().index, stream);
-#else
-    throw Error("marching_cubes: tilegrid was built without CUDA");
 #endif
   }
   std::vector<uint8_t> cross(static_cast<size_t>(N));

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/cuda_check.h"
+#include "core/cuda_grid_stride.h"
 #include "grid/mesh/marching_cubes_cuda.h"
 
 namespace tilegrid::grid::cuda {
@@ -12,10 +13,6 @@ namespace {
 
 constexpr int kThreads = 128;
 __constant__ MarchingCubesTable kDeviceTable = kMarchingCubesTable;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20));
-}
 
 __global__ void counts_kernel(CubeInputs in, int64_t n, uint8_t* cross, int32_t* config,
                               int64_t* vertices, int64_t* triangles) {
@@ -83,9 +80,9 @@ CubeMesh marching_cubes(const CubeInputs& in, int64_t voxels, DType dtype, int d
   auto* vb = static_cast<int64_t*>(vbase.data());
   auto* tb = static_cast<int64_t*>(tbase.data());
   if (voxels > 0) {
-    counts_kernel<<<blocks_for(voxels), kThreads, 0, s>>>(in, voxels, cr, cf,
-                                                          static_cast<int64_t*>(vcount.data()),
-                                                          static_cast<int64_t*>(tcount.data()));
+    counts_kernel<<<grid_stride_blocks(voxels, kThreads), kThreads, 0, s>>>(
+        in, voxels, cr, cf, static_cast<int64_t*>(vcount.data()),
+        static_cast<int64_t*>(tcount.data()));
     TG_CUDA_CHECK_LAUNCH();
   }
   const int64_t num_vertices = scan(static_cast<int64_t*>(vcount.data()), voxels, vb, dev, stream);
@@ -97,12 +94,12 @@ CubeMesh marching_cubes(const CubeInputs& in, int64_t voxels, DType dtype, int d
   mesh.vertex_offsets = Tensor::empty({in.num_grids + 1}, DType::Int64, dev, stream);
   mesh.face_offsets = Tensor::empty({in.num_grids + 1}, DType::Int64, dev, stream);
   if (voxels > 0) {
-    write_kernel<<<blocks_for(voxels), kThreads, 0, s>>>(
+    write_kernel<<<grid_stride_blocks(voxels, kThreads), kThreads, 0, s>>>(
         in, voxels, cr, cf, vb, tb, mesh.vertices.data(), mesh.normals.data(),
         static_cast<int64_t*>(mesh.faces.data()));
     TG_CUDA_CHECK_LAUNCH();
   }
-  offsets_kernel<<<blocks_for(in.num_grids + 1), kThreads, 0, s>>>(
+  offsets_kernel<<<grid_stride_blocks(in.num_grids + 1, kThreads), kThreads, 0, s>>>(
       in.voxel_offsets, in.num_grids, vb, tb, static_cast<int64_t*>(mesh.vertex_offsets.data()),
       static_cast<int64_t*>(mesh.face_offsets.data()));
   TG_CUDA_CHECK_LAUNCH();

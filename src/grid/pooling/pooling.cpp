@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/cuda_build.h"
 #include "core/parallel_for.h"
 #include "grid/conv/map_args.h"
 #include "tilegrid/core/element_access.h"

@@ -5,16 +5,13 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_convert.cuh"
+#include "core/cuda_grid_stride.h"
 #include "grid/pooling/pooling_cuda.h"
 
 namespace tilegrid::grid::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20));
-}
 
 cudaStream_t raw(Stream s) {
   return static_cast<cudaStream_t>(s.handle);
@@ -139,8 +136,9 @@ void max_pool_forward(const PoolProblem& p, const void* features, void* out, int
   if (p.n_out * p.channels == 0) return;
   CudaDeviceGuard guard(device);
   by_dtype(p.dtype, "max_pool_forward", [&]<class T, class Acc>() {
-    max_forward_kernel<T, Acc><<<blocks_for(p.n_out * p.channels), kThreads, 0, raw(stream)>>>(
-        p, static_cast<const T*>(features), static_cast<T*>(out), argmax);
+    max_forward_kernel<T, Acc>
+        <<<grid_stride_blocks(p.n_out * p.channels, kThreads), kThreads, 0, raw(stream)>>>(
+            p, static_cast<const T*>(features), static_cast<T*>(out), argmax);
     TG_CUDA_CHECK_LAUNCH();
   });
 }
@@ -150,8 +148,9 @@ void max_pool_backward(const PoolProblem& p, const int32_t* argmax, const void* 
   if (p.n_in * p.channels == 0) return;
   CudaDeviceGuard guard(device);
   by_dtype(p.dtype, "max_pool_backward", [&]<class T, class Acc>() {
-    max_backward_kernel<T, Acc><<<blocks_for(p.n_in * p.channels), kThreads, 0, raw(stream)>>>(
-        p, argmax, static_cast<const T*>(grad_out), static_cast<T*>(grad_features));
+    max_backward_kernel<T, Acc>
+        <<<grid_stride_blocks(p.n_in * p.channels, kThreads), kThreads, 0, raw(stream)>>>(
+            p, argmax, static_cast<const T*>(grad_out), static_cast<T*>(grad_features));
     TG_CUDA_CHECK_LAUNCH();
   });
 }
@@ -161,8 +160,9 @@ void avg_pool_forward(const PoolProblem& p, const void* features, void* out, int
   if (p.n_out * p.channels == 0) return;
   CudaDeviceGuard guard(device);
   by_dtype(p.dtype, "avg_pool_forward", [&]<class T, class Acc>() {
-    avg_forward_kernel<T, Acc><<<blocks_for(p.n_out * p.channels), kThreads, 0, raw(stream)>>>(
-        p, static_cast<const T*>(features), static_cast<T*>(out));
+    avg_forward_kernel<T, Acc>
+        <<<grid_stride_blocks(p.n_out * p.channels, kThreads), kThreads, 0, raw(stream)>>>(
+            p, static_cast<const T*>(features), static_cast<T*>(out));
     TG_CUDA_CHECK_LAUNCH();
   });
 }
@@ -174,12 +174,13 @@ void avg_pool_backward(const PoolProblem& p, const void* grad_out, void* grad_fe
   Tensor counts = Tensor::empty({std::max<int64_t>(p.n_out, 1)}, DType::Int32, Device::cuda(device), stream);
   auto* n = static_cast<int32_t*>(counts.data());
   if (p.n_out > 0) {
-    counts_kernel<<<blocks_for(p.n_out), kThreads, 0, raw(stream)>>>(p, n);
+    counts_kernel<<<grid_stride_blocks(p.n_out, kThreads), kThreads, 0, raw(stream)>>>(p, n);
     TG_CUDA_CHECK_LAUNCH();
   }
   by_dtype(p.dtype, "avg_pool_backward", [&]<class T, class Acc>() {
-    avg_backward_kernel<T, Acc><<<blocks_for(p.n_in * p.channels), kThreads, 0, raw(stream)>>>(
-        p, n, static_cast<const T*>(grad_out), static_cast<T*>(grad_features));
+    avg_backward_kernel<T, Acc>
+        <<<grid_stride_blocks(p.n_in * p.channels, kThreads), kThreads, 0, raw(stream)>>>(
+            p, n, static_cast<const T*>(grad_out), static_cast<T*>(grad_features));
     TG_CUDA_CHECK_LAUNCH();
   });
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/cuda_build.h"
 #include "core/parallel_for.h"
 #include "grid/render/ray_trace.h"
 #include "tilegrid/core/checks.h"
@@ -117,10 +118,9 @@ template <class Allocate>
 Tensor trace(const char* op, const GridBatch& grid, const RayInputs& in, const RayOptions& opt,
              Allocate allocate, Stream stream) {
   if (grid.device().is_cuda()) {
+    require_cuda_build(op);
 #ifdef TILEGRID_WITH_CUDA
     return cuda::trace_rays(grid, in, opt, allocate, stream);
-#else
-    throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
 #endif
   }
   return trace_cpu(grid, in, opt, allocate);

@@ -7,16 +7,13 @@
 #include <climits>
 
 #include "core/cuda_check.h"
+#include "core/cuda_grid_stride.h"
 #include "grid/render/rays_cuda.h"
 
 namespace tilegrid::grid::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20));
-}
 
 __global__ void init_boxes_kernel(int32_t* boxes, int64_t num_grids) {
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < 6 * num_grids;
@@ -68,13 +65,14 @@ Tensor trace_rays(const GridBatch& grid, const RayInputs& in, const RayOptions& 
   Tensor boxes = Tensor::empty({std::max<int64_t>(6 * num_grids, 1)}, DType::Int32, dev, stream);
   auto* box_data = static_cast<int32_t*>(boxes.data());
   if (num_grids > 0) {
-    init_boxes_kernel<<<blocks_for(6 * num_grids), kThreads, 0, s>>>(box_data, num_grids);
+    init_boxes_kernel<<<grid_stride_blocks(6 * num_grids, kThreads), kThreads, 0, s>>>(box_data,
+                                                                                       num_grids);
     TG_CUDA_CHECK_LAUNCH();
   }
   if (grid.num_leaves() > 0) {
-    leaf_boxes_kernel<<<blocks_for(grid.num_leaves()), kThreads, 0, s>>>(
-        grid.view().leaves, grid.num_leaves(), grid.voxel_offsets().view().data_ptr<const int64_t>(),
-        num_grids, box_data);
+    leaf_boxes_kernel<<<grid_stride_blocks(grid.num_leaves(), kThreads), kThreads, 0, s>>>(
+        grid.view().leaves, grid.num_leaves(),
+        grid.voxel_offsets().view().data_ptr<const int64_t>(), num_grids, box_data);
     TG_CUDA_CHECK_LAUNCH();
   }
   const GridBoxes grid_boxes{box_data};
@@ -82,7 +80,7 @@ Tensor trace_rays(const GridBatch& grid, const RayInputs& in, const RayOptions& 
   auto* off = static_cast<int64_t*>(offsets.data());
   int64_t total = 0;
   if (in.num_rays > 0) {
-    count_kernel<<<blocks_for(in.num_rays), kThreads, 0, s>>>(
+    count_kernel<<<grid_stride_blocks(in.num_rays, kThreads), kThreads, 0, s>>>(
         grid.view(), grid.transforms(), grid_boxes, in, opt, off);
     TG_CUDA_CHECK_LAUNCH();
     size_t bytes = 0;
@@ -98,7 +96,7 @@ Tensor trace_rays(const GridBatch& grid, const RayInputs& in, const RayOptions& 
   }
   const RayOutputs out = allocate(total);
   if (total > 0) {
-    write_kernel<<<blocks_for(in.num_rays), kThreads, 0, s>>>(
+    write_kernel<<<grid_stride_blocks(in.num_rays, kThreads), kThreads, 0, s>>>(
         grid.view(), grid.transforms(), grid_boxes, in, opt, off, out);
     TG_CUDA_CHECK_LAUNCH();
   }

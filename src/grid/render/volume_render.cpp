@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/cuda_build.h"
 #include "core/parallel_for.h"
 #include "grid/render/volume_render_ray.h"
 #include "tilegrid/core/checks.h"
@@ -95,11 +96,10 @@ void volume_render(const VolumeRenderInputs& in, const TensorView& rgb, const Te
   const RenderOutputs out{rgb.data, depth.data, opacity.data, weights.data,
                           static_cast<int64_t*>(count.data)};
   if (dev.is_cuda()) {
+    require_cuda_build("volume_render");
 #ifdef TILEGRID_WITH_CUDA
     cuda::volume_render(s, rays, out, dev.index, stream);
     return;
-#else
-    throw Error("volume_render: tilegrid was built without CUDA");
 #endif
   }
   parallel_for(rays, [&](int64_t r) { render_ray_forward(s, r, out); });
@@ -128,11 +128,10 @@ void volume_render_backward(const VolumeRenderInputs& in, const TensorView& grad
                       grad_weights ? grad_weights->data : nullptr, grad_sigmas.data,
                       grad_rgbs.data, grad_deltas.data, grad_ts.data};
   if (dev.is_cuda()) {
+    require_cuda_build("volume_render");
 #ifdef TILEGRID_WITH_CUDA
     cuda::volume_render_backward(s, rays, g, dev.index, stream);
     return;
-#else
-    throw Error("volume_render: tilegrid was built without CUDA");
 #endif
   }
   parallel_for(rays, [&](int64_t r) { render_ray_backward(s, r, g); });

@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "core/cuda_check.h"
+#include "core/cuda_grid_stride.h"
 #include "grid/render/volume_render_cuda.h"
 
 namespace tilegrid::grid::cuda {
@@ -271,10 +272,6 @@ __global__ void __launch_bounds__(32 * kWarps) backward_kernel(RenderSamples in,
   }
 }
 
-unsigned blocks_for(int64_t rays) {
-  return static_cast<unsigned>(std::min<int64_t>((rays + kWarps - 1) / kWarps, 1 << 20));
-}
-
 template <template <int> class Launch, typename... Args>
 void by_channels(int64_t channels, Args&&... args) {
   switch (channels) {
@@ -288,14 +285,14 @@ void by_channels(int64_t channels, Args&&... args) {
 template <int kC>
 struct LaunchForward {
   static void run(const RenderSamples& in, int64_t rays, const RenderOutputs& out, cudaStream_t s) {
-    forward_kernel<kC><<<blocks_for(rays), 32 * kWarps, 0, s>>>(in, rays, out);
+    forward_kernel<kC><<<grid_stride_blocks(rays, kWarps), 32 * kWarps, 0, s>>>(in, rays, out);
   }
 };
 
 template <int kC>
 struct LaunchBackward {
   static void run(const RenderSamples& in, int64_t rays, const RenderGrads& grads, cudaStream_t s) {
-    backward_kernel<kC><<<blocks_for(rays), 32 * kWarps, 0, s>>>(in, rays, grads);
+    backward_kernel<kC><<<grid_stride_blocks(rays, kWarps), 32 * kWarps, 0, s>>>(in, rays, grads);
   }
 };
 

@@ -8,6 +8,7 @@
 // channel. Their sums are in float32 (8 terms). Other cases take one thread a point with
 // float64 sums, as on the CPU.
 #include "core/cuda_check.h"
+#include "core/cuda_grid_stride.h"
 #include "grid/grid_cuda.h"
 #include "tilegrid/core/jagged_index.h"
 #include "tilegrid/grid/trilinear.h"
@@ -16,10 +17,6 @@ namespace tilegrid::grid::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20));
-}
 
 // The cell around point p, the rows of its 8 voxels (-1 when inactive) and its grid.
 template <class S>
@@ -187,15 +184,15 @@ void sample_trilinear(const TreeView& tree, const VoxelTransform* transforms,
   CudaDeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream.handle);
   if (grouped(points, channels, features, out))
-    sample_grouped_kernel<<<blocks_for(points.n * kLanes), kThreads, 0, s>>>(
+    sample_grouped_kernel<<<grid_stride_blocks(points.n * kLanes, kThreads), kThreads, 0, s>>>(
         tree, transforms, points, static_cast<const float4*>(features), channels / 4,
         static_cast<float4*>(out));
   else if (points.dtype == DType::Float32)
-    sample_kernel<float><<<blocks_for(points.n), kThreads, 0, s>>>(
+    sample_kernel<float><<<grid_stride_blocks(points.n, kThreads), kThreads, 0, s>>>(
         tree, transforms, points, static_cast<const float*>(features), channels,
         static_cast<float*>(out));
   else
-    sample_kernel<double><<<blocks_for(points.n), kThreads, 0, s>>>(
+    sample_kernel<double><<<grid_stride_blocks(points.n, kThreads), kThreads, 0, s>>>(
         tree, transforms, points, static_cast<const double*>(features), channels,
         static_cast<double*>(out));
   TG_CUDA_CHECK_LAUNCH();
@@ -209,11 +206,11 @@ void sample_trilinear_backward_points(const TreeView& tree, const VoxelTransform
   CudaDeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream.handle);
   if (points.dtype == DType::Float32)
-    backward_points_kernel<float><<<blocks_for(points.n), kThreads, 0, s>>>(
+    backward_points_kernel<float><<<grid_stride_blocks(points.n, kThreads), kThreads, 0, s>>>(
         tree, transforms, points, static_cast<const float*>(features),
         static_cast<const float*>(grad_out), channels, static_cast<float*>(grad_points));
   else
-    backward_points_kernel<double><<<blocks_for(points.n), kThreads, 0, s>>>(
+    backward_points_kernel<double><<<grid_stride_blocks(points.n, kThreads), kThreads, 0, s>>>(
         tree, transforms, points, static_cast<const double*>(features),
         static_cast<const double*>(grad_out), channels, static_cast<double*>(grad_points));
   TG_CUDA_CHECK_LAUNCH();
@@ -228,15 +225,15 @@ void splat_trilinear(const TreeView& tree, const VoxelTransform* transforms, con
   if (bytes) TG_CUDA_CHECK(cudaMemsetAsync(out, 0, bytes, s));
   if (points.n == 0) return;
   if (grouped(points, channels, values, out))
-    splat_grouped_kernel<<<blocks_for(points.n * kLanes), kThreads, 0, s>>>(
+    splat_grouped_kernel<<<grid_stride_blocks(points.n * kLanes, kThreads), kThreads, 0, s>>>(
         tree, transforms, points, static_cast<const float4*>(values), channels / 4,
         static_cast<float4*>(out));
   else if (points.dtype == DType::Float32)
-    splat_kernel<float><<<blocks_for(points.n), kThreads, 0, s>>>(
+    splat_kernel<float><<<grid_stride_blocks(points.n, kThreads), kThreads, 0, s>>>(
         tree, transforms, points, static_cast<const float*>(values), channels,
         static_cast<float*>(out));
   else
-    splat_kernel<double><<<blocks_for(points.n), kThreads, 0, s>>>(
+    splat_kernel<double><<<grid_stride_blocks(points.n, kThreads), kThreads, 0, s>>>(
         tree, transforms, points, static_cast<const double*>(values), channels,
         static_cast<double*>(out));
   TG_CUDA_CHECK_LAUNCH();

@@ -6,9 +6,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "tilegrid/grid/sampling.h"
+#include "core/cuda_build.h"
 #include "tilegrid/core/checks.h"
 #include "tilegrid/core/element_access.h"
+#include "tilegrid/grid/sampling.h"
 #include "tilegrid/grid/trilinear.h"
 #ifdef TILEGRID_WITH_CUDA
 #include "grid/grid_cuda.h"
@@ -44,12 +45,6 @@ cuda::PointSet point_set(const JaggedTensor& points) {
           p.size(0), p.dtype};
 }
 #endif
-
-void require_cuda_build(const char* op) {
-#ifndef TILEGRID_WITH_CUDA
-  throw Error(detail::concat(op, ": tilegrid was built without CUDA"));
-#endif
-}
 
 // Calls visit(n, cell, rows[8]) for every point, rows[c] = -1 for inactive voxels.
 template <class Visit>

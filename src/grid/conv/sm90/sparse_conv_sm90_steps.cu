@@ -7,15 +7,12 @@
 #include <algorithm>
 
 #include "core/cuda_check.h"
+#include "core/cuda_grid_stride.h"
 
 namespace tilegrid::grid::sm90 {
 namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
-
-unsigned blocks_for_warps(int64_t warps) {
-  return unsigned(std::min<int64_t>((warps + kWarps - 1) / kWarps, 1 << 20));
-}
 
 // Where the steps read the map: the map in row order if there is one, else the map through
 // the order (one scattered read a pair), else the map.
@@ -96,8 +93,8 @@ WgradSteps wgrad_steps(const int32_t* map, const int32_t* order, const int32_t* 
   auto* pl = static_cast<int32_t*>(place.data());
   TG_CUDA_CHECK(cudaMemsetAsync(f + n, 0, sizeof(int32_t), s));
   if (n > 0) {
-    step_flags_kernel<<<blocks_for_warps(n), kThreads, 0, s>>>(m, volume, rows, feature_rows, steps,
-                                                               f);
+    step_flags_kernel<<<grid_stride_blocks(n, kWarps), kThreads, 0, s>>>(m, volume, rows,
+                                                                         feature_rows, steps, f);
     TG_CUDA_CHECK_LAUNCH();
   }
   size_t bytes = 0;
@@ -105,7 +102,7 @@ WgradSteps wgrad_steps(const int32_t* map, const int32_t* order, const int32_t* 
   Tensor temp = Tensor::empty({int64_t(std::max<size_t>(bytes, 1))}, DType::UInt8, where, stream);
   TG_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.data(), bytes, f, pl, n + 1, s));
   if (n > 0) {
-    step_pairs_kernel<<<blocks_for_warps(n), kThreads, 0, s>>>(
+    step_pairs_kernel<<<grid_stride_blocks(n, kWarps), kThreads, 0, s>>>(
         m, volume, rows, feature_rows, steps, f, pl, static_cast<int2*>(out.pairs.data()));
     TG_CUDA_CHECK_LAUNCH();
   }
