@@ -96,35 +96,47 @@ if [ "${TILEGRID_AUDIT:-0}" = 1 ]; then
   note "API audit (cuda): rc=$? $(tail -1 "$OUT/audit.log")"
 fi
 
-# Memory errors and shared-memory races in every CUDA test (the *cuda* gtest cases).
+# Memory errors and shared-memory races in every CUDA test (the *cuda* gtest cases), the
+# attention backward's, the grid's and the sparse convolution's GPU tests. The tools are bound by
+# the host's instrumentation work, not by the GPU: the runs go TILEGRID_SANITIZER_JOBS (default
+# 6) at a time, the C++ cases in as many GoogleTest shards, each run with a log of its own under
+# OUT/sanitizer/ (one run at a time took over 9 minutes on an H100).
 # TILEGRID_SANITIZER=0 skips this part (quicker runs while iterating on one kernel).
 if [ "${TILEGRID_SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
+  san=$OUT/sanitizer
+  mkdir -p "$san"
+  san_jobs=${TILEGRID_SANITIZER_JOBS:-6}
+  # sanitize NAME TOOL COMMAND...: one run, its log, and a status line for the summary.
+  sanitize() {
+    local name=$1 tool=$2
+    shift 2
+    step compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >"$san/$name.log" 2>&1
+    echo "$name: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$san/$name.log" | tail -1)" \
+      >"$san/$name.status"
+  }
+  # Starts a run in the background once fewer than san_jobs are running.
+  start_run() {
+    while [ "$(jobs -rp | wc -l)" -ge "$san_jobs" ]; do wait -n; done
+    sanitize "$@" &
+  }
   for tool in memcheck racecheck; do
-    step compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD"/tests/cpp/tilegrid_tests \
-      --gtest_filter='*cuda*:*Cuda*' >>"$OUT/sanitizer.log" 2>&1
-    note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
-  done
-  # The attention backward is reached from Python: memcheck and racecheck over a few of its
-  # GPU tests (every kernel, head dims 64, 192 and 256, one tile and several, varlen with
-  # empty sequences).
-  for tool in memcheck racecheck; do
-    step compute-sanitizer --tool $tool --error-exitcode 9 $PY -m pytest -q -x \
+    for ((shard = 0; shard < san_jobs; shard++)); do
+      GTEST_TOTAL_SHARDS=$san_jobs GTEST_SHARD_INDEX=$shard start_run "cpp_${tool}_$shard" $tool \
+        "$BUILD"/tests/cpp/tilegrid_tests --gtest_filter='*cuda*:*Cuda*'
+    done
+    # The attention backward is reached from Python: every kernel, head dims 64, 192 and 256,
+    # one tile and several, varlen with empty sequences.
+    start_run "attention_backward_$tool" $tool $PY -m pytest -q -x \
       tests/python/attention/test_flash_attn_backward.py \
-      -k "gpu_autograd_varlen or (gpu_gradients and bfloat16 and (77-30 or 130-200 or 300-300 or 200-333))" \
-      >>"$OUT/sanitizer.log" 2>&1
-    note "compute-sanitizer $tool (attention backward, python): rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+      -k "gpu_autograd_varlen or (gpu_gradients and bfloat16 and (77-30 or 130-200 or 300-300 or 200-333))"
+    # The sparse convolution's kernels (maps, gathered GEMMs with shared-memory tiles).
+    start_run "sparse_conv_$tool" $tool $PY -m pytest -q -x tests/python/grid/test_sparse_conv.py \
+      -k "cuda or gpu"
   done
   # The grid kernels are reached from Python: memcheck over their GPU tests.
-  step compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m pytest -q -x \
-    tests/python/grid/test_grid_cuda.py >>"$OUT/sanitizer.log" 2>&1
-  note "compute-sanitizer memcheck (grid, python): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
-  # The sparse convolution's kernels (maps, gathered GEMMs with shared-memory tiles): memcheck
-  # and racecheck over its GPU tests.
-  for tool in memcheck racecheck; do
-    step compute-sanitizer --tool $tool --error-exitcode 9 $PY -m pytest -q -x \
-      tests/python/grid/test_sparse_conv.py -k "cuda or gpu" >>"$OUT/sanitizer.log" 2>&1
-    note "compute-sanitizer $tool (sparse convolution, python): rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)"
-  done
+  start_run grid_memcheck memcheck $PY -m pytest -q -x tests/python/grid/test_grid_cuda.py
+  wait
+  for status in "$san"/*.status; do note "compute-sanitizer $(cat "$status")"; done
 fi
 
 # TILEGRID_BENCH=grid (a list of names, space-separated) runs only bench/bench_grid.py etc.;
