@@ -100,7 +100,7 @@ fi
 # attention backward's, the grid's and the sparse convolution's GPU tests. The tools are bound by
 # the host's instrumentation work, not by the GPU: the runs go TILEGRID_SANITIZER_JOBS (default
 # 6) at a time, the C++ cases in as many GoogleTest shards, each run with a log of its own under
-# OUT/sanitizer/ (one run at a time took over 9 minutes on an H100).
+# OUT/sanitizer/ (one run at a time takes more than 9 minutes on an H100).
 # TILEGRID_SANITIZER=0 skips this part (quicker runs while iterating on one kernel).
 if [ "${TILEGRID_SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   san=$OUT/sanitizer

@@ -27,22 +27,24 @@ namespace {
 struct GeometryLimits {
   int32_t max_kernel_size, max_stride;
   bool bound_candidates;  // refuse more than 2^31 - 1 candidate voxels before allocating them
+  const char* kernel_size_name;  // the arguments as the op's caller names them in errors
+  const char* stride_name;
 };
-constexpr GeometryLimits kConvolutionLimits{31, 1024, false};
-constexpr GeometryLimits kDerivedGridLimits{1 << 20, 1 << 20, true};
+constexpr GeometryLimits kConvolutionLimits{31, 1024, false, "kernel_size", "stride"};
+constexpr GeometryLimits kDerivedGridLimits{1 << 20, 1 << 20, true, "factor", "factor"};
 
 Taps taps_of(const char* op, const ConvGeometry& g,
              const GeometryLimits& limits = kConvolutionLimits) {
   Taps taps{};
-  const char* name = limits.bound_candidates ? "factor" : "kernel_size";
   for (int a = 0; a < 3; ++a) {
     TG_CHECK_VALUE(g.kernel_size[a] >= 1 && g.kernel_size[a] <= limits.max_kernel_size, op, ": ",
-                   name, " must be in [1, ", limits.max_kernel_size, "] in every axis, got (",
-                   g.kernel_size[0], ", ", g.kernel_size[1], ", ", g.kernel_size[2], ")");
+                   limits.kernel_size_name, " must be in [1, ", limits.max_kernel_size,
+                   "] in every axis, got (", g.kernel_size[0], ", ", g.kernel_size[1], ", ",
+                   g.kernel_size[2], ")");
     TG_CHECK_VALUE(g.stride[a] >= 1 && g.stride[a] <= limits.max_stride, op, ": ",
-                   limits.bound_candidates ? "factor" : "stride", " must be in [1, ",
-                   limits.max_stride, "] in every axis, got (", g.stride[0], ", ", g.stride[1],
-                   ", ", g.stride[2], ")");
+                   limits.stride_name, " must be in [1, ", limits.max_stride,
+                   "] in every axis, got (", g.stride[0], ", ", g.stride[1], ", ", g.stride[2],
+                   ")");
     taps.size[a] = g.kernel_size[a];
     taps.stride[a] = g.stride[a];
     taps.pad[a] = g.pad(a);
