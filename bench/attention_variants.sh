@@ -41,9 +41,9 @@ if [ ! -f "$cutlass/cute/tensor.hpp" ]; then
   exit 1
 fi
 
-# name:fast_exp2:dq_atomic:stages[:stats_early:split_exp[:producer_regs[:deferred_pass]]]
-# (stages 0, the switches -1, producer_regs 0 and deferred_pass 0 or left out: the defaults;
-# dq_atomic 0, 1 or 2 as the config's kDqAtomic; deferred_pass 1: kDqDeferredPass). "default" is
+# name:fast_exp2:dq_atomic:stages[:stats_early:split_exp[:producer_regs]]
+# (stages 0, the switches -1 and producer_regs 0 or left out: the defaults; dq_atomic 0, 1 or 2
+# as the config's kDqAtomic). "default" is
 # BwdConfig<> (fast exp2); "exp2f" is the same kernel with exp2f; "atomic" adds dQ from
 # registers (kDqAtomic 1); "prod24" and "prod40" leave the producer warpgroup 24 or 40 registers
 # (the consumers 240 or 232; kProducerRegisters: 24 is the default at head dim 64, 40 at 128 and
@@ -67,16 +67,16 @@ start=$(date +%s)
 baseline=${BASELINE_TREE:+$(cd "$BASELINE_TREE" && pwd)}
 for d in $HEAD_DIMS; do
   for v in $(variants_for "$d"); do
-    IFS=: read -r name fast atomic stages early split prod deferred <<<"$v"
-    echo "$d $name $fast $atomic $stages $PWD ${early:--1} ${split:--1} ${prod:-0} ${deferred:-0}"
+    IFS=: read -r name fast atomic stages early split prod <<<"$v"
+    echo "$d $name $fast $atomic $stages $PWD ${early:--1} ${split:--1} ${prod:-0}"
   done
-  if [ -n "$baseline" ]; then echo "$d baseline 1 0 0 $baseline -1 -1 0 0"; fi
+  if [ -n "$baseline" ]; then echo "$d baseline 1 0 0 $baseline -1 -1 0"; fi
 done | xargs -P "$jobs" -L 1 sh -c '
   d=$0 name=$1; lib='"$OUT"'/lib/hd$d-$name.so; cd $5
   '"$launcher"' nvcc -std=c++20 --expt-relaxed-constexpr -lineinfo \
     --generate-code=arch=compute_90a,code=[sm_90a] -Xcompiler=-fPIC,-fno-gnu-unique -shared -Xlinker=-Bsymbolic -Xptxas -v \
     -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DTILEGRID_WITH_CUDA \
-    -DTG_HEAD_DIM=$d -DTG_FAST_EXP2=$2 -DTG_DQ_ATOMIC=$3 -DTG_STAGES=$4 -DTG_STATS_EARLY=$6 -DTG_SPLIT_EXP=$7 -DTG_PRODUCER_REGS=$8 -DTG_DEFERRED_PASS=$9 \
+    -DTG_HEAD_DIM=$d -DTG_FAST_EXP2=$2 -DTG_DQ_ATOMIC=$3 -DTG_STAGES=$4 -DTG_STATS_EARLY=$6 -DTG_SPLIT_EXP=$7 -DTG_PRODUCER_REGS=$8 \
     -Iinclude -Isrc -isystem '"$cutlass"' bench/cuda/attention_'"$KIND"'_variant.cu \
     src/core/cuda_launch.cpp -o $lib \
     >'"$OUT"'/log/hd$d-$name.log 2>&1 || { echo "hd$d $name: build failed"; tail -20 '"$OUT"'/log/hd$d-$name.log; }'

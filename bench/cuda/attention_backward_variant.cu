@@ -6,7 +6,6 @@
 //   -DTG_HEAD_DIM=64|128|256 -DTG_FAST_EXP2=0|1 -DTG_DQ_ATOMIC=0|1|2 -DTG_STAGES=0|n
 //   [-DTG_STATS_EARLY=-1|0|1 -DTG_SPLIT_EXP=-1|0|1]   (-1: the head dim's default)
 //   [-DTG_PRODUCER_REGS=0|24|40]   (0: the head dim's default)
-//   [-DTG_DEFERRED_PASS=0|1]   (kDqDeferredPass)
 // Tensors are dense and contiguous: q, k, v, out, dout and the gradients [batch, seqlen, heads,
 // head_dim] in bf16, lse [batch, heads, seqlen] in float32 (natural log), as the forward wrote.
 #include <cstdint>
@@ -28,11 +27,8 @@ using namespace tilegrid::attention;
 #ifndef TG_PRODUCER_REGS
 #define TG_PRODUCER_REGS 0
 #endif
-#ifndef TG_DEFERRED_PASS
-#define TG_DEFERRED_PASS 0
-#endif
 using Config = sm90_bwd::BwdConfig<bool(TG_FAST_EXP2), int(TG_DQ_ATOMIC), TG_STAGES, TG_STATS_EARLY,
-                                   TG_SPLIT_EXP, TG_PRODUCER_REGS, bool(TG_DEFERRED_PASS)>;
+                                   TG_SPLIT_EXP, TG_PRODUCER_REGS>;
 constexpr int kHeadDim = TG_HEAD_DIM;
 using Traits = sm90_bwd::TraitsOf<cutlass::bfloat16_t, kHeadDim, Config>;
 

@@ -54,16 +54,8 @@ namespace tilegrid::attention::sm90_bwd {
 //   the consumers' loops fit 232 without spilling. Measured on an H100 at 2k and 16k tokens,
 //   bf16 (bench/results/2026-12-06_h100_attention_backward_producer_registers.json): 40 is
 //   1.09-1.11x at 256, 1.01-1.02x at 128, 0.96-1.00x at 64 (where the consumers spill more).
-// kDqDeferredPass (deterministic=True, kDqAtomic 0): the dQ writer passes a step's turn at the
-//   query tile on once it has issued the next step's additions and the step's own have
-//   finished, instead of waiting for them to finish before it takes the next step. The writer
-//   otherwise spends, each step, the turn's wait, both additions, their completion in global
-//   memory and the release in sequence, and deterministic=True runs at 0.55-0.77x the default
-//   on an H100 (head dims 128 and 256, 2k and 16k tokens). The cost: a
-//   key tile waiting at a query tile can wait up to a step longer for the one ahead of it. Off
-//   by default; not yet measured.
 template <bool kFastExp2_ = true, int kDqAtomic_ = 0, int kStages_ = 0, int kStatsEarly_ = -1,
-          int kSplitExp_ = -1, int kProducerRegisters_ = 0, bool kDqDeferredPass_ = false>
+          int kSplitExp_ = -1, int kProducerRegisters_ = 0>
 struct BwdConfig {
   static_assert(kDqAtomic_ >= 0 && kDqAtomic_ <= 2, "kDqAtomic: 0, 1 or 2");
   static constexpr bool kFastExp2 = kFastExp2_;
@@ -72,7 +64,6 @@ struct BwdConfig {
   static constexpr int kStatsEarly = kStatsEarly_;
   static constexpr int kSplitExp = kSplitExp_;
   static constexpr int kProducerRegisters = kProducerRegisters_;
-  static constexpr bool kDqDeferredPass = kDqDeferredPass_;
   static_assert(kProducerRegisters == 0 ||
                     (kProducerRegisters % 8 == 0 && kProducerRegisters >= 24 &&
                      kProducerRegisters <= 80),

@@ -42,7 +42,6 @@ struct BwdTraitsBase {
   using Config = Config_;
   static constexpr bool kFastExp2 = Config::kFastExp2;
   static constexpr int kDqAtomic = Config::kDqAtomic;  // 0, 1 or 2 (flash_bwd_sm90_config.h)
-  static constexpr bool kDqDeferredPass = Config::kDqDeferredPass;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kStatsEarly = Config::on_or(Config::kStatsEarly, kHeadDim == 128);
   static constexpr bool kSplitExp = Config::on_or(Config::kSplitExp, kHeadDim == 64);
@@ -191,27 +190,36 @@ __device__ __forceinline__ KeyTileWork key_tile_work(const FlashFwdParams& p, in
   return w;
 }
 
-// deterministic=True: the turn of key tile n_block at query tile m's counter. The key tiles
-// add into a query tile last key tile first, and run last first (key_tile_of_cta), so a key
-// tile waits only for ones that launched before it, and under a causal or windowed mask (query
-// ranges that start later for later keys) the key tile ahead of it began at the same query tile
-// one step earlier: the waits cost about a step per key tile, not a step per query tile passed
-// (in key order, key tile n would wait at its first query tile for key tile 0 to get there).
-// The turn is the number of key tiles after n_block (same K/V head, same sequence) that add
+// deterministic=True: the turn of the CTA's key tile at query tile m's counter. The key tiles
+// add into a query tile last key tile first, and run last first (cta_tile), so a key tile waits
+// only for ones that launched before it, and under a causal or windowed mask (query ranges that
+// start later for later keys) the key tile ahead of it began at the same query tile one step
+// earlier: the waits cost about a step per key tile, not a step per query tile passed (in key
+// order, key tile n would wait at its first query tile for key tile 0 to get there).
+// The turn is the number of key tiles after this one (same K/V head, same sequence) that add
 // into m: they are consecutive and their query ranges grow with them (common/mask.h), so they
 // end at the last key tile a query of m sees (Mask::last_key_tile_of_query_tile).
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ int dq_turn(const FlashFwdParams& p, int n_block, int b, int m) {
-  const Sequence seq = sequence(p, b);
-  const Mask mask{seq.sq, seq.sk, p.window_left, p.window_right};
-  return int(mask.last_key_tile_of_query_tile(m, kBlockM, kBlockN)) - n_block;
+__device__ __forceinline__ int dq_turn(const FlashFwdParams& p, const KeyTileWork& w, int m) {
+  const Mask mask{w.sq, w.sk, p.window_left, p.window_right};
+  return int(mask.last_key_tile_of_query_tile(m, kBlockM, kBlockN)) - w.n0 / kBlockN;
 }
 
-// The key tile of this CTA: grid x, or grid x reversed under deterministic=True (dq_turn).
-// Otherwise the key tiles with the most queries (causal: the first) launch first.
+// The CTA's key tile, K/V head and sequence; the grid is (key tiles, K/V heads, sequences) and
+// launches in that order. Within a head the key tiles with the most queries (causal: the first)
+// run first, or under deterministic=True the last first (dq_turn). Launching every head of a
+// key tile before the key tile before it made deterministic=True 1.06-1.08x as fast at 2k
+// tokens without a mask (shorter chains of waiting key tiles) but 0.47-0.53x at 16k causal,
+// where every head's longest key tiles then ran last, together (H100, bench/results/
+// 2026-12-08_h100_attention_backward_deterministic_heads_first.json).
+struct CtaTile {
+  int n_block, head_kv, b;
+};
+
 template <class Traits>
-__device__ __forceinline__ int key_tile_of_cta(const BwdKernelParams<Traits>& kp) {
-  return kp.dq_order != nullptr ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+__device__ __forceinline__ CtaTile cta_tile(const BwdKernelParams<Traits>& kp) {
+  const int x = int(blockIdx.x), y = int(blockIdx.y), b = int(blockIdx.z);
+  return {kp.dq_order != nullptr ? int(gridDim.x) - 1 - x : x, y, b};
 }
 
 // The first padded row of query tile m of query head `head` in the float32 dQ sums.
@@ -236,7 +244,7 @@ __device__ __forceinline__ void pass_turn_after_bulk(int* order) {
 // floats a step, as many bytes as the step's Q and dO loads) off the consumers, which only
 // store their accumulators to shared memory. With deterministic=True the key tiles take turns
 // at each query tile (kp.dq_order), last key tile first, so that every run adds in the same
-// order: a key tile waits only for later key tiles, which launched earlier (key_tile_of_cta),
+// order: a key tile waits only for later key tiles, which launched earlier (cta_tile),
 // so the waits cannot deadlock.
 template <class Traits, class StepHead, class StepTile>
 __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp, const float* parts,
@@ -248,14 +256,12 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
   CUTE_UNROLL
   for (int wg = 0; wg < 2; ++wg)
     NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + wg);
-  int* held = nullptr;  // kDqDeferredPass: the last step's counter, its turn not yet passed on
   for (int s = 0; s < w.steps; ++s) {
     const int64_t tile_row = dq_tile_row(kp, step_head(s), seq_row0, step_tile(s));
     float* tile = kp.dq_accum + tile_row * kDq.row_floats();
     int* order = kp.dq_order != nullptr ? kp.dq_order + tile_row / kDq.block_m : nullptr;
     if (order != nullptr && leader) {
-      const int turn = dq_turn<kDq.block_m, Traits::kBlockN>(kp.g.fwd, key_tile_of_cta(kp),
-                                                             blockIdx.z, step_tile(s));
+      const int turn = dq_turn<kDq.block_m, Traits::kBlockN>(kp.g.fwd, w, step_tile(s));
       cuda::wait_for_turn(order, turn);
       hopper::fence_async_proxy();  // the bulk additions below come after the wait
     }
@@ -280,24 +286,12 @@ __device__ __forceinline__ void write_dq_sums(const BwdKernelParams<Traits>& kp,
     if (s + 1 < w.steps)
       NamedBarrier::arrive(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + 1);
     if (order != nullptr && leader) {
-      if constexpr (Traits::kDqDeferredPass) {
-        // The last step's two groups have finished once at most this step's two are pending.
-        if (held != nullptr) {
-          hopper::bulk_wait_group<2>();
-          pass_turn_after_bulk(held);
-        }
-        held = order;
-      } else {
-        hopper::bulk_wait_all();  // the additions are in global memory
-        pass_turn_after_bulk(order);
-      }
+      hopper::bulk_wait_all();  // the additions are in global memory
+      pass_turn_after_bulk(order);
     }
     __syncwarp();
   }
-  if (leader) {
-    hopper::bulk_wait_all();
-    if (held != nullptr) pass_turn_after_bulk(held);
-  }
+  if (leader) hopper::bulk_wait_all();
 }
 
 // One mode of a static CuTe layout, flattened into plain arrays and evaluated with integer
@@ -367,16 +361,16 @@ constexpr bool dq_fragment_order_matches() {
 // run under both 1 and 2 (one reduction a key tile an element).
 template <class Traits, class ThrMma, class Acc>
 __device__ __forceinline__ void add_dq_part_atomic(const BwdKernelParams<Traits>& kp,
-                                                   const ThrMma& thr_dq, const Acc& acc_dq,
-                                                   int64_t tile_row, int m, int wg) {
+                                                   const KeyTileWork& w, const ThrMma& thr_dq,
+                                                   const Acc& acc_dq, int64_t tile_row, int m,
+                                                   int wg) {
   using cutlass::arch::NamedBarrier;
   constexpr DqTileLayout kDq = Traits::kDq;
   static_assert(Traits::kDqAtomic == 1 || Traits::kDqAtomic == 2);
   int* order = kp.dq_order != nullptr ? kp.dq_order + tile_row / kDq.block_m : nullptr;
   if (order != nullptr) {
     if (threadIdx.x % 128 == 0)
-      cuda::wait_for_turn(order, dq_turn<kDq.block_m, Traits::kBlockN>(
-                                     kp.g.fwd, key_tile_of_cta(kp), blockIdx.z, m));
+      cuda::wait_for_turn(order, dq_turn<kDq.block_m, Traits::kBlockN>(kp.g.fwd, w, m));
     NamedBarrier::sync(128, Traits::kBarrierDqTurn + wg);
   }
   if constexpr (Traits::kDqAtomic == 2) {

@@ -280,8 +280,8 @@ struct BwdMainloopHeadSplit {
       // last step's out, for the writer to add.
       if constexpr (Traits::kDqAtomic != 0) {
         warpgroup_wait<0>();
-        add_dq_part_atomic(kp, thr_dq, acc_dq, dq_tile_row(kp, step_head(s), seq_row0, m), m,
-                           consumer);
+        add_dq_part_atomic(kp, w, thr_dq, acc_dq, dq_tile_row(kp, step_head(s), seq_row0, m),
+                           m, consumer);
       } else {
         NamedBarrier::sync(Traits::kDqBarrierThreads, Traits::kBarrierDqEmpty + consumer);
         warpgroup_wait<0>();

@@ -35,7 +35,7 @@
 //    key tiles take turns at each query tile, last key tile first (write_dq_sums, dq_turn).
 //  - Query tiles run in the order of the mask's query range of the key tile; launch order
 //    puts the key tiles with the most queries (causal: the first) first, or, under
-//    deterministic=True, the last key tile first (key_tile_of_cta).
+//    deterministic=True, the last key tile first (cta_tile).
 // Registers (consumer: 240 at head dim 64, 232 at 128, kProducerRegisters): dK and dV
 // 64 x head_dim x 2 / 128 a thread (64 at head dim 64, 128 at 128), S^T and dP^T
 // 64 x kBlockM / 128 each, dQ kBlockM x head_dim / 256.
@@ -311,8 +311,8 @@ struct BwdMainloopKeyRows {
       // warpgroup's part of the shared-memory tile once the writer warp has read the last step's
       // out, for the writer to add.
       if constexpr (Traits::kDqAtomic != 0) {
-        add_dq_part_atomic(kp, thr_dq, acc_dq, dq_tile_row(kp, step_head(s), seq_row0, m), m,
-                           consumer);
+        add_dq_part_atomic(kp, w, thr_dq, acc_dq, dq_tile_row(kp, step_head(s), seq_row0, m),
+                           m, consumer);
       } else {
         cutlass::arch::NamedBarrier::sync(Traits::kDqBarrierThreads,
                                           Traits::kBarrierDqEmpty + consumer);

@@ -1,8 +1,8 @@
 #pragma once
 // Hopper flash attention backward, the main kernel (internal, sm_90a): one CTA per (key tile,
 // K/V head, sequence) and every head dimension. It composes:
-//  - the CTA's work: its key tile (key_tile_of_cta: the tiles with the most queries first, or
-//    under deterministic=True the last tile first) and the query tiles and query heads of the
+//  - the CTA's work: its key tile and K/V head (cta_tile: the tiles with the most queries first,
+//    or under deterministic=True the last tile first) and the query tiles and query heads of the
 //    GQA group that see it (KeyTileWork), a step per (query head, query tile);
 //  - warpgroup 0, the producer (run_producer, flash_bwd_sm90_producer.cuh): one thread loads K
 //    and V once, then each step's Q and dO tiles with their lse and row deltas into a
@@ -29,8 +29,8 @@ template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ BwdKernelParams<Traits> kp) {
   const FlashFwdParams& p = kp.g.fwd;
-  const int head_kv = blockIdx.y, b = blockIdx.z;
-  const int n_block = key_tile_of_cta(kp);
+  const CtaTile tile = cta_tile(kp);
+  const int n_block = tile.n_block, head_kv = tile.head_kv, b = tile.b;
   const KeyTileWork w = key_tile_work<Traits::kBlockM, Traits::kBlockN>(p, n_block, b);
   // A key tile past its sequence's end has no rows to write; one that no query sees (an empty
   // query sequence included) writes zeros (the mainloop's store).
