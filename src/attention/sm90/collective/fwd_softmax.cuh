@@ -111,6 +111,21 @@ struct FwdSoftmax {
           tile_max[r][c] = fmaxf(tile_max[r][c], acc_s(make_coord(c, r, j), 0, 0));
       }
     }
+    // Whether a row of this warp may take the exact exponent (below), voted on the threads' own
+    // maxima so that the vote runs beside the quad's shuffles rather than between the bases and
+    // the exponentials: a vote on the bases put four dependent instructions on every tile's
+    // path, and the kernel with it ran at 0.94-0.95x the one without any check at head dim 64
+    // (H100; bench/results/2026-12-08_h100_attention_forward_exact_exponent_vs_before.json).
+    // A row's maximum is one of its four threads' values, each already folded with the row's
+    // old maximum, and a base that conditional rescaling keeps belongs to a maximum at most 8
+    // in log2 units below them: hence the margin of 16.
+    bool maybe_exact = false;
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      const float t = fmaxf(tile_max[r][0], tile_max[r][1]);
+      maybe_exact |= t != kNegInf && fabsf(t * scale_log2) >= kExactExponentBase - 16.f;
+    }
+    const bool warp_maybe_exact = __any_sync(0xffffffff, maybe_exact);
     float base[2];
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
@@ -133,9 +148,9 @@ struct FwdSoftmax {
     // Rows whose base is past kExactExponentBase (a huge softmax_scale; softmax_base.cuh) take
     // the exact exponent: their scores become s - row_max and their base 0, which the loop
     // below then turns into (s - row_max) * scale_log2, as O's rescale forms it. A warp runs
-    // that pass only when one of its rows needs it (one vote a tile; the loop is not doubled).
-    if (__any_sync(0xffffffff,
-                   needs_exact_exponent(fmaxf(fabsf(base[0]), fabsf(base[1]))))) {
+    // that pass only when the vote above says one of its rows may need it (the loop is not
+    // doubled); the pass itself decides row by row from the bases.
+    if (warp_maybe_exact) {
       float shift[2];
       CUTE_UNROLL
       for (int r = 0; r < 2; ++r) {
