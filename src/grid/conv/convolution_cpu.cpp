@@ -1,7 +1,8 @@
 // The sparse convolution's CPU reference: the grid, the maps and the GEMMs over the maps as
 // plain loops, every sum in float64 (features and weights widened once, results rounded once).
-// The GEMMs run on every core (parallel_for): the forward over blocks of output rows, the weight
-// gradient over taps, each writing its own outputs, so the sums do not depend on the cores.
+// The GEMMs and the kernel map run on every core (parallel_for): the forward and the map over
+// blocks of output rows, the weight gradient over taps, each writing its own outputs, so the
+// results do not depend on the cores.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -53,17 +54,26 @@ bool conv_candidates(const int32_t* xyz, const int64_t* voxel_offsets, int64_t n
   return true;
 }
 
+// Every core takes blocks of a grid's outputs; an output writes only its own column of the map.
 void kernel_map(const TreeView& source, const int32_t* target_xyz, const int64_t* target_offsets,
                 int64_t num_grids, int64_t n_out, const Taps& taps, int32_t* map) {
-  for (int64_t b = 0; b < num_grids; ++b)
-    for (int64_t o = target_offsets[b]; o < target_offsets[b + 1]; ++o) {
-      const Coord out{target_xyz[3 * o], target_xyz[3 * o + 1], target_xyz[3 * o + 2]};
-      CachedLookup lookup(source, b);  // an output's taps mostly share its leaf (as on the GPU)
-      for (int64_t t = 0; t < taps.volume; ++t) {
-        Coord in;
-        map[t * n_out + o] = taps.input_of(out, t, in) ? int32_t(lookup.index_of(in)) : -1;
+  constexpr int64_t kBlock = 1024;  // outputs a task
+  for (int64_t b = 0; b < num_grids; ++b) {
+    const int64_t first = target_offsets[b], count = target_offsets[b + 1] - first;
+    parallel_for((count + kBlock - 1) / kBlock, [&](int64_t block) {
+      const int64_t end = std::min(first + (block + 1) * kBlock, first + count);
+      // One cache a block: an output's taps, and outputs next in the grid's order, mostly
+      // share leaves.
+      CachedLookup lookup(source, b);
+      for (int64_t o = first + block * kBlock; o < end; ++o) {
+        const Coord out{target_xyz[3 * o], target_xyz[3 * o + 1], target_xyz[3 * o + 2]};
+        for (int64_t t = 0; t < taps.volume; ++t) {
+          Coord in;
+          map[t * n_out + o] = taps.input_of(out, t, in) ? int32_t(lookup.index_of(in)) : -1;
+        }
       }
-    }
+    });
+  }
 }
 
 void invert_kernel_map(const int32_t* map, int64_t volume, int64_t n_out, int64_t n_in,
