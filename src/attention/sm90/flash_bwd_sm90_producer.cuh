@@ -210,8 +210,7 @@ __device__ __forceinline__ int dq_turn(const FlashFwdParams& p, const KeyTileWor
 // run first, or under deterministic=True the last first (dq_turn). Launching every head of a
 // key tile before the key tile before it made deterministic=True 1.06-1.08x as fast at 2k
 // tokens without a mask (shorter chains of waiting key tiles) but 0.47-0.53x at 16k causal,
-// where every head's longest key tiles then ran last, together (H100, bench/results/
-// 2026-12-08_h100_attention_backward_deterministic_heads_first.json).
+// where every head's longest key tiles then ran last, together (H100).
 struct CtaTile {
   int n_block, head_kv, b;
 };

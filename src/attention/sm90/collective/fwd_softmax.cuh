@@ -112,13 +112,11 @@ struct FwdSoftmax {
       }
     }
     // Whether a row of this warp may take the exact exponent (below), voted on the threads' own
-    // maxima so that the vote runs beside the quad's shuffles rather than between the bases and
-    // the exponentials: a vote on the bases put four dependent instructions on every tile's
-    // path, and the kernel with it ran at 0.94-0.96x the one without any check at head dim 64
-    // (H100; bench/results/2026-12-08_h100_attention_forward_exact_exponent_vs_before.json).
-    // A row's maximum is one of its four threads' values, each already folded with the row's
-    // old maximum, and a base that conditional rescaling keeps belongs to a maximum at most 8
-    // in log2 units below them: hence the margin of 16.
+    // maxima so that the vote runs beside the quad's shuffles: a vote on the bases sits between
+    // them and the exponentials, four dependent instructions on every tile's path, which cost
+    // 4-6% at head dim 64 on an H100. A row's maximum is one of its four threads' values, each
+    // already folded with the row's old maximum, and a base that conditional rescaling keeps
+    // belongs to a maximum at most 8 in log2 units below them: hence the margin of 16.
     bool maybe_exact = false;
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
